@@ -1,0 +1,84 @@
+"""Dagster resources: typed access to Kafka and Spark. Thin wrappers over the engine."""
+
+from typing import Any
+
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import Field, PrivateAttr
+from pyspark.sql import SparkSession
+
+from orchestration import localstack
+from orchestration.shuffle._kafka import check_reachable
+from orchestration.shuffle.spark import spark_session
+
+
+class KafkaResource(ConfigurableResource):
+    """Connection settings of the Kafka cluster that holds the shuffle topics.
+
+    Left empty, ``bootstrap_servers`` is ``$KAFKA_BOOTSTRAP_SERVERS`` or else the local
+    broker started by ``python -m orchestration.localstack start``.
+
+    Example::
+
+        KafkaResource(
+            bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS"),
+            security_protocol="SASL_SSL",
+            sasl_mechanism="PLAIN",
+            sasl_username=EnvVar("KAFKA_USER"),
+            sasl_password=EnvVar("KAFKA_PASSWORD"),
+        )
+    """
+
+    bootstrap_servers: str | None = Field(default=None, description="host:port[,host:port]")
+    security_protocol: str | None = Field(default=None, description="PLAINTEXT, SSL, SASL_SSL...")
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    extra: dict[str, str] = Field(
+        default_factory=dict, description="Any other librdkafka settings, by their dotted names."
+    )
+
+    def config(self) -> dict[str, Any]:
+        """The librdkafka config dict for this cluster."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers or localstack.bootstrap_servers()
+        }
+        optional = {
+            "security.protocol": self.security_protocol,
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+        }
+        conf.update({k: v for k, v in optional.items() if v})
+        conf.update(self.extra)
+        return conf
+
+    def check(self) -> int:
+        """Fails within seconds when no broker answers; returns the broker count."""
+        return check_reachable(self.config())
+
+
+class SparkResource(ConfigurableResource):
+    """A lazily created SparkSession; local mode unless ``master`` says otherwise."""
+
+    master: str | None = Field(
+        default=None, description="Spark master; default $SPARK_MASTER or local[2]"
+    )
+    app_name: str = "kafka-shuffle"
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings")
+    ui: bool = Field(default=False, description="Start the Spark UI")
+
+    _session: SparkSession | None = PrivateAttr(default=None)
+
+    @property
+    def session(self) -> SparkSession:
+        if self._session is None:
+            self._session = spark_session(
+                master=self.master, app_name=self.app_name, conf=self.conf, ui=self.ui
+            )
+        return self._session
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        # The in-process executor shares one JVM across a run's steps; stopping it here
+        # would only make the next run pay start-up again, so the session is left alive
+        # and stopped when the process exits.
+        self._session = None

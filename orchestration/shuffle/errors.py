@@ -1,0 +1,48 @@
+"""One exception hierarchy for the shuffle engine.
+
+Every error the engine raises on purpose derives from :class:`ShuffleError` and also from
+the built-in exception it resembles, so callers can catch either. Messages name the topic,
+partition, offset, option or column at fault.
+"""
+
+from __future__ import annotations
+
+
+class ShuffleError(Exception):
+    """Base class of every error raised by the shuffle engine."""
+
+
+class ShuffleConnectionError(ShuffleError, ConnectionError):
+    """Kafka could not be reached (nothing listening, wrong address, timeout)."""
+
+
+class ShuffleTopicNotFoundError(ShuffleError, LookupError):
+    """A shuffle's data topic or commit-log topic does not exist."""
+
+
+class ShuffleLayoutError(ShuffleError, ValueError):
+    """A write or read disagrees with the shuffle's recorded layout."""
+
+
+class ShuffleSchemaError(ShuffleError, ValueError):
+    """Rows do not fit the shuffle's recorded Arrow schema."""
+
+
+class ShuffleOptionError(ShuffleError, ValueError):
+    """An option given to the engine is missing or malformed."""
+
+
+class ShuffleKeyError(ShuffleError, ValueError):
+    """Rows cannot be keyed (null key values), or per-key work asks for another key."""
+
+
+class ShuffleFormatError(ShuffleError, ValueError):
+    """A message in a shuffle topic is not a frame this version can read."""
+
+
+class ShuffleWatermarkError(ShuffleError, RuntimeError):
+    """Watermarks went backwards where they must be monotonic."""
+
+
+class ShuffleWriteError(ShuffleError, RuntimeError):
+    """Producing to Kafka failed; the run is not committed."""
