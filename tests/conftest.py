@@ -23,8 +23,9 @@ def kafka_conf(bootstrap) -> dict:
 def spark():
     from orchestration.shuffle.spark import spark_session
 
+    # local[2,3]: two cores, and a failed task is retried up to 3 attempts, as on a cluster.
     session = spark_session(
-        master=os.environ.get("SHUFFLE_TEST_SPARK_MASTER", "local[2]"),
+        master=os.environ.get("SHUFFLE_TEST_SPARK_MASTER", "local[2,3]"),
         app_name="kafka-shuffle-tests",
         conf={"spark.sql.shuffle.partitions": "4"},
     )

@@ -1,31 +1,113 @@
 """The shuffle engine: a keyed shuffle persisted in Kafka, written and read by Spark.
 
-This package imports no Dagster. Its pure modules (key groups, frames, watermarks, the
-commit-log model) import neither Spark nor Kafka.
+Example::
+
+    from orchestration.shuffle import ShuffleSpec, read_shuffle, write_shuffle
+
+    spec = ShuffleSpec(topic="flights.by_tailnum", key=("tailnum",), num_partitions=8,
+                       max_parallelism=128, event_time="sched_dep")
+    result = write_shuffle(df, spec, kafka={"bootstrap.servers": "localhost:9092"},
+                           window="2013-01-01")
+    keyed = read_shuffle(spark, "flights.by_tailnum", kafka={...}, windows=["2013-01-01"])
+
+This package imports no Dagster. Its pure modules (``keygroups``, ``frames``,
+``watermarks``, ``commitlog``, ``planning``) import neither Spark nor Kafka.
 """
 
-from .errors import (
-    ShuffleConnectionError,
-    ShuffleError,
-    ShuffleFormatError,
-    ShuffleKeyError,
-    ShuffleLayoutError,
-    ShuffleOptionError,
-    ShuffleSchemaError,
-    ShuffleTopicNotFoundError,
-    ShuffleWatermarkError,
-    ShuffleWriteError,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# Names are imported on first use, so that importing a pure module (e.g.
+# ``orchestration.shuffle.keygroups``) does not drag in Spark or Kafka.
+_EXPORTS = {
+    "ShuffleSpec": "api",
+    "WriteResult": "api",
+    "read_shuffle": "api",
+    "shuffle_log": "api",
+    "shuffle_watermark": "api",
+    "write_shuffle": "api",
+    "Commit": "commitlog",
+    "Layout": "commitlog",
+    "ShuffleLog": "commitlog",
+    "ShuffleConnectionError": "errors",
+    "ShuffleError": "errors",
+    "ShuffleFormatError": "errors",
+    "ShuffleKeyError": "errors",
+    "ShuffleLayoutError": "errors",
+    "ShuffleOptionError": "errors",
+    "ShuffleSchemaError": "errors",
+    "ShuffleTopicNotFoundError": "errors",
+    "ShuffleWatermarkError": "errors",
+    "ShuffleWindowNotFoundError": "errors",
+    "ShuffleWriteError": "errors",
+    "key_group_of": "keygroups",
+    "key_group_range": "keygroups",
+    "partition_of": "keygroups",
+    "apply_per_key": "prekeyed",
+    "spark_session": "spark",
+}
+
+if TYPE_CHECKING:
+    from .api import (
+        ShuffleSpec,
+        WriteResult,
+        read_shuffle,
+        shuffle_log,
+        shuffle_watermark,
+        write_shuffle,
+    )
+    from .commitlog import Commit, Layout, ShuffleLog
+    from .errors import (
+        ShuffleConnectionError,
+        ShuffleError,
+        ShuffleFormatError,
+        ShuffleKeyError,
+        ShuffleLayoutError,
+        ShuffleOptionError,
+        ShuffleSchemaError,
+        ShuffleTopicNotFoundError,
+        ShuffleWatermarkError,
+        ShuffleWindowNotFoundError,
+        ShuffleWriteError,
+    )
+    from .keygroups import key_group_of, key_group_range, partition_of
+    from .prekeyed import apply_per_key
+    from .spark import spark_session
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
+    "Commit",
+    "Layout",
     "ShuffleConnectionError",
     "ShuffleError",
     "ShuffleFormatError",
     "ShuffleKeyError",
     "ShuffleLayoutError",
+    "ShuffleLog",
     "ShuffleOptionError",
     "ShuffleSchemaError",
+    "ShuffleSpec",
     "ShuffleTopicNotFoundError",
     "ShuffleWatermarkError",
+    "ShuffleWindowNotFoundError",
     "ShuffleWriteError",
+    "WriteResult",
+    "apply_per_key",
+    "key_group_of",
+    "key_group_range",
+    "partition_of",
+    "read_shuffle",
+    "shuffle_log",
+    "shuffle_watermark",
+    "spark_session",
+    "write_shuffle",
 ]

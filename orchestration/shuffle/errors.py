@@ -20,6 +20,10 @@ class ShuffleTopicNotFoundError(ShuffleError, LookupError):
     """A shuffle's data topic or commit-log topic does not exist."""
 
 
+class ShuffleWindowNotFoundError(ShuffleError, LookupError):
+    """A read names a window or run that has no committed run."""
+
+
 class ShuffleLayoutError(ShuffleError, ValueError):
     """A write or read disagrees with the shuffle's recorded layout."""
 

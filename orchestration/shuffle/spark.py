@@ -59,6 +59,8 @@ def spark_session(
 
 def register_data_sources(spark: SparkSession) -> None:
     """Registers the project's Python data sources with ``spark``."""
+    from .reader import ShuffleDataSource
     from .records import KafkaRecordsDataSource
 
     spark.dataSource.register(KafkaRecordsDataSource)
+    spark.dataSource.register(ShuffleDataSource)

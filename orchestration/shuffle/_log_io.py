@@ -1,0 +1,116 @@
+"""Reading and writing a shuffle's commit-log topic and creating its topics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Producer
+
+from ._kafka import ensure_topic
+from .commitlog import COMMIT_PREFIX, LAYOUT_KEY, Commit, Layout, ShuffleLog, commit_topic
+from .errors import ShuffleConnectionError, ShuffleLayoutError, ShuffleTopicNotFoundError
+from .records import consumer, end_offsets, partition_count, read_range
+
+# The data topic keeps every frame until the user says otherwise: a shuffle is a
+# persisted intermediate, and its commit log points into it.
+DATA_TOPIC_CONFIG = {
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    # Data frames are compressed Arrow batches of up to a few MiB.
+    "max.message.bytes": str(32 * 1024 * 1024),
+    # Frames are already compressed; do not pay for it twice.
+    "compression.type": "producer",
+}
+COMMIT_TOPIC_CONFIG = {
+    # Keep the latest record per key (layout, commit/<run>) forever.
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "min.compaction.lag.ms": "0",
+}
+
+
+def read_log(kafka: Mapping[str, Any], topic: str) -> ShuffleLog:
+    """Reads a shuffle's whole commit log (small: one record per run)."""
+    ctopic = commit_topic(topic)
+    try:
+        partition_count(kafka, ctopic)
+    except ShuffleTopicNotFoundError:
+        raise ShuffleTopicNotFoundError(
+            f"shuffle {topic!r} does not exist on {kafka.get('bootstrap.servers')!r} "
+            f"(no commit-log topic {ctopic!r})"
+        ) from None
+    ((low, high),) = end_offsets(kafka, ctopic, 1)
+    c = consumer(kafka)
+    try:
+        records = [(m.key(), m.value()) for m in read_range(c, ctopic, 0, low, high)]
+    finally:
+        c.close()
+    return ShuffleLog.from_records(topic, records)
+
+
+def _produce_one(kafka: Mapping[str, Any], topic: str, key: str, value: str) -> None:
+    from ._kafka import client_config
+
+    errors: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    p = Producer(client_config(kafka, **{"enable.idempotence": True, "acks": "all"}))
+    p.produce(topic, key=key.encode(), value=value.encode(), on_delivery=on_delivery)
+    remaining = p.flush(30)
+    if remaining or errors:
+        raise ShuffleConnectionError(
+            f"writing {key!r} to commit log {topic!r} failed: {errors or 'timed out'}"
+        )
+
+
+def write_commit(kafka: Mapping[str, Any], topic: str, commit: Commit) -> None:
+    """Makes a run visible: appends its commit record (acks=all) to the commit log."""
+    _produce_one(kafka, commit_topic(topic), COMMIT_PREFIX + commit.run_id, commit.to_json())
+
+
+def create_or_check(kafka: Mapping[str, Any], layout: Layout) -> tuple[Layout, bool]:
+    """Creates the shuffle's topics and layout record, or checks an existing layout.
+
+    Returns:
+        The recorded layout and whether this call created the shuffle.
+
+    Raises:
+        ShuffleLayoutError: The shuffle exists with a different key, partition count,
+            max_parallelism, event-time column or an incompatible schema, or its data
+            topic's partition count changed behind its back.
+    """
+    topic = layout.topic
+    ensure_topic(kafka, commit_topic(topic), 1, COMMIT_TOPIC_CONFIG)
+    log = read_log(kafka, topic)
+    if log.layout is None:
+        ensure_topic(kafka, topic, layout.num_partitions, DATA_TOPIC_CONFIG)
+        check_partitions(kafka, layout)
+        _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
+        return layout, True
+    diffs = log.layout.differences(layout)
+    if diffs:
+        raise ShuffleLayoutError(
+            f"shuffle {topic!r} exists with a different layout: " + "; ".join(diffs)
+        )
+    check_partitions(kafka, log.layout)
+    return log.layout, False
+
+
+def check_partitions(kafka: Mapping[str, Any], layout: Layout) -> None:
+    """Refuses a data topic whose partition count is not the layout's."""
+    try:
+        n = partition_count(kafka, layout.topic)
+    except ShuffleTopicNotFoundError:
+        raise ShuffleTopicNotFoundError(
+            f"the data topic {layout.topic!r} of the shuffle is missing (its commit log exists)"
+        ) from None
+    if n != layout.num_partitions:
+        raise ShuffleLayoutError(
+            f"data topic {layout.topic!r} has {n} partitions but the shuffle was created with "
+            f"{layout.num_partitions}; partitions were added behind its back, so key groups "
+            "would land in the wrong partitions. Create a new shuffle topic instead."
+        )

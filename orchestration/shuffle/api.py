@@ -1,0 +1,344 @@
+"""The public API: describe a shuffle, write one run of it, read it back, ask its watermark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from . import frames as fr
+from ._kafka import check_reachable, client_config
+from ._log_io import check_partitions, create_or_check, read_log
+from .commitlog import Commit, Layout, ShuffleLog, from_micros, to_micros
+from .errors import (
+    ShuffleError,
+    ShuffleKeyError,
+    ShuffleOptionError,
+    ShuffleSchemaError,
+    ShuffleWindowNotFoundError,
+    ShuffleWriteError,
+)
+from .keygroups import validate_layout
+from .planning import overlaps, plan_splits
+from .prekeyed import KEY_METADATA
+
+
+@dataclass(frozen=True)
+class ShuffleSpec:
+    """What a shuffle is: its topic, key, partitions, key groups and event time.
+
+    Example::
+
+        spec = ShuffleSpec(topic="flights.by_tailnum", key=("tailnum",), num_partitions=8,
+                           max_parallelism=128, event_time="sched_dep")
+
+    Args:
+        topic: The data topic; the commit log is ``<topic>__commits``.
+        key: The key column(s).
+        num_partitions: Kafka partitions of the data topic.
+        max_parallelism: Number of key groups; the most consumer partitions a read can
+            have without fetching a Kafka partition twice. Fixed at creation.
+        event_time: Optional timestamp column that watermarks are computed from.
+        max_out_of_orderness: How late an event may arrive behind the largest event time a
+            producer subtask has seen.
+    """
+
+    topic: str
+    key: tuple[str, ...] | str
+    num_partitions: int
+    max_parallelism: int = 128
+    event_time: str | None = None
+    max_out_of_orderness: dt.timedelta = dt.timedelta(0)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.key, str):
+            object.__setattr__(self, "key", (self.key,))
+        else:
+            object.__setattr__(self, "key", tuple(self.key))
+        if not self.key:
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: key must name at least one column")
+        if not self.topic:
+            raise ShuffleOptionError("shuffle topic must not be empty")
+        try:
+            validate_layout(self.num_partitions, self.max_parallelism)
+        except ValueError as exc:
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: {exc}") from None
+        if self.max_out_of_orderness < dt.timedelta(0):
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: max_out_of_orderness is negative")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one committed producer run wrote."""
+
+    run_id: str
+    topic: str
+    window: str | None
+    rows: int
+    frames: int
+    bytes: int
+    watermark: dt.datetime | None
+    offsets: dict[int, tuple[int, int]]
+    commit: Commit = field(repr=False)
+
+
+def _kafka_conf(kafka: Mapping[str, Any] | None) -> dict[str, Any]:
+    return client_config(kafka)
+
+
+def _arrow_schema(df: DataFrame) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+    fields = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_timestamp(t) and t.tz is not None:
+            # Instants are stored in UTC whatever the session's time zone.
+            t = pa.timestamp(t.unit, tz="UTC")
+        # Nullability is not part of a shuffle's contract: Spark infers it differently
+        # from one plan to the next, and key columns are checked for nulls row by row.
+        fields.append(pa.field(f.name, t, nullable=True))
+    return pa.schema(fields)
+
+
+def _check_columns(df: DataFrame, spec: ShuffleSpec) -> None:
+    names = df.columns
+    for c in spec.key:
+        if c not in names:
+            raise ShuffleSchemaError(f"shuffle {spec.topic!r}: key column {c!r} is not in {names}")
+    if fr.KEY_GROUP_COLUMN in names:
+        raise ShuffleSchemaError(
+            f"shuffle {spec.topic!r}: column name {fr.KEY_GROUP_COLUMN!r} is reserved"
+        )
+    if spec.event_time is not None:
+        if spec.event_time not in names:
+            raise ShuffleSchemaError(
+                f"shuffle {spec.topic!r}: event_time column {spec.event_time!r} is not in {names}"
+            )
+        t = df.schema[spec.event_time].dataType
+        if not isinstance(t, T.TimestampType):
+            raise ShuffleSchemaError(
+                f"shuffle {spec.topic!r}: event_time column {spec.event_time!r} must be a "
+                f"timestamp, not {t.simpleString()}"
+            )
+
+
+def _count_null_keys(df: DataFrame, key: Sequence[str]) -> int:
+    cond = F.lit(False)
+    for c in key:
+        cond = cond | F.col(c).isNull()
+    return df.filter(cond).count()
+
+
+def write_shuffle(
+    df: DataFrame,
+    spec: ShuffleSpec,
+    kafka: Mapping[str, Any],
+    window: str | None = None,
+    complete_until: dt.datetime | None = None,
+    *,
+    frame_rows: int | None = None,
+    compression: str = "zstd",
+    attrs: Mapping[str, str] | None = None,
+    _test_fail_attempts_below: int = 0,
+) -> WriteResult:
+    """Writes ``df`` as one producer run of the shuffle ``spec``, and commits it.
+
+    The run becomes visible to readers only once every Spark task has finished and its
+    commit record is written; a failed run leaves nothing visible. A committed run with
+    the same ``window`` as earlier ones supersedes them.
+
+    Args:
+        df: The rows. Key columns must not be null.
+        spec: The shuffle; created on first write, checked against its layout after.
+        kafka: librdkafka settings; ``bootstrap.servers`` is required.
+        window: Optional label of what this run covers (e.g. a Dagster partition key).
+        complete_until: Optional: the run declares event time complete up to here.
+        frame_rows: Rows per DATA frame per partition (default 65536).
+        compression: Arrow IPC body compression: zstd, lz4 or none.
+        attrs: Free-form strings stored in the commit record.
+
+    Returns:
+        The committed run's :class:`WriteResult`.
+
+    Raises:
+        ShuffleKeyError: Some rows have a null key (nothing is written).
+        ShuffleLayoutError: The shuffle exists with another key, partition count,
+            max_parallelism or schema.
+        ShuffleConnectionError: Kafka is unreachable.
+        ShuffleWriteError: The Spark job failed; nothing was committed.
+    """
+    conf = _kafka_conf(kafka)
+    _check_columns(df, spec)
+    check_reachable(conf)
+    nulls = _count_null_keys(df, spec.key)
+    if nulls:
+        raise ShuffleKeyError(
+            f"shuffle {spec.topic!r}: {nulls} row(s) have a null in key column(s) "
+            f"{list(spec.key)}; nothing was written. Filter or fill them first."
+        )
+    layout, _ = create_or_check(
+        conf,
+        Layout(
+            topic=spec.topic,
+            key=tuple(spec.key),
+            num_partitions=spec.num_partitions,
+            max_parallelism=spec.max_parallelism,
+            schema=_arrow_schema(df),
+            event_time=spec.event_time,
+            max_out_of_orderness_us=spec.max_out_of_orderness // dt.timedelta(microseconds=1),
+        ),
+    )
+    run_id = str(uuid.uuid4())
+    keyed = df.select(*layout.schema.names).withColumn(
+        fr.KEY_GROUP_COLUMN,
+        F.pmod(F.hash(*[F.col(c) for c in spec.key]), F.lit(layout.max_parallelism)).cast("int"),
+    )
+    options = {
+        "topic": spec.topic,
+        "run_id": run_id,
+        "num_partitions": str(layout.num_partitions),
+        "max_parallelism": str(layout.max_parallelism),
+        "event_time": spec.event_time or "",
+        "max_out_of_orderness_us": str(layout.max_out_of_orderness_us),
+        "window": window or "",
+        "complete_until_us": "" if complete_until is None else str(to_micros(complete_until)),
+        "compression": compression,
+        "attrs": json.dumps(dict(attrs or {})),
+        "test_fail_attempts_below": str(_test_fail_attempts_below),
+        **({"frame_rows": str(frame_rows)} if frame_rows else {}),
+        **{f"kafka.{k}": str(v) for k, v in conf.items()},
+    }
+    try:
+        keyed.write.format("kafka-shuffle").mode("append").options(**options).save()
+    except ShuffleError:
+        raise
+    except Exception as exc:  # Spark wraps task errors in its own exception types.
+        raise ShuffleWriteError(
+            f"run {run_id} of shuffle {spec.topic!r} (window {window!r}) failed and was not "
+            f"committed: {_first_line(exc)}"
+        ) from exc
+    commit = read_log(conf, spec.topic).commit(run_id)
+    if commit is None:
+        raise ShuffleWriteError(
+            f"run {run_id} of shuffle {spec.topic!r}: Spark reported success but no commit "
+            "record was found"
+        )
+    return WriteResult(
+        run_id=run_id,
+        topic=spec.topic,
+        window=window,
+        rows=commit.rows,
+        frames=commit.frames,
+        bytes=commit.bytes,
+        watermark=from_micros(commit.effective_watermark),
+        offsets={p: (r.first, r.last) for p, r in commit.partitions.items()},
+        commit=commit,
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    for marker in ("ShuffleWriteError:", "ShuffleError", "Error:"):
+        i = text.find(marker)
+        if i >= 0:
+            return text[i:].splitlines()[0][:500]
+    return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+def shuffle_log(topic: str, kafka: Mapping[str, Any]) -> ShuffleLog:
+    """The shuffle's commit log: its layout and every committed run."""
+    return read_log(_kafka_conf(kafka), topic)
+
+
+def read_shuffle(
+    spark: SparkSession,
+    topic: str,
+    kafka: Mapping[str, Any],
+    windows: Iterable[str] | None = None,
+    runs: Iterable[str] | None = None,
+    event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None = None,
+    parallelism: int | None = None,
+    with_metadata: bool = False,
+) -> DataFrame:
+    """Reads committed runs of a shuffle as a DataFrame that is already keyed.
+
+    Args:
+        spark: The session.
+        topic: The shuffle's data topic.
+        kafka: librdkafka settings; ``bootstrap.servers`` is required.
+        windows: Only these windows (their latest committed run each). Every window named
+            must have a committed run.
+        runs: Only these runs (even superseded ones).
+        event_time_range: ``(start, end)``: only rows with ``start <= event time < end``;
+            either bound may be None.
+        parallelism: Spark partitions; default one per Kafka partition. See
+            :mod:`orchestration.shuffle.planning` for smaller and larger values.
+        with_metadata: Add ``_partition``, ``_key_group``, ``_run_id``, ``_offset``.
+
+    Returns:
+        A DataFrame with exactly the written columns and types (plus metadata columns if
+        asked). Its key columns carry metadata that :func:`apply_per_key` checks.
+    """
+    conf = _kafka_conf(kafka)
+    log = read_log(conf, topic)
+    layout = log.require_layout()
+    check_partitions(conf, layout)
+    windows = None if windows is None else list(windows)
+    runs = None if runs is None else list(runs)
+    commits = log.visible(windows, runs)
+    if windows is not None:
+        missing = sorted(set(windows) - {c.window for c in commits})
+        if missing:
+            raise ShuffleWindowNotFoundError(
+                f"shuffle {topic!r} has no committed run for window(s) {missing}"
+            )
+    if runs is not None:
+        missing = sorted(set(runs) - {c.run_id for c in commits})
+        if missing:
+            raise ShuffleWindowNotFoundError(f"shuffle {topic!r} has no committed run(s) {missing}")
+    start_us = end_us = None
+    if event_time_range is not None:
+        if layout.event_time is None:
+            raise ShuffleOptionError(
+                f"shuffle {topic!r} has no event_time column; event_time_range cannot apply"
+            )
+        start_us, end_us = (to_micros(b) for b in event_time_range)
+        commits = [c for c in commits if overlaps(c, start_us, end_us)]
+    plans = plan_splits(layout, commits, parallelism)
+    reader = spark.read.format("kafka-shuffle").options(
+        topic=topic,
+        layout=layout.to_json(),
+        plan=json.dumps([p.to_json() for p in plans]),
+        with_metadata=str(with_metadata).lower(),
+        event_time_start="" if start_us is None else str(start_us),
+        event_time_end="" if end_us is None else str(end_us),
+        **{f"kafka.{k}": str(v) for k, v in conf.items()},
+    )
+    df = reader.load()
+    tag = {
+        KEY_METADATA: {
+            "topic": topic,
+            "key": list(layout.key),
+            "num_partitions": layout.num_partitions,
+            "max_parallelism": layout.max_parallelism,
+            "parallelism": len(plans),
+        }
+    }
+    for c in layout.key:
+        df = df.withMetadata(c, tag)
+    return df
+
+
+def shuffle_watermark(topic: str, kafka: Mapping[str, Any]) -> dt.datetime | None:
+    """The shuffle's event-time completeness, from its commit log alone (no data scan)."""
+    return from_micros(shuffle_log(topic, kafka).watermark())

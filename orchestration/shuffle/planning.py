@@ -1,0 +1,144 @@
+"""Read planning: which offsets each Spark partition of a shuffle read fetches. Pure Python.
+
+The plan comes from the commit log alone. For each visible commit and each partition it
+touched, the reader fetches that run's offset range and keeps the frames of the run's
+committed subtask attempts; everything else in the range (other runs, failed attempts) is
+skipped.
+
+Parallelism (the number of Spark partitions of the read):
+
+- default, equal to the partition count: Spark partition *i* holds exactly Kafka
+  partition *i*;
+- smaller: Spark partition *i* holds the whole Kafka partitions
+  ``[i * n // p, (i + 1) * n // p)``, so key groups never split;
+- larger: Kafka partition *j* is read by every Spark partition *i* with
+  ``i * n // p == j``; each keeps a contiguous sub-range of *j*'s key groups, so a key
+  group still never splits, at the price of each of them fetching all of *j*'s frames.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from .commitlog import Commit, Layout
+from .errors import ShuffleOptionError
+from .keygroups import key_group_range, split_range
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One run's frames in one partition: offsets ``[first, last]`` and its attempts."""
+
+    run_id: str
+    first: int
+    last: int
+    tasks: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class PartitionRead:
+    """What one Spark partition reads from one Kafka partition."""
+
+    partition: int
+    key_group_start: int
+    key_group_end: int  # exclusive
+    full: bool  # the whole key-group range of the partition: no row filtering needed
+    segments: tuple[Segment, ...]
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    index: int
+    reads: tuple[PartitionRead, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SplitPlan:
+        d = json.loads(text)
+        return cls(
+            d["index"],
+            tuple(
+                PartitionRead(
+                    r["partition"],
+                    r["key_group_start"],
+                    r["key_group_end"],
+                    r["full"],
+                    tuple(
+                        Segment(
+                            s["run_id"], s["first"], s["last"], tuple(tuple(t) for t in s["tasks"])
+                        )
+                        for s in r["segments"]
+                    ),
+                )
+                for r in d["reads"]
+            ),
+        )
+
+
+def overlaps(commit: Commit, start_us: int | None, end_us: int | None) -> bool:
+    """Whether a commit may hold rows with event time in ``[start_us, end_us)``."""
+    if start_us is None and end_us is None:
+        return True
+    if commit.event_time_min is None:
+        return False
+    if end_us is not None and commit.event_time_min >= end_us:
+        return False
+    return not (start_us is not None and commit.event_time_max < start_us)
+
+
+def segments_by_partition(commits: Sequence[Commit], num_partitions: int) -> list[list[Segment]]:
+    out: list[list[Segment]] = [[] for _ in range(num_partitions)]
+    for c in commits:
+        for p, rng in c.partitions.items():
+            if not 0 <= p < num_partitions:
+                raise ShuffleOptionError(
+                    f"commit of run {c.run_id} names partition {p}, outside [0, {num_partitions})"
+                )
+            out[p].append(Segment(c.run_id, rng.first, rng.last, c.tasks))
+    return out
+
+
+def plan_splits(
+    layout: Layout, commits: Sequence[Commit], parallelism: int | None = None
+) -> list[SplitPlan]:
+    """Splits a read of ``commits`` into ``parallelism`` Spark partitions (see module doc)."""
+    n = layout.num_partitions
+    m = layout.max_parallelism
+    p = n if parallelism is None else parallelism
+    if p <= 0:
+        raise ShuffleOptionError(f"parallelism must be a positive integer, got {parallelism}")
+    segs = segments_by_partition(commits, n)
+
+    def read(j: int, groups: range | None = None) -> PartitionRead:
+        full = key_group_range(j, m, n)
+        g = full if groups is None else groups
+        return PartitionRead(j, g.start, g.stop, g == full, tuple(segs[j]))
+
+    if p <= n:
+        return [
+            SplitPlan(i, tuple(read(j) for j in range(i * n // p, (i + 1) * n // p)))
+            for i in range(p)
+        ]
+    owners: dict[int, list[int]] = {}
+    for i in range(p):
+        owners.setdefault(i * n // p, []).append(i)
+    plans: list[SplitPlan] = []
+    for j in range(n):
+        pieces = split_range(key_group_range(j, m, n), len(owners[j]))
+        plans.extend(SplitPlan(i, (read(j, g),)) for i, g in zip(owners[j], pieces, strict=True))
+    return sorted(plans, key=lambda s: s.index)
+
+
+def merged_intervals(segments: Sequence[Segment]) -> list[tuple[int, int]]:
+    """The union of segments' inclusive offset ranges, so that each offset is fetched once."""
+    out: list[list[int]] = []
+    for s in sorted(segments, key=lambda s: s.first):
+        if out and s.first <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], s.last)
+        else:
+            out.append([s.first, s.last])
+    return [(a, b) for a, b in out]

@@ -1,0 +1,268 @@
+"""The Spark side of reading a shuffle: the ``kafka-shuffle`` Python data source.
+
+Each Spark partition follows its :class:`~orchestration.shuffle.planning.SplitPlan`: it seeks
+straight to the committed offset ranges of its Kafka partitions, keeps the DATA frames of
+committed subtask attempts only, merges the producers' watermarks per partition (a
+regression is an error), and checks each committed attempt's END frame against what it
+read, so a lost or extra frame cannot go unnoticed.
+
+``read_shuffle`` plans on the driver and hands the plan over as an option. Used directly
+(``spark.read.format("kafka-shuffle").option("topic", ...)``), the source reads the commit
+log itself; options ``windows`` / ``runs`` (JSON lists), ``event_time_start`` /
+``event_time_end`` (epoch microseconds), ``parallelism`` and ``with_metadata`` select what
+to read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from . import frames as fr
+from .commitlog import Layout
+from .errors import ShuffleFormatError, ShuffleOptionError
+from .planning import PartitionRead, SplitPlan, merged_intervals, overlaps, plan_splits
+from .records import consumer, kafka_options, read_range
+from .watermarks import WatermarkMerger
+
+METADATA_FIELDS = [
+    pa.field("_partition", pa.int32()),
+    pa.field("_key_group", pa.int32()),
+    pa.field("_run_id", pa.string()),
+    pa.field("_offset", pa.int64()),
+]
+
+
+def output_schema(layout: Layout, with_metadata: bool) -> pa.Schema:
+    fields = list(layout.schema)
+    return pa.schema(fields + (METADATA_FIELDS if with_metadata else []))
+
+
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    value = str(options.get(name, "false")).strip().lower()
+    if value not in ("true", "false"):
+        raise ShuffleOptionError(
+            f"kafka-shuffle: option {name!r} must be true or false, got {value!r}"
+        )
+    return value == "true"
+
+
+def _int_option(options: Mapping[str, str], name: str) -> int | None:
+    value = options.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ShuffleOptionError(
+            f"kafka-shuffle: option {name!r} must be an integer, got {value!r}"
+        ) from None
+
+
+def _json_list(options: Mapping[str, str], name: str) -> list[str] | None:
+    value = options.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, list):
+        raise ShuffleOptionError(
+            f"kafka-shuffle: option {name!r} must be a JSON list of strings, got {value!r}"
+        )
+    return [str(v) for v in parsed]
+
+
+class ReadOptions:
+    """The reader's options, parsed and validated once on the driver."""
+
+    def __init__(self, options: Mapping[str, str]):
+        self.topic = options.get("topic") or ""
+        if not self.topic:
+            raise ShuffleOptionError("kafka-shuffle: option 'topic' is required")
+        self.kafka = kafka_options(options)
+        if "bootstrap.servers" not in self.kafka:
+            raise ShuffleOptionError("kafka-shuffle: option 'kafka.bootstrap.servers' is required")
+        self.with_metadata = _flag(options, "with_metadata")
+        self.event_time_start = _int_option(options, "event_time_start")
+        self.event_time_end = _int_option(options, "event_time_end")
+        self.parallelism = _int_option(options, "parallelism")
+        self.windows = _json_list(options, "windows")
+        self.runs = _json_list(options, "runs")
+        layout = options.get("layout")
+        plan = options.get("plan")
+        if layout and plan:
+            self.layout = Layout.from_json(layout)
+            self.plans = [SplitPlan.from_json(p) for p in json.loads(plan)]
+        else:
+            self.layout, self.plans = self._plan_from_log()
+
+    def _plan_from_log(self) -> tuple[Layout, list[SplitPlan]]:
+        from ._log_io import check_partitions, read_log
+
+        log = read_log(self.kafka, self.topic)
+        layout = log.require_layout()
+        check_partitions(self.kafka, layout)
+        commits = [
+            c
+            for c in log.visible(self.windows, self.runs)
+            if overlaps(c, self.event_time_start, self.event_time_end)
+        ]
+        return layout, plan_splits(layout, commits, self.parallelism)
+
+
+class ShuffleReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions):
+        self.opts = opts
+        self.schema = output_schema(opts.layout, opts.with_metadata)
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(p.to_json()) for p in self.opts.plans]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        plan = SplitPlan.from_json(partition.value)
+        c = consumer(self.opts.kafka)
+        try:
+            for pr in plan.reads:
+                yield from self._read_partition(c, pr)
+        finally:
+            c.close()
+
+    def _read_partition(self, c: Any, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
+        topic = self.opts.topic
+        allowed = {s.run_id: set(s.tasks) for s in pr.segments}
+        mergers = {
+            s.run_id: WatermarkMerger(
+                {t for t, _ in s.tasks},
+                where=f"topic {topic!r} partition {pr.partition} run {s.run_id}",
+            )
+            for s in pr.segments
+        }
+        seen: dict[tuple[str, int], list[int]] = {}
+        ended: dict[tuple[str, int], tuple[int, int]] = {}
+        for start, end in merged_intervals(pr.segments):
+            for m in read_range(c, topic, pr.partition, start, end + 1):
+                where = f"topic {topic!r} partition {pr.partition} offset {m.offset()}"
+                frame = fr.decode(m.value(), where)
+                h = frame.header
+                tasks = allowed.get(h.run_id)
+                if tasks is None or (h.subtask, h.attempt) not in tasks:
+                    continue
+                counts = seen.setdefault((h.run_id, h.subtask), [0, 0])
+                if h.type is fr.FrameType.DATA:
+                    batch = frame.batch()
+                    counts[0] += batch.num_rows
+                    counts[1] += 1
+                    out = self._rows(batch, pr, h.run_id, m.offset(), where)
+                    if out is not None and out.num_rows:
+                        yield out
+                elif h.type is fr.FrameType.WATERMARK:
+                    mergers[h.run_id].observe(h.subtask, frame.watermark())
+                else:
+                    ended[(h.run_id, h.subtask)] = frame.end_counts()
+                    mergers[h.run_id].end(h.subtask)
+        for s in pr.segments:
+            for subtask, attempt in s.tasks:
+                got = tuple(seen.get((s.run_id, subtask), (0, 0)))
+                want = ended.get((s.run_id, subtask))
+                where = (
+                    f"topic {topic!r} partition {pr.partition}, run {s.run_id} subtask {subtask}"
+                )
+                if want is None:
+                    raise ShuffleFormatError(
+                        f"{where} attempt {attempt}: no END frame within committed offsets "
+                        f"[{s.first}, {s.last}]; the topic lost data or was truncated"
+                    )
+                if got != tuple(want):
+                    raise ShuffleFormatError(
+                        f"{where}: read {got[0]} rows in {got[1]} frames, the producer wrote "
+                        f"{want[0]} rows in {want[1]} frames"
+                    )
+
+    def _rows(
+        self, batch: pa.RecordBatch, pr: PartitionRead, run_id: str, offset: int, where: str
+    ) -> pa.RecordBatch | None:
+        layout = self.opts.layout
+        try:
+            kg = batch.column(fr.KEY_GROUP_COLUMN)
+        except KeyError:
+            raise ShuffleFormatError(
+                f"DATA frame at {where} has no {fr.KEY_GROUP_COLUMN} column"
+            ) from None
+        mask = None
+        if not pr.full:
+            mask = pc.and_(pc.greater_equal(kg, pr.key_group_start), pc.less(kg, pr.key_group_end))
+        et = layout.event_time
+        if et and (self.opts.event_time_start is not None or self.opts.event_time_end is not None):
+            t = batch.column(et).cast(pa.int64())
+            for bound, op in (
+                (self.opts.event_time_start, pc.greater_equal),
+                (self.opts.event_time_end, pc.less),
+            ):
+                if bound is not None:
+                    cond = pc.fill_null(op(t, bound), False)
+                    mask = cond if mask is None else pc.and_(mask, cond)
+        if mask is not None:
+            batch = batch.filter(mask)
+        columns = []
+        for f in layout.schema:
+            try:
+                col = batch.column(f.name)
+            except KeyError:
+                raise ShuffleFormatError(
+                    f"DATA frame at {where} has no column {f.name!r}"
+                ) from None
+            columns.append(col if col.type.equals(f.type) else col.cast(f.type))
+        if self.opts.with_metadata:
+            n = batch.num_rows
+            columns += [
+                pa.array([pr.partition] * n, pa.int32()),
+                batch.column(fr.KEY_GROUP_COLUMN).cast(pa.int32()),
+                pa.array([run_id] * n, pa.string()),
+                pa.array([offset] * n, pa.int64()),
+            ]
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+class ShuffleDataSource(DataSource):
+    """``kafka-shuffle``: read a shuffle's committed runs, or write one run.
+
+    Prefer :func:`orchestration.shuffle.read_shuffle` and
+    :func:`orchestration.shuffle.write_shuffle`, which plan, check layouts and report.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafka-shuffle"
+
+    def _read_options(self) -> ReadOptions:
+        cached = getattr(self, "_opts", None)
+        if cached is None:
+            cached = ReadOptions(self.options)
+            self._opts = cached
+        return cached
+
+    def schema(self):
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        opts = self._read_options()
+        return from_arrow_schema(output_schema(opts.layout, opts.with_metadata))
+
+    def reader(self, schema) -> ShuffleReader:
+        return ShuffleReader(self._read_options())
+
+    def writer(self, schema, overwrite: bool):
+        from .writer import ShuffleWriter
+
+        if overwrite:
+            raise ShuffleOptionError(
+                "kafka-shuffle: overwrite mode is not supported; write a run with the same "
+                "'window' to supersede an earlier one"
+            )
+        return ShuffleWriter(self.options)

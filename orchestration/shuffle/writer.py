@@ -1,0 +1,331 @@
+"""The Spark side of writing a shuffle: each Spark task is a producer subtask.
+
+A task receives Arrow batches of its rows (with their ``_key_group``), routes rows to their
+partition, and produces compressed DATA frames per partition, WATERMARK frames broadcast to
+every partition as its watermark advances, and finally END frames. Its commit message
+(:class:`~orchestration.shuffle.commitlog.TaskResult`) tells the driver which offsets it
+wrote. Only the driver's ``commit`` makes the run visible, after every task succeeded:
+frames of failed or duplicate attempts stay in the topic but no reader ever sees them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+from . import frames as fr
+from .commitlog import PartitionRange, TaskResult, build_commit
+from .errors import ShuffleOptionError, ShuffleWriteError
+from .records import kafka_options
+
+# A DATA frame is cut when a partition's buffer reaches either bound (before compression).
+DEFAULT_FRAME_ROWS = 64 * 1024
+DEFAULT_FRAME_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class WriteOptions:
+    """The writer's options, parsed once from the strings Spark hands over."""
+
+    topic: str
+    run_id: str
+    kafka: dict[str, str]
+    num_partitions: int
+    max_parallelism: int
+    event_time: str | None
+    max_out_of_orderness_us: int
+    window: str | None
+    complete_until_us: int | None
+    frame_rows: int
+    frame_bytes: int
+    compression: str | None
+    attrs: dict[str, str]
+    # Testing aid: an attempt whose number is below this fails after its first frames.
+    fail_attempts_below: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        def req(name: str) -> str:
+            value = options.get(name)
+            if value is None or value == "":
+                raise ShuffleOptionError(f"kafka-shuffle writer: option {name!r} is required")
+            return value
+
+        def integer(name: str, default: int | None = None) -> int | None:
+            value = options.get(name)
+            if value is None or value == "":
+                return default
+            try:
+                return int(value)
+            except ValueError:
+                raise ShuffleOptionError(
+                    f"kafka-shuffle writer: option {name!r} must be an integer, got {value!r}"
+                ) from None
+
+        compression = options.get("compression", "zstd")
+        if compression not in ("zstd", "lz4", "none"):
+            raise ShuffleOptionError(
+                f"kafka-shuffle writer: option 'compression' must be zstd, lz4 or none, "
+                f"got {compression!r}"
+            )
+        kafka = kafka_options(options)
+        if "bootstrap.servers" not in kafka:
+            raise ShuffleOptionError(
+                "kafka-shuffle writer: option 'kafka.bootstrap.servers' is required"
+            )
+        return cls(
+            topic=req("topic"),
+            run_id=req("run_id"),
+            kafka=kafka,
+            num_partitions=integer("num_partitions"),  # type: ignore[arg-type]
+            max_parallelism=integer("max_parallelism"),  # type: ignore[arg-type]
+            event_time=options.get("event_time") or None,
+            max_out_of_orderness_us=integer("max_out_of_orderness_us", 0),  # type: ignore[arg-type]
+            window=options.get("window") or None,
+            complete_until_us=integer("complete_until_us"),
+            frame_rows=integer("frame_rows", DEFAULT_FRAME_ROWS),  # type: ignore[arg-type]
+            frame_bytes=integer("frame_bytes", DEFAULT_FRAME_BYTES),  # type: ignore[arg-type]
+            compression=None if compression == "none" else compression,
+            attrs=json.loads(options.get("attrs") or "{}"),
+            fail_attempts_below=integer("test_fail_attempts_below", 0),  # type: ignore[arg-type]
+        )
+
+
+@dataclass
+class ShuffleCommitMessage(WriterCommitMessage):
+    result: TaskResult
+
+
+class _PartitionBuffer:
+    __slots__ = ("batches", "rows", "nbytes")
+
+    def __init__(self) -> None:
+        self.batches: list[pa.RecordBatch] = []
+        self.rows = 0
+        self.nbytes = 0
+
+
+class _Subtask:
+    """One producer subtask attempt: buffers, frames, delivery bookkeeping."""
+
+    def __init__(self, opts: WriteOptions, subtask: int, attempt: int):
+        from confluent_kafka import Producer
+
+        from ._kafka import client_config
+
+        self.opts = opts
+        self.subtask = subtask
+        self.attempt = attempt
+        self.sequence = 0
+        self.errors: list[str] = []
+        self.offsets: dict[int, list[int]] = {}
+        self.rows_by_partition = [0] * opts.num_partitions
+        self.frames_by_partition = [0] * opts.num_partitions
+        self.buffers = [_PartitionBuffer() for _ in range(opts.num_partitions)]
+        self.bytes = 0
+        self.event_min: int | None = None
+        self.event_max: int | None = None
+        self.sent_watermark: int | None = None
+        self.rows_since_watermark = 0
+        self.producer = Producer(
+            client_config(
+                opts.kafka,
+                **{
+                    # Retries never duplicate or reorder frames within a partition.
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    # Frames are large already; a short linger still packs small ones.
+                    "linger.ms": 5,
+                    "message.max.bytes": 32 * 1024 * 1024,
+                    "compression.type": "none",
+                    "queue.buffering.max.kbytes": 256 * 1024,
+                },
+            )
+        )
+
+    def _header(self, ftype: fr.FrameType) -> fr.FrameHeader:
+        h = fr.FrameHeader(ftype, self.opts.run_id, self.subtask, self.attempt, self.sequence)
+        self.sequence += 1
+        return h
+
+    def _on_delivery(self, err, msg) -> None:
+        if err is not None:
+            self.errors.append(f"partition {msg.partition()}: {err}")
+            return
+        rng = self.offsets.get(msg.partition())
+        off = msg.offset()
+        if rng is None:
+            self.offsets[msg.partition()] = [off, off]
+        else:
+            rng[0] = min(rng[0], off)
+            rng[1] = max(rng[1], off)
+
+    def _produce(self, partition: int, value: bytes) -> None:
+        while True:
+            try:
+                self.producer.produce(
+                    self.opts.topic, value=value, partition=partition, on_delivery=self._on_delivery
+                )
+                break
+            except BufferError:
+                # The local queue is full: let deliveries drain it, then try again.
+                self.producer.poll(0.1)
+        self.producer.poll(0)
+        if self.errors:
+            raise ShuffleWriteError(
+                f"producing to topic {self.opts.topic!r} failed: {self.errors[:3]}"
+            )
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if self.opts.event_time:
+            col = batch.column(self.opts.event_time)
+            lo, hi = pc.min_max(col.cast(pa.int64())).values()
+            if lo.is_valid:
+                lo, hi = lo.as_py(), hi.as_py()
+                self.event_min = lo if self.event_min is None else min(self.event_min, lo)
+                self.event_max = hi if self.event_max is None else max(self.event_max, hi)
+        kg = batch.column(fr.KEY_GROUP_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64)
+        parts = kg * self.opts.num_partitions // self.opts.max_parallelism
+        if self.opts.num_partitions == 1:
+            self._buffer(0, batch)
+        else:
+            order = np.argsort(parts, kind="stable")
+            sorted_parts = parts[order]
+            batch = batch.take(pa.array(order))
+            bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+            starts = np.concatenate(([0], bounds))
+            ends = np.concatenate((bounds, [len(sorted_parts)]))
+            for s, e in zip(starts, ends, strict=True):
+                self._buffer(int(sorted_parts[s]), batch.slice(int(s), int(e - s)))
+        self.rows_since_watermark += batch.num_rows
+        # Announcing a watermark means flushing every partition's buffer first, so do it
+        # about once per frame's worth of rows per partition, not after every batch.
+        if self.rows_since_watermark >= self.opts.frame_rows * self.opts.num_partitions:
+            self._maybe_watermark()
+
+    def _buffer(self, partition: int, batch: pa.RecordBatch) -> None:
+        buf = self.buffers[partition]
+        buf.batches.append(batch)
+        buf.rows += batch.num_rows
+        buf.nbytes += batch.nbytes
+        if buf.rows >= self.opts.frame_rows or buf.nbytes >= self.opts.frame_bytes:
+            self._flush(partition)
+
+    def _flush(self, partition: int) -> None:
+        buf = self.buffers[partition]
+        if not buf.rows:
+            return
+        table = pa.Table.from_batches(buf.batches)
+        batch = table.combine_chunks().to_batches()[0]
+        value = fr.encode_data(self._header(fr.FrameType.DATA), batch, self.opts.compression)
+        self._produce(partition, value)
+        self.rows_by_partition[partition] += buf.rows
+        self.frames_by_partition[partition] += 1
+        self.bytes += len(value)
+        self.buffers[partition] = _PartitionBuffer()
+        if self.attempt < self.opts.fail_attempts_below:
+            self.producer.flush(30)
+            raise ShuffleWriteError(
+                f"test failure injected in subtask {self.subtask} attempt {self.attempt} "
+                "after its first frame"
+            )
+
+    def watermark(self) -> int | None:
+        if self.event_max is None:
+            return None
+        return self.event_max - self.opts.max_out_of_orderness_us
+
+    def _maybe_watermark(self) -> None:
+        wm = self.watermark()
+        if wm is None or (self.sent_watermark is not None and wm <= self.sent_watermark):
+            return
+        # Broadcast only what the partitions' readers can rely on: rows still buffered are
+        # not yet in Kafka, so flush them before announcing the watermark that covers them.
+        for p in range(self.opts.num_partitions):
+            self._flush(p)
+        self._broadcast(fr.FrameType.WATERMARK, wm)
+        self.sent_watermark = wm
+        self.rows_since_watermark = 0
+
+    def _broadcast(self, ftype: fr.FrameType, watermark: int | None = None) -> None:
+        for p in range(self.opts.num_partitions):
+            header = self._header(ftype)
+            if ftype is fr.FrameType.WATERMARK:
+                value = fr.encode_watermark(header, watermark)  # type: ignore[arg-type]
+            else:
+                value = fr.encode_end(
+                    header, self.rows_by_partition[p], self.frames_by_partition[p]
+                )
+            self._produce(p, value)
+
+    def finish(self) -> TaskResult:
+        for p in range(self.opts.num_partitions):
+            self._flush(p)
+        self._maybe_watermark()
+        self._broadcast(fr.FrameType.END)
+        remaining = self.producer.flush(120)
+        if remaining or self.errors:
+            raise ShuffleWriteError(
+                f"producing to topic {self.opts.topic!r} failed ({remaining} frames undelivered): "
+                f"{self.errors[:3]}"
+            )
+        frames_total = sum(self.frames_by_partition)
+        return TaskResult(
+            subtask=self.subtask,
+            attempt=self.attempt,
+            partitions={
+                p: PartitionRange(lo, hi, self.rows_by_partition[p], self.frames_by_partition[p])
+                for p, (lo, hi) in sorted(self.offsets.items())
+            },
+            rows=sum(self.rows_by_partition),
+            bytes=self.bytes,
+            frames=frames_total,
+            event_time_min=self.event_min,
+            event_time_max=self.event_max,
+            watermark=self.watermark(),
+        )
+
+
+class ShuffleWriter(DataSourceArrowWriter):
+    def __init__(self, options: Mapping[str, str]):
+        self.opts = WriteOptions.parse(options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ShuffleCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        subtask = ctx.partitionId() if ctx else 0
+        attempt = ctx.attemptNumber() if ctx else 0
+        task = _Subtask(self.opts, subtask, attempt)
+        for batch in iterator:
+            task.add(batch)
+        return ShuffleCommitMessage(task.finish())
+
+    def commit(self, messages: list[ShuffleCommitMessage | None]) -> None:
+        from ._log_io import write_commit
+
+        results = [m.result for m in messages if m is not None]
+        if len(results) != len(messages):
+            raise ShuffleWriteError(
+                f"run {self.opts.run_id} of {self.opts.topic!r}: a task returned no result"
+            )
+        commit = build_commit(
+            self.opts.run_id,
+            self.opts.window,
+            results,
+            self.opts.complete_until_us,
+            attrs=self.opts.attrs,
+        )
+        write_commit(self.opts.kafka, self.opts.topic, commit)
+
+    def abort(self, messages: list[ShuffleCommitMessage | None]) -> None:
+        # Nothing to undo: without a commit record the run's frames are invisible.
+        return None

@@ -1,0 +1,340 @@
+"""The shuffle engine on the real broker and a real SparkSession."""
+
+import datetime as dt
+import time
+
+import pandas as pd
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
+from pyspark.sql import functions as F
+
+from orchestration.shuffle import (
+    ShuffleConnectionError,
+    ShuffleFormatError,
+    ShuffleKeyError,
+    ShuffleLayoutError,
+    ShuffleSpec,
+    ShuffleTopicNotFoundError,
+    ShuffleWindowNotFoundError,
+    ShuffleWriteError,
+    apply_per_key,
+    key_group_of,
+    partition_of,
+    read_shuffle,
+    shuffle_log,
+    shuffle_watermark,
+    write_shuffle,
+)
+from orchestration.shuffle._log_io import write_commit
+from orchestration.shuffle.records import end_offsets
+
+pytestmark = pytest.mark.integration
+
+DAY = dt.datetime(2013, 1, 1, tzinfo=dt.UTC)
+
+
+def rows_df(spark, n=5000, keys=53, day=DAY, offset=0):
+    """n rows over `keys` string keys, event times spread over one day."""
+    start = int(day.timestamp())
+    return spark.range(offset, offset + n).selectExpr(
+        f"concat('k', cast(id % {keys} as string)) as k",
+        "id",
+        f"timestamp_seconds({start} + (id * 7919) % 86400) as ts",
+        "cast(id as double) / 3 as x",
+        "case when id % 5 = 0 then null else cast(id % 11 as int) end as maybe",
+    )
+
+
+def spec_for(topic, **kw):
+    base = dict(topic=topic, key=("k",), num_partitions=4, max_parallelism=32, event_time="ts")
+    base.update(kw)
+    return ShuffleSpec(**base)
+
+
+def sorted_rows(df, cols=("id",)):
+    return sorted((tuple(r) for r in df.collect()), key=lambda r: r[: len(cols)])
+
+
+def test_round_trip_columns_types_and_partitions(spark, kafka_conf, unique):
+    topic = unique("sh-rt")
+    df = rows_df(spark)
+    res = write_shuffle(df, spec_for(topic), kafka_conf, window="d1")
+    assert res.rows == 5000 and res.frames > 0 and res.bytes > 0
+    assert set(res.offsets) == {0, 1, 2, 3}
+    back = read_shuffle(spark, topic, kafka_conf)
+    assert back.columns == df.columns
+    assert [f.dataType for f in back.schema] == [f.dataType for f in df.schema]
+    assert sorted(map(tuple, back.collect())) == sorted(map(tuple, df.collect()))
+    # Spark partition i holds exactly the keys of Kafka partition i.
+    assert back.rdd.getNumPartitions() == 4
+    keys_by_split = back.rdd.glom().map(lambda rs: sorted({r.k for r in rs})).collect()
+    for i, keys in enumerate(keys_by_split):
+        assert keys, f"split {i} is empty"
+        assert all(partition_of(key_group_of(k, 32), 32, 4) == i for k in keys)
+
+
+def test_metadata_columns(spark, kafka_conf, unique):
+    topic = unique("sh-md")
+    res = write_shuffle(rows_df(spark, 800), spec_for(topic), kafka_conf)
+    back = read_shuffle(spark, topic, kafka_conf, with_metadata=True)
+    assert back.columns[-4:] == ["_partition", "_key_group", "_run_id", "_offset"]
+    for r in back.select("k", "_partition", "_key_group", "_run_id", "_offset").collect():
+        assert r._key_group == key_group_of(r.k, 32)
+        assert r._partition == partition_of(r._key_group, 32, 4)
+        assert r._run_id == res.run_id
+        first, last = res.offsets[r._partition]
+        assert first <= r._offset <= last
+
+
+@pytest.mark.parametrize("parallelism", [1, 3, 7, 32])
+def test_any_parallelism_keeps_key_groups_whole(spark, kafka_conf, unique, parallelism):
+    topic = unique("sh-par")
+    df = rows_df(spark, 3000, keys=200)
+    write_shuffle(df, spec_for(topic), kafka_conf)
+    back = read_shuffle(spark, topic, kafka_conf, parallelism=parallelism, with_metadata=True)
+    assert back.rdd.getNumPartitions() == parallelism
+    splits = back.rdd.glom().map(
+        lambda rs: ({r._key_group for r in rs}, {r._partition for r in rs})
+    )
+    splits = splits.collect()
+    owner = {}
+    for i, (groups, partitions) in enumerate(splits):
+        for g in groups:
+            assert g not in owner, f"key group {g} in splits {owner.get(g)} and {i}"
+            owner[g] = i
+        if parallelism <= 4:
+            # Smaller parallelism: whole Kafka partitions, contiguous.
+            lo, hi = i * 4 // parallelism, (i + 1) * 4 // parallelism
+            assert partitions <= set(range(lo, hi))
+    assert back.count() == 3000
+
+
+def test_retried_task_is_read_exactly_once(spark, kafka_conf, unique):
+    topic = unique("sh-retry")
+    df = rows_df(spark, 4000).repartition(3)
+    # Attempt 0 of every task fails after writing its first frame; Spark retries it.
+    res = write_shuffle(
+        df, spec_for(topic), kafka_conf, window="d1", frame_rows=300, _test_fail_attempts_below=1
+    )
+    assert {a for _, a in res.commit.tasks} == {1}
+    # The failed attempts' frames are in the topic...
+    total = sum(hi - lo for lo, hi in end_offsets(kafka_conf, topic, 4))
+    assert total > sum(last - first + 1 for first, last in res.offsets.values()) - 4
+    # ...but a reader sees every row exactly once.
+    back = read_shuffle(spark, topic, kafka_conf)
+    ids = [r.id for r in back.select("id").collect()]
+    assert len(ids) == 4000 and len(set(ids)) == 4000
+
+
+def test_run_that_fails_for_good_is_invisible(spark, kafka_conf, unique):
+    topic = unique("sh-fail")
+    write_shuffle(rows_df(spark, 500), spec_for(topic), kafka_conf, window="d1")
+    before = shuffle_log(topic, kafka_conf)
+    with pytest.raises(ShuffleWriteError, match="not committed"):
+        write_shuffle(
+            rows_df(spark, 700, offset=10_000),
+            spec_for(topic),
+            kafka_conf,
+            window="d1",
+            _test_fail_attempts_below=99,
+        )
+    after = shuffle_log(topic, kafka_conf)
+    assert [c.run_id for c in after.commits] == [c.run_id for c in before.commits]
+    assert read_shuffle(spark, topic, kafka_conf).count() == 500
+
+
+def test_second_run_of_a_window_replaces_the_first(spark, kafka_conf, unique):
+    topic = unique("sh-win")
+    spec = spec_for(topic)
+    first = write_shuffle(rows_df(spark, 1000), spec, kafka_conf, window="d1")
+    write_shuffle(
+        rows_df(spark, 300, day=DAY + dt.timedelta(days=1)), spec, kafka_conf, window="d2"
+    )
+    second = write_shuffle(rows_df(spark, 400, offset=50_000), spec, kafka_conf, window="d1")
+    d1 = read_shuffle(spark, topic, kafka_conf, windows=["d1"])
+    assert sorted(r.id for r in d1.select("id").collect()) == list(range(50_000, 50_400))
+    assert read_shuffle(spark, topic, kafka_conf).count() == 700
+    # The superseded run stays readable by id.
+    assert read_shuffle(spark, topic, kafka_conf, runs=[first.run_id]).count() == 1000
+    assert [c.run_id for c in shuffle_log(topic, kafka_conf).visible(["d1"])] == [second.run_id]
+    with pytest.raises(ShuffleWindowNotFoundError, match="d9"):
+        read_shuffle(spark, topic, kafka_conf, windows=["d1", "d9"])
+
+
+def test_empty_dataframe_commits_an_empty_run(spark, kafka_conf, unique):
+    topic = unique("sh-empty")
+    empty = rows_df(spark, 10).limit(0)
+    res = write_shuffle(
+        empty, spec_for(topic), kafka_conf, window="d1", complete_until=DAY + dt.timedelta(days=1)
+    )
+    assert res.rows == 0
+    assert shuffle_log(topic, kafka_conf).commit(res.run_id) is not None
+    back = read_shuffle(spark, topic, kafka_conf, windows=["d1"])
+    assert back.count() == 0 and back.columns == empty.columns
+    assert shuffle_watermark(topic, kafka_conf) == DAY + dt.timedelta(days=1)
+
+
+def test_null_keys_are_refused_before_writing(spark, kafka_conf, unique):
+    topic = unique("sh-null")
+    spec = spec_for(topic)
+    write_shuffle(rows_df(spark, 100), spec, kafka_conf)
+    before = end_offsets(kafka_conf, topic, 4)
+    bad = rows_df(spark, 100).withColumn(
+        "k", F.when(F.col("id") % 10 == 0, None).otherwise(F.col("k"))
+    )
+    with pytest.raises(
+        ShuffleKeyError, match=r"10 row\(s\) have a null in key column\(s\) \['k'\]"
+    ):
+        write_shuffle(bad, spec, kafka_conf)
+    assert end_offsets(kafka_conf, topic, 4) == before
+
+
+def test_layout_mismatches_are_refused(spark, kafka_conf, unique):
+    topic = unique("sh-layout")
+    df = rows_df(spark, 100)
+    write_shuffle(df, spec_for(topic), kafka_conf)
+    cases = [
+        (spec_for(topic, key=("id",)), df, "key is \\['k'\\], not \\['id'\\]"),
+        (spec_for(topic, num_partitions=8), df, "num_partitions is 4, not 8"),
+        (spec_for(topic, max_parallelism=64), df, "max_parallelism is 32, not 64"),
+        (
+            spec_for(topic),
+            df.withColumn("x", F.col("x").cast("string")),
+            "column 'x' has type string",
+        ),
+        (spec_for(topic), df.drop("maybe"), "column 'maybe' is missing"),
+    ]
+    for spec, frame, message in cases:
+        with pytest.raises(ShuffleLayoutError, match=message):
+            write_shuffle(frame, spec, kafka_conf)
+    # Column order does not matter.
+    write_shuffle(df.select(*reversed(df.columns)), spec_for(topic), kafka_conf)
+    assert read_shuffle(spark, topic, kafka_conf).count() == 200
+
+
+def test_partitions_added_behind_the_back_are_detected(spark, kafka_conf, unique):
+    topic = unique("sh-grow")
+    write_shuffle(rows_df(spark, 100), spec_for(topic), kafka_conf)
+    admin = AdminClient(kafka_conf)
+    admin.create_partitions([NewPartitions(topic, 6)])[topic].result(30)
+    time.sleep(1)
+    with pytest.raises(
+        ShuffleLayoutError, match="has 6 partitions but the shuffle was created with 4"
+    ):
+        read_shuffle(spark, topic, kafka_conf)
+    with pytest.raises(ShuffleLayoutError, match="has 6 partitions"):
+        write_shuffle(rows_df(spark, 100), spec_for(topic), kafka_conf)
+
+
+def test_missing_topic_and_unreachable_broker(spark, kafka_conf, unique):
+    with pytest.raises(ShuffleTopicNotFoundError, match="does not exist"):
+        read_shuffle(spark, unique("sh-none"), kafka_conf)
+    start = time.monotonic()
+    with pytest.raises(ShuffleConnectionError, match="127.0.0.1:1"):
+        read_shuffle(spark, "x", {"bootstrap.servers": "127.0.0.1:1"})
+    with pytest.raises(ShuffleConnectionError, match="127.0.0.1:1"):
+        write_shuffle(rows_df(spark, 10), spec_for("x"), {"bootstrap.servers": "127.0.0.1:1"})
+    assert time.monotonic() - start < 30
+
+
+def test_corrupt_frame_names_topic_partition_offset(spark, kafka_conf, unique):
+    topic = unique("sh-bad")
+    res = write_shuffle(rows_df(spark, 200), spec_for(topic), kafka_conf)
+    p = Producer(kafka_conf)
+    p.produce(topic, value=b"not a frame at all, just bytes....................", partition=0)
+    p.flush(10)
+    (_, high) = end_offsets(kafka_conf, topic, 4)[0]
+    bad_offset = high - 1
+    commit = res.commit
+    stretched = dict(commit.partitions)
+    stretched[0] = type(stretched[0])(
+        stretched[0].first, bad_offset, stretched[0].rows, stretched[0].frames
+    )
+    write_commit(kafka_conf, topic, type(commit)(**{**commit.__dict__, "partitions": stretched}))
+    with pytest.raises(Exception, match=f"partition 0 offset {bad_offset}") as info:
+        read_shuffle(spark, topic, kafka_conf).collect()
+    assert "ShuffleFormatError" in str(info.value) or isinstance(info.value, ShuffleFormatError)
+
+
+def test_watermarks_and_event_time_range(spark, kafka_conf, unique):
+    topic = unique("sh-wm")
+    spec = spec_for(topic, max_out_of_orderness=dt.timedelta(minutes=5))
+    assert rows_df(spark, 10).count() == 10
+    r1 = write_shuffle(rows_df(spark, 2000), spec, kafka_conf, window="d1")
+    latest = rows_df(spark, 2000).agg(F.max("ts")).first()[0].replace(tzinfo=dt.UTC)
+    # The run's watermark: the smallest subtask watermark (each = its max - 5 minutes).
+    assert r1.watermark <= latest - dt.timedelta(minutes=5)
+    assert r1.watermark >= DAY
+    r2 = write_shuffle(
+        rows_df(spark, 1000, day=DAY + dt.timedelta(days=1)),
+        spec,
+        kafka_conf,
+        window="d2",
+        complete_until=DAY + dt.timedelta(days=2),
+    )
+    assert r2.watermark == DAY + dt.timedelta(days=2)
+    assert shuffle_watermark(topic, kafka_conf) == DAY + dt.timedelta(days=2)
+    noon = DAY + dt.timedelta(hours=12)
+    part = read_shuffle(
+        spark, topic, kafka_conf, event_time_range=(noon, DAY + dt.timedelta(days=1))
+    )
+    expected = rows_df(spark, 2000).filter(
+        (F.col("ts") >= noon) & (F.col("ts") < DAY + dt.timedelta(days=1))
+    )
+    assert sorted(r.id for r in part.select("id").collect()) == sorted(
+        r.id for r in expected.select("id").collect()
+    )
+
+
+def per_key_stats(pdf: pd.DataFrame) -> pd.DataFrame:
+    pdf = pdf.sort_values(["ts", "id"])
+    return pd.DataFrame(
+        {
+            "k": [pdf["k"].iloc[0]],
+            "n": [len(pdf)],
+            "first_id": [int(pdf["id"].iloc[0])],
+            "sx": [float(pdf["x"].sum())],
+        }
+    )
+
+
+SCHEMA = "k string, n long, first_id long, sx double"
+
+
+def test_per_key_without_exchange_equals_group_by(spark, kafka_conf, unique):
+    topic = unique("sh-keyed")
+    df = rows_df(spark, 6000, keys=300)
+    write_shuffle(df, spec_for(topic), kafka_conf)
+    back = read_shuffle(spark, topic, kafka_conf)
+    out = apply_per_key(back, "k", per_key_stats, SCHEMA, order_by=["ts", "id"])
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan
+    expected = df.groupBy("k").applyInPandas(per_key_stats, SCHEMA)
+    assert "Exchange" in expected._jdf.queryExecution().executedPlan().toString()
+    got = sorted(map(tuple, out.collect()))
+    want = sorted(map(tuple, expected.collect()))
+    assert [g[:3] for g in got] == [w[:3] for w in want]
+    assert all(abs(g[3] - w[3]) < 1e-6 for g, w in zip(got, want, strict=True))
+    # per="batch" hands whole keys to one vectorized call: same answer.
+    batch = apply_per_key(
+        back.filter(F.col("id") >= 0),
+        "k",
+        lambda pdf: pdf.groupby("k", as_index=False).agg(n=("id", "size")),
+        "k string, n long",
+        per="batch",
+    )
+    assert sorted(map(tuple, batch.collect())) == sorted((w[0], w[1]) for w in want)
+
+
+def test_per_key_on_another_key_is_refused(spark, kafka_conf, unique):
+    topic = unique("sh-wrongkey")
+    df = rows_df(spark, 200)
+    write_shuffle(df, spec_for(topic), kafka_conf)
+    back = read_shuffle(spark, topic, kafka_conf)
+    with pytest.raises(ShuffleKeyError, match="keyed by \\['k'\\]"):
+        apply_per_key(back, "maybe", per_key_stats, SCHEMA)
+    with pytest.raises(ShuffleKeyError, match="not a shuffle read"):
+        apply_per_key(df, "k", per_key_stats, SCHEMA)
+    with pytest.raises(ShuffleKeyError, match="re-partitioned"):
+        apply_per_key(back.repartition(3), "k", per_key_stats, SCHEMA)

@@ -1,0 +1,172 @@
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from orchestration.shuffle.commitlog import (
+    COMMIT_PREFIX,
+    LAYOUT_KEY,
+    Commit,
+    Layout,
+    PartitionRange,
+    ShuffleLog,
+    TaskResult,
+    build_commit,
+    commit_topic,
+    from_micros,
+    to_micros,
+)
+from orchestration.shuffle.errors import ShuffleFormatError, ShuffleLayoutError
+
+SCHEMA = pa.schema([("tailnum", pa.string()), ("sched_dep", pa.timestamp("us", tz="UTC"))])
+
+
+def layout(**kw):
+    base = dict(
+        topic="t",
+        key=("tailnum",),
+        num_partitions=8,
+        max_parallelism=128,
+        schema=SCHEMA,
+        event_time="sched_dep",
+    )
+    base.update(kw)
+    return Layout(**base)
+
+
+def commit(run, window, wm=None, until=None, emin=None, emax=None):
+    return Commit(
+        run,
+        window,
+        "2013-01-01T00:00:00+00:00",
+        ((0, 0), (1, 2)),
+        {0: PartitionRange(5, 9, 10, 1)},
+        10,
+        100,
+        1,
+        emin,
+        emax,
+        wm,
+        until,
+    )
+
+
+def test_layout_round_trip_and_no_differences():
+    lay = layout()
+    back = Layout.from_json(lay.to_json())
+    assert back == lay
+    assert back.schema.equals(SCHEMA)
+    assert lay.differences(back) == []
+
+
+def test_layout_differences_say_what_differs():
+    other = layout(
+        key=("carrier",),
+        num_partitions=4,
+        max_parallelism=64,
+        schema=pa.schema([("tailnum", pa.int64()), ("x", pa.string())]),
+    )
+    diffs = " | ".join(layout().differences(other))
+    for expected in [
+        "key is ['tailnum'], not ['carrier']",
+        "num_partitions is 8, not 4",
+        "max_parallelism is 128, not 64",
+        "column 'sched_dep' is missing",
+        "column 'x' is not in",
+        "column 'tailnum' has type int64",
+    ]:
+        assert expected in diffs
+
+
+def test_commit_round_trip():
+    c = commit("r1", "2013-01-01", wm=5, until=9, emin=1, emax=6)
+    assert Commit.from_json(c.to_json()) == c
+    assert c.effective_watermark == 9
+    assert c.subtasks == {0, 1}
+
+
+def records(*items):
+    return [(k.encode(), v.encode() if isinstance(v, str) else v) for k, v in items]
+
+
+def test_later_run_of_a_window_supersedes():
+    log = ShuffleLog.from_records(
+        "t",
+        records(
+            (LAYOUT_KEY, layout().to_json()),
+            (COMMIT_PREFIX + "a", commit("a", "d1").to_json()),
+            (COMMIT_PREFIX + "b", commit("b", "d2").to_json()),
+            (COMMIT_PREFIX + "c", commit("c", "d1").to_json()),
+            (COMMIT_PREFIX + "n", commit("n", None).to_json()),
+        ),
+    )
+    assert [c.run_id for c in log.visible()] == ["b", "c", "n"]
+    assert [c.run_id for c in log.visible(windows=["d1"])] == ["c"]
+    # A superseded run stays readable by its id.
+    assert [c.run_id for c in log.visible(runs=["a"])] == ["a"]
+    assert log.latest_by_window()["d1"].run_id == "c"
+
+
+def test_rewritten_and_deleted_commit_records():
+    log = ShuffleLog.from_records(
+        "t",
+        records(
+            (COMMIT_PREFIX + "a", commit("a", "d1").to_json()),
+            (COMMIT_PREFIX + "b", commit("b", "d2").to_json()),
+            (COMMIT_PREFIX + "a", None),
+        ),
+    )
+    assert [c.run_id for c in log.commits] == ["b"]
+    with pytest.raises(ShuffleLayoutError, match="no layout record in 't__commits'"):
+        log.require_layout()
+
+
+def test_unknown_record_key_is_an_error():
+    with pytest.raises(ShuffleFormatError, match="unknown key 'junk'"):
+        ShuffleLog.from_records("t", records(("junk", "{}")))
+
+
+def test_watermark_is_the_furthest_visible():
+    log = ShuffleLog(
+        "t",
+        layout(),
+        [commit("a", "d1", wm=10), commit("b", "d2", until=50), commit("c", "d1", wm=5)],
+    )
+    assert log.watermark() == 50  # a is superseded by c
+    assert ShuffleLog("t").watermark() is None
+
+
+def test_build_commit_merges_task_results():
+    r0 = TaskResult(
+        0,
+        1,
+        {0: PartitionRange(10, 20, 5, 1), 1: PartitionRange(3, 4, 0, 0)},
+        5,
+        50,
+        1,
+        100,
+        200,
+        190,
+    )
+    r1 = TaskResult(1, 0, {0: PartitionRange(8, 15, 7, 2)}, 7, 70, 2, 50, 300, 290)
+    empty = TaskResult(2, 0, {0: PartitionRange(30, 30)}, 0, 0, 0, None, None, None)
+    c = build_commit("run", "w", [r0, r1, empty], complete_until=None)
+    assert c.tasks == ((0, 1), (1, 0), (2, 0))
+    assert c.partitions[0] == PartitionRange(8, 30, 12, 3)
+    assert (c.rows, c.bytes, c.frames) == (12, 120, 3)
+    assert (c.event_time_min, c.event_time_max, c.watermark) == (50, 300, 190)
+    assert build_commit("run", "w", [r0, r1], complete_until=1000).watermark == 1000
+    with pytest.raises(ShuffleLayoutError, match="more than one attempt"):
+        build_commit("run", "w", [r0, r0], None)
+
+
+def test_empty_run_commits():
+    c = build_commit("run", "w", [], complete_until=None)
+    assert (c.rows, c.partitions, c.watermark) == (0, {}, None)
+
+
+def test_micros_round_trip_and_topic_name():
+    t = dt.datetime(2013, 1, 1, 5, 15, 7, 123456, tzinfo=dt.UTC)
+    assert from_micros(to_micros(t)) == t
+    assert to_micros(dt.datetime(1970, 1, 1)) == 0
+    assert commit_topic("flights.by_tailnum") == "flights.by_tailnum__commits"

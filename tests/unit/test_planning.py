@@ -1,0 +1,92 @@
+import pyarrow as pa
+import pytest
+
+from orchestration.shuffle.commitlog import Commit, Layout, PartitionRange
+from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.keygroups import key_group_range
+from orchestration.shuffle.planning import (
+    Segment,
+    SplitPlan,
+    merged_intervals,
+    overlaps,
+    plan_splits,
+)
+
+LAYOUT = Layout("t", ("k",), 4, 16, pa.schema([("k", pa.string())]))
+
+
+def commit(run, parts, emin=None, emax=None):
+    return Commit(
+        run,
+        None,
+        "x",
+        ((0, 0),),
+        {p: PartitionRange(a, b) for p, (a, b) in parts.items()},
+        0,
+        0,
+        0,
+        emin,
+        emax,
+    )
+
+
+COMMITS = [commit("a", {0: (0, 9), 2: (0, 4)}), commit("b", {0: (10, 19), 3: (5, 5)})]
+
+
+def test_default_parallelism_is_one_split_per_partition():
+    plans = plan_splits(LAYOUT, COMMITS)
+    assert [len(p.reads) for p in plans] == [1, 1, 1, 1]
+    assert [p.reads[0].partition for p in plans] == [0, 1, 2, 3]
+    assert all(r.full for p in plans for r in p.reads)
+    assert [s.run_id for s in plans[0].reads[0].segments] == ["a", "b"]
+    assert plans[1].reads[0].segments == ()
+
+
+def test_smaller_parallelism_keeps_whole_partitions():
+    plans = plan_splits(LAYOUT, COMMITS, parallelism=3)
+    parts = [[r.partition for r in p.reads] for p in plans]
+    assert sorted(x for ps in parts for x in ps) == [0, 1, 2, 3]
+    assert parts == [[0], [1], [2, 3]]
+
+
+def test_larger_parallelism_splits_key_groups_never_groups():
+    plans = plan_splits(LAYOUT, COMMITS, parallelism=10)
+    assert [p.index for p in plans] == list(range(10))
+    groups = []
+    for p in plans:
+        (r,) = p.reads
+        assert set(range(r.key_group_start, r.key_group_end)) <= set(
+            key_group_range(r.partition, 16, 4)
+        )
+        groups.extend(range(r.key_group_start, r.key_group_end))
+    assert sorted(groups) == list(range(16))  # every group exactly once
+
+
+def test_plan_json_round_trip():
+    for plan in plan_splits(LAYOUT, COMMITS, parallelism=6):
+        assert SplitPlan.from_json(plan.to_json()) == plan
+
+
+def test_bad_parallelism_and_partition():
+    with pytest.raises(ShuffleOptionError, match="parallelism"):
+        plan_splits(LAYOUT, COMMITS, parallelism=0)
+    with pytest.raises(ShuffleOptionError, match="partition 7"):
+        plan_splits(LAYOUT, [commit("x", {7: (0, 1)})])
+
+
+def test_overlaps():
+    c = commit("a", {}, emin=100, emax=200)
+    assert overlaps(c, None, None)
+    assert overlaps(c, 150, 160) and overlaps(c, 200, 300) and overlaps(c, 0, 101)
+    assert not overlaps(c, 201, None) and not overlaps(c, None, 100)
+    assert not overlaps(commit("e", {}), 0, 10)  # an empty run holds no rows
+
+
+def test_merged_intervals():
+    segs = [
+        Segment("a", 10, 20, ()),
+        Segment("b", 0, 4, ()),
+        Segment("c", 5, 12, ()),
+        Segment("d", 30, 31, ()),
+    ]
+    assert merged_intervals(segs) == [(0, 20), (30, 31)]
