@@ -64,40 +64,37 @@ def bootstrap_servers() -> str:
     return external_bootstrap() or local_bootstrap()
 
 
-def _pom_digest() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
+def resolve_jars(pom: Path, dest: Path) -> Path:
+    """Copies the runtime jars of ``pom`` into ``dest`` with Maven, once per pom version."""
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()
+    stamp = dest / ".pom-sha256"
+    if stamp.exists() and stamp.read_text() == digest:
+        return dest
+    if shutil.which("mvn") is None:
+        raise LocalStackError(f"Maven ('mvn') is needed to fetch the jars of {pom}; install it")
+    staging = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    print(f"resolving jars with Maven from {pom} ...", file=sys.stderr, flush=True)
+    cmd = [
+        "mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+        f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LocalStackError(
+            f"Maven could not resolve the jars of {pom} (exit {proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
+    (staging / ".pom-sha256").write_text(digest)
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)
+    return dest
 
 
 def ensure_jars() -> None:
     """Resolves the broker's jars with Maven, once per version of the pom."""
-    stamp = LIBS / ".pom-sha256"
-    if stamp.exists() and stamp.read_text() == _pom_digest():
-        return
-    if shutil.which("mvn") is None:
-        raise LocalStackError("Maven ('mvn') is needed to fetch the Kafka jars; install it first")
-    staging = HOME / "libs.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    HOME.mkdir(parents=True, exist_ok=True)
-    print(f"resolving Kafka jars with Maven from {POM.relative_to(ROOT)} ...", flush=True)
-    cmd = [
-        "mvn",
-        "-q",
-        "-B",
-        "-f",
-        str(POM),
-        "dependency:copy-dependencies",
-        f"-DoutputDirectory={staging}",
-        "-DincludeScope=runtime",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise LocalStackError(
-            f"Maven could not resolve the Kafka jars (exit {proc.returncode}):\n"
-            f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        )
-    (staging / ".pom-sha256").write_text(_pom_digest())
-    shutil.rmtree(LIBS, ignore_errors=True)
-    staging.rename(LIBS)
+    resolve_jars(POM, LIBS)
 
 
 def _java() -> str:

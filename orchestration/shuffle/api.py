@@ -17,9 +17,8 @@ from pyspark.sql import types as T
 from . import frames as fr
 from ._kafka import check_reachable, client_config
 from ._log_io import check_partitions, create_or_check, read_log
-from .commitlog import Commit, Layout, ShuffleLog, from_micros, to_micros
+from .commitlog import Commit, Layout, ShuffleLog, TaskResult, from_micros, to_micros
 from .errors import (
-    ShuffleError,
     ShuffleKeyError,
     ShuffleOptionError,
     ShuffleSchemaError,
@@ -29,6 +28,7 @@ from .errors import (
 from .keygroups import validate_layout
 from .planning import overlaps, plan_splits
 from .prekeyed import KEY_METADATA
+from .writer import ProducerTask, commit_run
 
 
 @dataclass(frozen=True)
@@ -210,29 +210,28 @@ def write_shuffle(
         "max_parallelism": str(layout.max_parallelism),
         "event_time": spec.event_time or "",
         "max_out_of_orderness_us": str(layout.max_out_of_orderness_us),
-        "window": window or "",
-        "complete_until_us": "" if complete_until is None else str(to_micros(complete_until)),
         "compression": compression,
-        "attrs": json.dumps(dict(attrs or {})),
         "test_fail_attempts_below": str(_test_fail_attempts_below),
         **({"frame_rows": str(frame_rows)} if frame_rows else {}),
         **{f"kafka.{k}": str(v) for k, v in conf.items()},
     }
+    task = ProducerTask(options)
     try:
-        keyed.write.format("kafka-shuffle").mode("append").options(**options).save()
-    except ShuffleError:
-        raise
+        rows = keyed.mapInArrow(task, ProducerTask.RESULT_SCHEMA).collect()
     except Exception as exc:  # Spark wraps task errors in its own exception types.
         raise ShuffleWriteError(
             f"run {run_id} of shuffle {spec.topic!r} (window {window!r}) failed and was not "
             f"committed: {_first_line(exc)}"
         ) from exc
-    commit = read_log(conf, spec.topic).commit(run_id)
-    if commit is None:
-        raise ShuffleWriteError(
-            f"run {run_id} of shuffle {spec.topic!r}: Spark reported success but no commit "
-            "record was found"
-        )
+    commit = commit_run(
+        conf,
+        spec.topic,
+        run_id,
+        window,
+        to_micros(complete_until),
+        [TaskResult.from_json(r.task_result) for r in rows],
+        attrs,
+    )
     return WriteResult(
         run_id=run_id,
         topic=spec.topic,

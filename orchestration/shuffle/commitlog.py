@@ -253,6 +253,19 @@ class TaskResult:
     event_time_max: int | None
     watermark: int | None
 
+    def to_json(self) -> str:
+        d = dict(self.__dict__)
+        d["partitions"] = {
+            str(p): [r.first, r.last, r.rows, r.frames] for p, r in self.partitions.items()
+        }
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TaskResult:
+        d = json.loads(text)
+        d["partitions"] = {int(p): PartitionRange(*v) for p, v in d["partitions"].items()}
+        return cls(**d)
+
 
 def build_commit(
     run_id: str,

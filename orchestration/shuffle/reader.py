@@ -231,10 +231,11 @@ class ShuffleReader(DataSourceReader):
 
 
 class ShuffleDataSource(DataSource):
-    """``kafka-shuffle``: read a shuffle's committed runs, or write one run.
+    """``kafka-shuffle``: read a shuffle's committed runs.
 
-    Prefer :func:`orchestration.shuffle.read_shuffle` and
-    :func:`orchestration.shuffle.write_shuffle`, which plan, check layouts and report.
+    Prefer :func:`orchestration.shuffle.read_shuffle`, which also checks the layout and
+    tags the key columns for :func:`orchestration.shuffle.apply_per_key`. Writing goes
+    through :func:`orchestration.shuffle.write_shuffle`.
     """
 
     @classmethod
@@ -256,13 +257,3 @@ class ShuffleDataSource(DataSource):
 
     def reader(self, schema) -> ShuffleReader:
         return ShuffleReader(self._read_options())
-
-    def writer(self, schema, overwrite: bool):
-        from .writer import ShuffleWriter
-
-        if overwrite:
-            raise ShuffleOptionError(
-                "kafka-shuffle: overwrite mode is not supported; write a run with the same "
-                "'window' to supersede an earlier one"
-            )
-        return ShuffleWriter(self.options)

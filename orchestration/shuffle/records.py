@@ -114,11 +114,13 @@ def read_range(
         return
     c.assign([TopicPartition(topic, partition, start)])
     idle_since = time.monotonic()
+    next_offset = start
     try:
         while True:
             # consume() waits until it has num_messages or its timeout passes, even when the
             # end of the partition has been reached: keep its timeout short and track idleness.
-            msgs = c.consume(num_messages=1000, timeout=0.2)
+            # Ask for no more than the range holds, so the last call returns at once.
+            msgs = c.consume(num_messages=max(1, min(1000, end - next_offset)), timeout=0.2)
             if not msgs:
                 if time.monotonic() - idle_since > poll_timeout:
                     raise ShuffleConnectionError(
@@ -127,6 +129,7 @@ def read_range(
                     )
                 continue
             idle_since = time.monotonic()
+            next_offset = max(next_offset, msgs[-1].offset() + 1)
             for m in msgs:
                 err = m.error()
                 if err is not None:

@@ -2,10 +2,15 @@
 
 A task receives Arrow batches of its rows (with their ``_key_group``), routes rows to their
 partition, and produces compressed DATA frames per partition, WATERMARK frames broadcast to
-every partition as its watermark advances, and finally END frames. Its commit message
+every partition as its watermark advances, and finally END frames. Its result
 (:class:`~orchestration.shuffle.commitlog.TaskResult`) tells the driver which offsets it
-wrote. Only the driver's ``commit`` makes the run visible, after every task succeeded:
-frames of failed or duplicate attempts stay in the topic but no reader ever sees them.
+wrote. Only the driver's commit makes the run visible, after every task succeeded: frames
+of failed or duplicate attempts stay in the topic but no reader ever sees them.
+
+The tasks run through ``mapInArrow`` and the driver collects their results itself rather
+than through a data source writer: the same one-result-per-partition guarantee, without
+the extra Python processes Spark starts on the driver to plan and commit a data source
+write (measured: 1.6 s against 2.5-3 s for 1M rows, see ``bench/``).
 """
 
 from __future__ import annotations
@@ -17,10 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from . import frames as fr
-from .commitlog import PartitionRange, TaskResult, build_commit
+from .commitlog import Commit, PartitionRange, TaskResult, build_commit
 from .errors import ShuffleOptionError, ShuffleWriteError
 from .records import kafka_options
 
@@ -95,11 +99,6 @@ class WriteOptions:
             attrs=json.loads(options.get("attrs") or "{}"),
             fail_attempts_below=integer("test_fail_attempts_below", 0),  # type: ignore[arg-type]
         )
-
-
-@dataclass
-class ShuffleCommitMessage(WriterCommitMessage):
-    result: TaskResult
 
 
 class _PartitionBuffer:
@@ -294,38 +293,45 @@ class _Subtask:
         )
 
 
-class ShuffleWriter(DataSourceArrowWriter):
-    def __init__(self, options: Mapping[str, str]):
-        self.opts = WriteOptions.parse(options)
+class ProducerTask:
+    """The function every Spark task of a write runs (through ``mapInArrow``).
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> ShuffleCommitMessage:
+    It produces the task's rows and yields one row: its :class:`TaskResult` as JSON. The
+    driver collects exactly one result per Spark partition, from the attempt Spark counted
+    as successful; frames of other attempts (failed or speculative) stay invisible.
+    """
+
+    RESULT_SCHEMA = "task_result string"
+
+    def __init__(self, options: Mapping[str, str]):
+        self.options = dict(options)
+        WriteOptions.parse(self.options)  # fail on the driver, before any task starts
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         subtask = ctx.partitionId() if ctx else 0
         attempt = ctx.attemptNumber() if ctx else 0
-        task = _Subtask(self.opts, subtask, attempt)
-        for batch in iterator:
+        task = _Subtask(WriteOptions.parse(self.options), subtask, attempt)
+        for batch in batches:
             task.add(batch)
-        return ShuffleCommitMessage(task.finish())
+        result = task.finish()
+        yield pa.record_batch({"task_result": [result.to_json()]})
 
-    def commit(self, messages: list[ShuffleCommitMessage | None]) -> None:
-        from ._log_io import write_commit
 
-        results = [m.result for m in messages if m is not None]
-        if len(results) != len(messages):
-            raise ShuffleWriteError(
-                f"run {self.opts.run_id} of {self.opts.topic!r}: a task returned no result"
-            )
-        commit = build_commit(
-            self.opts.run_id,
-            self.opts.window,
-            results,
-            self.opts.complete_until_us,
-            attrs=self.opts.attrs,
-        )
-        write_commit(self.opts.kafka, self.opts.topic, commit)
+def commit_run(
+    kafka: Mapping[str, str],
+    topic: str,
+    run_id: str,
+    window: str | None,
+    complete_until_us: int | None,
+    results: list[TaskResult],
+    attrs: Mapping[str, str] | None = None,
+) -> Commit:
+    """Makes a run visible: merges its task results and appends the commit record."""
+    from ._log_io import write_commit
 
-    def abort(self, messages: list[ShuffleCommitMessage | None]) -> None:
-        # Nothing to undo: without a commit record the run's frames are invisible.
-        return None
+    commit = build_commit(run_id, window, results, complete_until_us, attrs=dict(attrs or {}))
+    write_commit(kafka, topic, commit)
+    return commit
