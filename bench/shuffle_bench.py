@@ -268,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-parallelism", type=int, default=128)
     parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"))
     parser.add_argument("--out", default=str(WORK / "results.json"))
+    parser.add_argument(
+        "--no-worker-reuse",
+        action="store_true",
+        help="fresh Python worker per task, so worker peak memory is per phase, not cumulative",
+    )
     args = parser.parse_args(argv)
 
     kafka = {"bootstrap.servers": localstack.start()}
@@ -280,9 +285,15 @@ def main(argv: list[str] | None = None) -> int:
             "spark.jars": ",".join(wanted),
             "spark.driver.memory": "6g",
             "spark.sql.shuffle.partitions": str(args.partitions),
+            "spark.python.worker.reuse": str(not args.no_worker_reuse).lower(),
         },
     )
-    report = {"master": args.master, "partitions": args.partitions, "sizes": {}}
+    report = {
+        "master": args.master,
+        "partitions": args.partitions,
+        "python_worker_reuse": not args.no_worker_reuse,
+        "sizes": {},
+    }
     for rows in (int(r) for r in args.rows.split(",")):
         print(f"== {rows} rows", flush=True)
         report["sizes"][rows] = run_size(

@@ -1,14 +1,24 @@
-"""The main job: runs the project's pipeline on the configured stack through Dagster.
+"""The main job: the reference pipeline over a range of days, on the configured stack.
 
-Run it with ``scripts/dev main``; it uses (and keeps) a Dagster instance under
-``$DAGSTER_HOME`` (default ``.local/dagster``), so the runs show up in ``scripts/dev ui``.
+Through Dagster: a backfill of the producer over the range (one run, one Spark session,
+one committed shuffle run per day), then the sensors: the commit sensor launches the three
+consumer jobs for every complete day, and the failed-region sensor retries what fails.
+Runs are recorded in ``$DAGSTER_HOME`` (default ``.local/dagster``), so ``scripts/dev ui``
+shows them. Prints rows per asset per day, the shuffle's watermark and where outputs are.
+
+    scripts/dev main                                  # 2013-01-01 .. 2013-01-07
+    scripts/dev main --start 2013-03-01 --end 2013-03-31
+    SHUFFLE_MAIN_START=2013-06-01 SHUFFLE_MAIN_END=2013-06-03 scripts/dev main
 """
 
+import argparse
+import datetime as dt
 import os
 import sys
+import time
 from pathlib import Path
 
-from dagster import DagsterInstance, materialize
+from dagster import DagsterInstance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,24 +26,105 @@ ROOT = Path(__file__).resolve().parents[1]
 def instance() -> DagsterInstance:
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(ROOT / ".local" / "dagster")))
     home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        # The project's own local instance: no usage statistics leave the machine.
+        config.write_text("telemetry:\n  enabled: false\n")
     return DagsterInstance.get()
 
 
-def main(argv: list[str] | None = None) -> int:
-    from assets.stack_check import kafka_stack_check
-    from orchestration.definitions import defs
+def _day(text: str) -> str:
+    try:
+        return dt.date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
 
-    result = materialize(
-        [kafka_stack_check], instance=instance(), resources=defs.resources, raise_on_error=False
+
+def _resolved(outcome, outcomes) -> bool:
+    """A failed run is resolved when it was retried and every retry succeeded or was resolved."""
+    retries = [o for o in outcomes if o.tags.get("shuffle/retry_of") == outcome.run_id]
+    return bool(retries) and all(r.success or _resolved(r, outcomes) for r in retries)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/dev main", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--start", type=_day, default=os.environ.get("SHUFFLE_MAIN_START", "2013-01-01")
     )
-    if not result.success:
-        print("the stack check failed; see the run's logs in the Dagster UI", file=sys.stderr)
-        return 1
-    md = result.asset_materializations_for_node("kafka_stack_check")[0].metadata
+    parser.add_argument(
+        "--end",
+        type=_day,
+        default=os.environ.get("SHUFFLE_MAIN_END", "2013-01-07"),
+        help="last day, inclusive",
+    )
+    args = parser.parse_args(argv)
+    if args.end < args.start:
+        parser.error(f"--end {args.end} is before --start {args.start}")
+
+    from assets.pipeline import CONSUMERS
+    from jobs.pipeline import commit_sensor, producer_job, region_sensor
+    from orchestration.definitions import defs
+    from orchestration.local_runner import LocalRunner
+    from orchestration.shuffle import shuffle_log
+
+    started = time.monotonic()
+    runner = LocalRunner(
+        defs,
+        instance(),
+        log_level=os.environ.get("SHUFFLE_RUN_LOG_LEVEL", "WARNING"),
+        progress=lambda line: print(line, flush=True),
+    )
+    print(f"producer backfill {args.start} .. {args.end} (one run), then the sensors:", flush=True)
+    runner.run(producer_job.name, partition_range=(args.start, args.end))
+    runner.settle(commit_sensor.name, region_sensor.name)
+
+    res = defs.resources
+    kafka = res["kafka"].config()
+    topic = res["shuffle"].topic
+    warehouse = res["warehouse"]
+    log = shuffle_log(topic, kafka)
+    days = [
+        (dt.date.fromisoformat(args.start) + dt.timedelta(days=i)).isoformat()
+        for i in range(
+            (dt.date.fromisoformat(args.end) - dt.date.fromisoformat(args.start)).days + 1
+        )
+    ]
+    spark = res["spark"].session
+    names = ["flights", "flights_missing_tailnum", *CONSUMERS]
+    print()
+    headers = ["flights_by_tailnum", *names]
+    widths = [max(len(h), 8) + 2 for h in headers]
+    print(f"{'day':<11}" + "".join(f"{h:>{w}}" for h, w in zip(headers, widths, strict=True)))
+    for day in days:
+        commit = next(iter(log.visible(windows=[day])), None)
+        cells = [str(commit.rows) if commit else "-"]
+        for n in names:
+            path = warehouse.day_path(n, day)
+            cells.append(str(spark.read.parquet(path).count()) if os.path.isdir(path) else "-")
+        print(f"{day:<11}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
+    failed = [o for o in runner.outcomes if not o.success]
+    retried = [o for o in runner.outcomes if o.tags.get("shuffle/retry")]
+    wm = log.watermark()
+    print()
     print(
-        f"stack check: {md['produced'].value} records written and {md['read_back'].value} read "
-        f"back through topic {md['topic'].value}"
+        f"shuffle topic     {topic} ({len(log.commits)} committed runs, "
+        f"{len(log.latest_by_window())} windows)"
     )
+    from orchestration.shuffle.commitlog import from_micros
+
+    print(f"watermark         {from_micros(wm).isoformat() if wm is not None else 'none'}")
+    print(f"outputs           {warehouse.root()}/<asset>/day=YYYY-MM-DD/")
+    print(
+        f"dagster runs      {len(runner.outcomes)} ({len(failed)} failed, {len(retried)} retries); "
+        f"DAGSTER_HOME={os.environ['DAGSTER_HOME']}"
+    )
+    print(f"took              {time.monotonic() - started:.0f}s")
+    unresolved = [o for o in failed if not _resolved(o, runner.outcomes)]
+    if unresolved:
+        print(
+            f"FAILED: {[(o.job_name, o.partition, o.run_id) for o in unresolved]}", file=sys.stderr
+        )
+        return 1
     return 0
 
 

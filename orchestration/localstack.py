@@ -77,9 +77,15 @@ def resolve_jars(pom: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     print(f"resolving jars with Maven from {pom} ...", file=sys.stderr, flush=True)
     cmd = [
-        "mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-        f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
-    ]  # fmt: skip
+        "mvn",
+        "-q",
+        "-B",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={staging}",
+        "-DincludeScope=runtime",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise LocalStackError(

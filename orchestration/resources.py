@@ -1,5 +1,6 @@
 """Dagster resources: typed access to Kafka and Spark. Thin wrappers over the engine."""
 
+from datetime import timedelta
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -7,6 +8,7 @@ from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
 from orchestration import localstack
+from orchestration.shuffle import ShuffleSpec
 from orchestration.shuffle._kafka import check_reachable
 from orchestration.shuffle.spark import spark_session
 
@@ -82,3 +84,60 @@ class SparkResource(ConfigurableResource):
         # would only make the next run pay start-up again, so the session is left alive
         # and stopped when the process exits.
         self._session = None
+
+
+class WarehouseResource(ConfigurableResource):
+    """Where asset outputs (Parquet) live: ``<path>/<asset_name>/day=YYYY-MM-DD/``.
+
+    ``path`` defaults to ``$SHUFFLE_WAREHOUSE`` or ``.local/warehouse`` at the repository root.
+    """
+
+    path: str | None = Field(default=None, description="Root folder of the Parquet outputs")
+
+    def root(self) -> str:
+        import os
+
+        default = str(localstack.ROOT / ".local" / "warehouse")
+        return self.path or os.environ.get("SHUFFLE_WAREHOUSE") or default
+
+    def day_path(self, asset_name: str, day: str) -> str:
+        return f"{self.root()}/{asset_name}/day={day}"
+
+
+class FaultInjection(ConfigurableResource):
+    """Testing aid: makes chosen assets fail for chosen days (``"asset_name:YYYY-MM-DD"``).
+
+    Empty by default; the tests use it to show that a failure stays in its region.
+    """
+
+    fail: list[str] = Field(default_factory=list)
+
+    def check(self, asset_name: str, day: str) -> None:
+        if f"{asset_name}:{day}" in self.fail:
+            raise RuntimeError(f"injected failure of {asset_name} for {day}")
+
+
+class ShuffleResource(ConfigurableResource):
+    """A shuffle's identity and layout, as configuration: the topic and how it is keyed.
+
+    Example::
+
+        ShuffleResource(topic="flights.by_tailnum", key=["tailnum"], event_time="sched_dep")
+    """
+
+    topic: str
+    key: list[str]
+    num_partitions: int = 8
+    max_parallelism: int = 128
+    event_time: str | None = None
+    max_out_of_orderness_seconds: float = 0.0
+
+    def spec(self) -> ShuffleSpec:
+        return ShuffleSpec(
+            topic=self.topic,
+            key=tuple(self.key),
+            num_partitions=self.num_partitions,
+            max_parallelism=self.max_parallelism,
+            event_time=self.event_time,
+            max_out_of_orderness=timedelta(seconds=self.max_out_of_orderness_seconds),
+        )

@@ -116,3 +116,33 @@ def check_partitions(kafka: Mapping[str, Any], layout: Layout) -> None:
             f"{layout.num_partitions}; partitions were added behind its back, so key groups "
             "would land in the wrong partitions. Create a new shuffle topic instead."
         )
+
+
+def read_commits_since(
+    kafka: Mapping[str, Any], topic: str, offset: int
+) -> tuple[list[Commit], int]:
+    """The commits appended to the commit log at or after ``offset``, and the next offset.
+
+    What a sensor calls on each tick: its cost depends on what is new, not on the size of
+    the shuffle or of its commit log.
+    """
+    ctopic = commit_topic(topic)
+    try:
+        partition_count(kafka, ctopic)
+    except ShuffleTopicNotFoundError:
+        raise ShuffleTopicNotFoundError(
+            f"shuffle {topic!r} does not exist on {kafka.get('bootstrap.servers')!r} "
+            f"(no commit-log topic {ctopic!r})"
+        ) from None
+    ((low, high),) = end_offsets(kafka, ctopic, 1)
+    start = max(offset, low)
+    c = consumer(kafka)
+    try:
+        commits = [
+            Commit.from_json(m.value())
+            for m in read_range(c, ctopic, 0, start, high)
+            if m.value() is not None and (m.key() or b"").decode().startswith(COMMIT_PREFIX)
+        ]
+    finally:
+        c.close()
+    return commits, max(high, offset)

@@ -338,6 +338,18 @@ def read_shuffle(
     return df
 
 
+def shuffle_commits_since(
+    topic: str, kafka: Mapping[str, Any], offset: int = 0
+) -> tuple[list[Commit], int]:
+    """Commits appended to the shuffle's commit log from ``offset`` on, and the next offset.
+
+    Incremental: a caller that keeps the returned offset reads only what is new.
+    """
+    from ._log_io import read_commits_since
+
+    return read_commits_since(_kafka_conf(kafka), topic, offset)
+
+
 def shuffle_watermark(topic: str, kafka: Mapping[str, Any]) -> dt.datetime | None:
     """The shuffle's event-time completeness, from its commit log alone (no data scan)."""
     return from_micros(shuffle_log(topic, kafka).watermark())

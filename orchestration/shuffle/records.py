@@ -54,8 +54,11 @@ def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
             "auto.offset.reset": "error",
             "enable.partition.eof": True,
             # Bigger fetches: shuffle frames are large compressed batches, not small messages.
-            "fetch.max.bytes": 64 * 1024 * 1024,
+            "fetch.max.bytes": 32 * 1024 * 1024,
             "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            # The prefetch queue is what a reader holds beyond the frame it decodes: bound it
+            # so memory does not grow with the size of what is read.
+            "queued.max.messages.kbytes": 32 * 1024,
             **overrides,
         },
     )

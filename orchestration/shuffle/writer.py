@@ -143,7 +143,9 @@ class _Subtask:
                     "linger.ms": 5,
                     "message.max.bytes": 32 * 1024 * 1024,
                     "compression.type": "none",
-                    "queue.buffering.max.kbytes": 256 * 1024,
+                    # Bounds what a task holds in flight, whatever the data size: when
+                    # the queue is full, produce() waits for deliveries (see _produce).
+                    "queue.buffering.max.kbytes": 32 * 1024,
                 },
             )
         )

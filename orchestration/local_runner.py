@@ -1,0 +1,170 @@
+"""Runs a pipeline's jobs and sensors in this process, as the Dagster daemon would.
+
+``scripts/dev main`` uses it to backfill the producer and let the sensors launch the
+consumers without a daemon running: each sensor tick is evaluated with Dagster's own
+context builders, and each run it requests is executed in process, on the same instance
+(so the UI shows them), the same Spark session, and with the same run-key deduplication
+the daemon applies.
+"""
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dagster import (
+    AssetKey,
+    DagsterEventType,
+    DagsterInstance,
+    Definitions,
+    RunRequest,
+    RunsFilter,
+    SensorResult,
+    SkipReason,
+    build_run_status_sensor_context,
+    build_sensor_context,
+)
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
+
+RUN_KEY_TAG = "dagster/run_key"
+SENSOR_TAG = "dagster/sensor_name"
+
+
+@dataclass
+class RunOutcome:
+    job_name: str
+    partition: str
+    run_id: str
+    success: bool
+    tags: dict[str, str] = field(default_factory=dict)
+    result: object = field(default=None, repr=False)  # the ExecuteInProcessResult
+
+
+class LocalRunner:
+    """Executes jobs and sensor ticks of ``defs`` against ``instance``, in this process."""
+
+    def __init__(
+        self,
+        defs: Definitions,
+        instance: DagsterInstance,
+        log_level: str | None = None,
+        progress: Callable[[str], None] | None = None,
+    ):
+        self.defs = defs
+        self.instance = instance
+        # The console logger of in-process runs; every event is in the instance (and the UI).
+        self.run_config = (
+            {"loggers": {"console": {"config": {"log_level": log_level}}}} if log_level else None
+        )
+        self.progress = progress
+        self.cursors: dict[str, str | None] = {}
+        self.outcomes: list[RunOutcome] = []
+
+    def _job(self, name: str):
+        return self.defs.resolve_job_def(name)
+
+    def run(
+        self,
+        job_name: str,
+        partition: str | None = None,
+        partition_range: tuple[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+        asset_selection: Sequence[AssetKey] | None = None,
+    ) -> RunOutcome:
+        """Executes one run of a job, for a partition or a partition range (one run)."""
+        all_tags = dict(tags or {})
+        if partition_range is not None:
+            all_tags[ASSET_PARTITION_RANGE_START_TAG] = partition_range[0]
+            all_tags[ASSET_PARTITION_RANGE_END_TAG] = partition_range[1]
+        started = time.monotonic()
+        result = self._job(job_name).execute_in_process(
+            run_config=self.run_config,
+            instance=self.instance,
+            partition_key=partition,
+            tags=all_tags,
+            asset_selection=asset_selection,
+            raise_on_error=False,
+        )
+        label = partition or (
+            f"{partition_range[0]}...{partition_range[1]}" if partition_range else ""
+        )
+        outcome = RunOutcome(job_name, label, result.run_id, result.success, all_tags, result)
+        self.outcomes.append(outcome)
+        if self.progress is not None:
+            retry = f" (retry {all_tags['shuffle/retry']})" if "shuffle/retry" in all_tags else ""
+            status = "ok" if result.success else "FAILED"
+            self.progress(
+                f"  {job_name:<36} {label:<24} {status:<6} {time.monotonic() - started:5.1f}s "
+                f"run {result.run_id[:8]}{retry}"
+            )
+        return outcome
+
+    def _already_ran(self, run_key: str) -> bool:
+        return bool(self.instance.get_run_ids(RunsFilter(tags={RUN_KEY_TAG: run_key}), limit=1))
+
+    def execute_requests(
+        self, sensor_name: str, requests: Iterable[RunRequest]
+    ) -> list[RunOutcome]:
+        """Runs what a sensor requested, skipping run keys that already ran (as the daemon does)."""
+        outcomes = []
+        for req in requests:
+            if req.run_key and self._already_ran(req.run_key):
+                continue
+            tags = {**(req.tags or {}), SENSOR_TAG: sensor_name}
+            if req.run_key:
+                tags[RUN_KEY_TAG] = req.run_key
+            outcomes.append(self.run(req.job_name, partition=req.partition_key, tags=tags))
+        return outcomes
+
+    def tick(self, sensor_name: str) -> list[RunRequest]:
+        """Evaluates one tick of a (non run-status) sensor, keeping its cursor between ticks."""
+        sensor_def = self.defs.resolve_sensor_def(sensor_name)
+        with build_sensor_context(
+            instance=self.instance,
+            cursor=self.cursors.get(sensor_name),
+            resources=self.defs.resources,
+            definitions=self.defs,
+        ) as ctx:
+            result = sensor_def(ctx)
+        if isinstance(result, SkipReason) or result is None:
+            return []
+        if isinstance(result, SensorResult):
+            if result.cursor is not None:
+                self.cursors[sensor_name] = result.cursor
+            return list(result.run_requests or [])
+        return list(result) if isinstance(result, list) else [result]
+
+    def failure_requests(self, sensor_name: str, run_id: str) -> list[RunRequest]:
+        """Evaluates a run-failure sensor for one failed run."""
+        sensor_def = self.defs.resolve_sensor_def(sensor_name)
+        run = self.instance.get_run_by_id(run_id)
+        records = self.instance.get_records_for_run(
+            run_id, of_type=DagsterEventType.PIPELINE_FAILURE
+        ).records
+        event = records[-1].event_log_entry.dagster_event
+        ctx = build_run_status_sensor_context(
+            sensor_name=sensor_name,
+            dagster_event=event,
+            dagster_instance=self.instance,
+            dagster_run=run,
+        ).for_run_failure()
+        result = sensor_def(ctx)
+        if result is None or isinstance(result, SkipReason):
+            return []
+        return list(result) if isinstance(result, list) else [result]
+
+    def settle(self, commit_sensor: str, failure_sensor: str, max_rounds: int = 10) -> None:
+        """Ticks the commit sensor and retries failures until nothing new is requested."""
+        retried: set[str] = set()
+        for _ in range(max_rounds):
+            progressed = bool(self.execute_requests(commit_sensor, self.tick(commit_sensor)))
+            for outcome in list(self.outcomes):
+                if outcome.success or outcome.run_id in retried:
+                    continue
+                retried.add(outcome.run_id)
+                reqs = self.failure_requests(failure_sensor, outcome.run_id)
+                progressed |= bool(self.execute_requests(failure_sensor, reqs))
+            if not progressed:
+                return
