@@ -84,22 +84,36 @@ def partition_count(
     return len(tmd.partitions)
 
 
+# Errors a just-created or just-moved partition gives for a moment; worth a retry.
+_TRANSIENT = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+}
+
+
 def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[tuple[int, int]]:
     """(low, high) offsets of each partition, read from the brokers (not a cache)."""
     c = consumer(kafka)
     try:
         out = []
         for p in range(partitions):
-            try:
-                out.append(
-                    c.get_watermark_offsets(
-                        TopicPartition(topic, p), timeout=CONNECT_TIMEOUT_S, cached=False
-                    )
-                )
-            except KafkaException as exc:
-                raise ShuffleConnectionError(
-                    f"cannot read the offsets of topic {topic!r} partition {p}: {exc}"
-                ) from None
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S
+            while True:
+                try:
+                    tp = TopicPartition(topic, p)
+                    out.append(c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False))
+                    break
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args else None
+                    code = err.code() if isinstance(err, KafkaError) else None
+                    if code in _TRANSIENT and time.monotonic() < deadline:
+                        time.sleep(0.2)
+                        continue
+                    raise ShuffleConnectionError(
+                        f"cannot read the offsets of topic {topic!r} partition {p}: {exc}"
+                    ) from None
         return out
     finally:
         c.close()

@@ -320,3 +320,26 @@ def assert_frames_equal(got: pd.DataFrame, want: pd.DataFrame, keys: list[str]) 
             assert [None if pd.isna(x) else x for x in g] == [
                 None if pd.isna(x) else x for x in w
             ], c
+
+
+def test_failed_producer_day_does_not_block_other_days(stack, kafka_conf):
+    d4, d5 = "2013-01-04", "2013-01-05"
+    runner = LocalRunner(
+        build_defs(faults=FaultInjection(fail=[f"flights_by_tailnum:{d5}"]), **stack["resources"]),
+        stack["instance"],
+    )
+    failed = runner.run(producer_job.name, partition_range=(d4, d5))
+    assert not failed.success
+    windows = shuffle_log(stack["topic"], kafka_conf).latest_by_window()
+    assert d4 in windows and d5 not in windows
+    # Consumers of the day that did commit go ahead.
+    reqs = [r for r in runner.tick(commit_sensor.name) if r.partition_key in (d4, d5)]
+    assert sorted((r.job_name, r.partition_key) for r in reqs) == sorted(
+        (j.name, d4) for j in consumer_jobs
+    )
+    # The failed-region sensor re-runs the producer for the failed day only.
+    (req,) = runner.failure_requests(region_sensor.name, failed.run_id)
+    assert (req.job_name, req.partition_key) == (producer_job.name, d5)
+    (retry,) = stack["clean"].execute_requests(region_sensor.name, [req])
+    assert retry.success
+    assert d5 in shuffle_log(stack["topic"], kafka_conf).latest_by_window()
