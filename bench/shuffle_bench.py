@@ -45,6 +45,14 @@ from orchestration.shuffle.commitlog import commit_topic  # noqa: E402
 from orchestration.shuffle.spark import spark_session  # noqa: E402
 
 WORK = ROOT / ".local" / "bench"
+PHASES = (
+    "shuffle_write",
+    "spark_write",
+    "shuffle_read",
+    "spark_read",
+    "shuffle_per_key",
+    "spark_group_by",
+)
 BASELINE_JARS = (
     "spark-sql-kafka-0-10_2.13",
     "spark-token-provider-kafka-0-10_2.13",
@@ -202,17 +210,7 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int, mp: in
     bpr = logical_bytes_per_row(src)
     df = spark.read.parquet(str(src))
     json_schema = df.schema
-    results: dict[str, list[dict]] = {
-        k: []
-        for k in (
-            "shuffle_write",
-            "spark_write",
-            "shuffle_read",
-            "spark_read",
-            "shuffle_per_key",
-            "spark_group_by",
-        )
-    }
+    results: dict[str, list[dict]] = {k: [] for k in PHASES}
     for i in range(repeat):
         ours = f"bench.shuffle.{uuid.uuid4().hex[:8]}"
         theirs = f"bench.spark.{uuid.uuid4().hex[:8]}"
@@ -306,14 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'rows':>10} {'phase':<16} {'seconds':>8} {'k rows/s':>9} {'MB/s':>7} {'worker MiB':>10}"
     )
     for rows, s in report["sizes"].items():
-        for name in (
-            "shuffle_write",
-            "spark_write",
-            "shuffle_read",
-            "spark_read",
-            "shuffle_per_key",
-            "spark_group_by",
-        ):
+        for name in PHASES:
             e = s[name]
             print(
                 f"{rows:>10} {name:<16} {e['median_seconds']:8.2f} {e['rows_per_s'] / 1e3:9.0f} "

@@ -30,8 +30,10 @@ COMMIT_TOPIC_CONFIG = {
 }
 
 
-def read_log(kafka: Mapping[str, Any], topic: str) -> ShuffleLog:
-    """Reads a shuffle's whole commit log (small: one record per run)."""
+def _read_records(
+    kafka: Mapping[str, Any], topic: str, offset: int = 0
+) -> tuple[list[tuple[bytes | None, bytes | None]], int]:
+    """(key, value) records of the commit log from ``offset`` on, and the next offset."""
     ctopic = commit_topic(topic)
     try:
         partition_count(kafka, ctopic)
@@ -43,9 +45,15 @@ def read_log(kafka: Mapping[str, Any], topic: str) -> ShuffleLog:
     ((low, high),) = end_offsets(kafka, ctopic, 1)
     c = consumer(kafka)
     try:
-        records = [(m.key(), m.value()) for m in read_range(c, ctopic, 0, low, high)]
+        records = [(m.key(), m.value()) for m in read_range(c, ctopic, 0, max(offset, low), high)]
     finally:
         c.close()
+    return records, max(high, offset)
+
+
+def read_log(kafka: Mapping[str, Any], topic: str) -> ShuffleLog:
+    """Reads a shuffle's whole commit log (small: one record per run)."""
+    records, _ = _read_records(kafka, topic)
     return ShuffleLog.from_records(topic, records)
 
 
@@ -126,23 +134,10 @@ def read_commits_since(
     What a sensor calls on each tick: its cost depends on what is new, not on the size of
     the shuffle or of its commit log.
     """
-    ctopic = commit_topic(topic)
-    try:
-        partition_count(kafka, ctopic)
-    except ShuffleTopicNotFoundError:
-        raise ShuffleTopicNotFoundError(
-            f"shuffle {topic!r} does not exist on {kafka.get('bootstrap.servers')!r} "
-            f"(no commit-log topic {ctopic!r})"
-        ) from None
-    ((low, high),) = end_offsets(kafka, ctopic, 1)
-    start = max(offset, low)
-    c = consumer(kafka)
-    try:
-        commits = [
-            Commit.from_json(m.value())
-            for m in read_range(c, ctopic, 0, start, high)
-            if m.value() is not None and (m.key() or b"").decode().startswith(COMMIT_PREFIX)
-        ]
-    finally:
-        c.close()
-    return commits, max(high, offset)
+    records, next_offset = _read_records(kafka, topic, offset)
+    commits = [
+        Commit.from_json(value)
+        for key, value in records
+        if value is not None and (key or b"").decode().startswith(COMMIT_PREFIX)
+    ]
+    return commits, next_offset

@@ -150,30 +150,46 @@ class _GroupRunner:
         self.data = data
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        carry: pa.Table | None = None
+        # Rows of the last key seen, which may continue in the next batch. Only a batch's own
+        # boundaries are computed, so a key spanning many batches costs linear time; its rows
+        # are held until it ends, as a function of one whole key needs them.
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            table = pa.Table.from_batches([batch])
-            if carry is not None:
-                table = pa.concat_tables([carry, table])
-            starts = self._group_starts(table)
-            # The last key may continue in the next batch: hold it back.
+            starts = self._group_starts(batch)
+            continues = bool(pending) and self._same_key(pending[-1], batch)
+            if len(starts) == 1:
+                if pending and not continues:
+                    yield from self._emit(pa.Table.from_batches(pending), np.array([0]))
+                    pending, pending_rows = [], 0
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                continue
             last = int(starts[-1])
-            complete, carry = table.slice(0, last), table.slice(last)
-            if complete.num_rows:
-                yield from self._emit(complete, starts[:-1])
-        if carry is not None and carry.num_rows:
-            yield from self._emit(carry, np.array([0]))
+            complete = pa.Table.from_batches([*pending, batch.slice(0, last)])
+            group_starts = [0] if pending else []
+            for s in starts[:-1]:
+                if not (s == 0 and continues):
+                    group_starts.append(pending_rows + int(s))
+            yield from self._emit(complete, np.array(sorted(set(group_starts))))
+            tail = batch.slice(last)
+            pending, pending_rows = [tail], tail.num_rows
+        if pending:
+            yield from self._emit(pa.Table.from_batches(pending), np.array([0]))
 
-    def _group_starts(self, table: pa.Table) -> np.ndarray:
-        n = table.num_rows
-        change = np.zeros(n - 1, dtype=bool)
+    def _same_key(self, before: pa.RecordBatch, after: pa.RecordBatch) -> bool:
+        n = before.num_rows - 1
+        return all(before.column(k)[n].as_py() == after.column(k)[0].as_py() for k in self.keys)
+
+    def _group_starts(self, batch: pa.RecordBatch) -> np.ndarray:
+        n = batch.num_rows
+        change = np.zeros(max(n - 1, 0), dtype=bool)
         for k in self.keys:
-            col = table.column(k).combine_chunks()
-            change |= pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True).to_numpy(
-                zero_copy_only=False
-            )
+            col = batch.column(k)
+            differs = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
+            change |= differs.to_numpy(zero_copy_only=False)
         return np.concatenate(([0], np.flatnonzero(change) + 1))
 
     def _emit(self, table: pa.Table, starts: np.ndarray) -> Iterator[pa.RecordBatch]:

@@ -27,7 +27,7 @@ from . import frames as fr
 from .commitlog import Layout
 from .errors import ShuffleFormatError, ShuffleOptionError
 from .planning import PartitionRead, SplitPlan, merged_intervals, overlaps, plan_splits
-from .records import consumer, kafka_options, read_range
+from .records import consumer, int_option, kafka_options, read_range
 from .watermarks import WatermarkMerger
 
 METADATA_FIELDS = [
@@ -50,18 +50,6 @@ def _flag(options: Mapping[str, str], name: str) -> bool:
             f"kafka-shuffle: option {name!r} must be true or false, got {value!r}"
         )
     return value == "true"
-
-
-def _int_option(options: Mapping[str, str], name: str) -> int | None:
-    value = options.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ShuffleOptionError(
-            f"kafka-shuffle: option {name!r} must be an integer, got {value!r}"
-        ) from None
 
 
 def _json_list(options: Mapping[str, str], name: str) -> list[str] | None:
@@ -90,9 +78,9 @@ class ReadOptions:
         if "bootstrap.servers" not in self.kafka:
             raise ShuffleOptionError("kafka-shuffle: option 'kafka.bootstrap.servers' is required")
         self.with_metadata = _flag(options, "with_metadata")
-        self.event_time_start = _int_option(options, "event_time_start")
-        self.event_time_end = _int_option(options, "event_time_end")
-        self.parallelism = _int_option(options, "parallelism")
+        self.event_time_start = int_option(options, "event_time_start", "kafka-shuffle")
+        self.event_time_end = int_option(options, "event_time_end", "kafka-shuffle")
+        self.parallelism = int_option(options, "parallelism", "kafka-shuffle")
         self.windows = _json_list(options, "windows")
         self.runs = _json_list(options, "runs")
         layout = options.get("layout")

@@ -42,6 +42,27 @@ def kafka_options(options: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def int_option(
+    options: Mapping[str, str],
+    name: str,
+    owner: str,
+    default: int | None = None,
+    required: bool = False,
+) -> int | None:
+    """An integer option given as a string; errors name the option and the data source."""
+    value = options.get(name)
+    if value is None or value == "":
+        if required:
+            raise ShuffleOptionError(f"{owner}: option {name!r} is required")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ShuffleOptionError(
+            f"{owner}: option {name!r} must be an integer, got {value!r}"
+        ) from None
+
+
 def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
     """A consumer for assigned (not subscribed) reads: no group offsets are committed."""
     conf = client_config(
@@ -53,12 +74,12 @@ def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
             "enable.partition.eof": True,
-            # Bigger fetches: shuffle frames are large compressed batches, not small messages.
-            "fetch.max.bytes": 32 * 1024 * 1024,
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            # The prefetch queue is what a reader holds beyond the frame it decodes: bound it
-            # so memory does not grow with the size of what is read.
-            "queued.max.messages.kbytes": 32 * 1024,
+            # A fetch holds a few frames (each at most a few MiB compressed). The prefetch
+            # queue is what a reader holds beyond the frame it decodes: kept small, memory
+            # stays flat however much is read.
+            "fetch.max.bytes": 8 * 1024 * 1024,
+            "max.partition.fetch.bytes": 8 * 1024 * 1024,
+            "queued.max.messages.kbytes": 8 * 1024,
             **overrides,
         },
     )

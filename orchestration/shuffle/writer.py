@@ -15,7 +15,6 @@ write (measured: 1.6 s against 2.5-3 s for 1M rows, see ``bench/``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ import pyarrow.compute as pc
 from . import frames as fr
 from .commitlog import Commit, PartitionRange, TaskResult, build_commit
 from .errors import ShuffleOptionError, ShuffleWriteError
-from .records import kafka_options
+from .records import int_option, kafka_options
 
 # A DATA frame is cut when a partition's buffer reaches either bound (before compression).
 DEFAULT_FRAME_ROWS = 64 * 1024
@@ -44,60 +43,42 @@ class WriteOptions:
     max_parallelism: int
     event_time: str | None
     max_out_of_orderness_us: int
-    window: str | None
-    complete_until_us: int | None
     frame_rows: int
     frame_bytes: int
     compression: str | None
-    attrs: dict[str, str]
     # Testing aid: an attempt whose number is below this fails after its first frames.
     fail_attempts_below: int
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        owner = "kafka-shuffle writer"
+
         def req(name: str) -> str:
             value = options.get(name)
             if value is None or value == "":
-                raise ShuffleOptionError(f"kafka-shuffle writer: option {name!r} is required")
+                raise ShuffleOptionError(f"{owner}: option {name!r} is required")
             return value
-
-        def integer(name: str, default: int | None = None) -> int | None:
-            value = options.get(name)
-            if value is None or value == "":
-                return default
-            try:
-                return int(value)
-            except ValueError:
-                raise ShuffleOptionError(
-                    f"kafka-shuffle writer: option {name!r} must be an integer, got {value!r}"
-                ) from None
 
         compression = options.get("compression", "zstd")
         if compression not in ("zstd", "lz4", "none"):
             raise ShuffleOptionError(
-                f"kafka-shuffle writer: option 'compression' must be zstd, lz4 or none, "
-                f"got {compression!r}"
+                f"{owner}: option 'compression' must be zstd, lz4 or none, got {compression!r}"
             )
         kafka = kafka_options(options)
         if "bootstrap.servers" not in kafka:
-            raise ShuffleOptionError(
-                "kafka-shuffle writer: option 'kafka.bootstrap.servers' is required"
-            )
+            raise ShuffleOptionError(f"{owner}: option 'kafka.bootstrap.servers' is required")
         return cls(
             topic=req("topic"),
             run_id=req("run_id"),
             kafka=kafka,
-            num_partitions=integer("num_partitions"),  # type: ignore[arg-type]
-            max_parallelism=integer("max_parallelism"),  # type: ignore[arg-type]
+            num_partitions=int_option(options, "num_partitions", owner, required=True),
+            max_parallelism=int_option(options, "max_parallelism", owner, required=True),
             event_time=options.get("event_time") or None,
-            max_out_of_orderness_us=integer("max_out_of_orderness_us", 0),  # type: ignore[arg-type]
-            window=options.get("window") or None,
-            complete_until_us=integer("complete_until_us"),
-            frame_rows=integer("frame_rows", DEFAULT_FRAME_ROWS),  # type: ignore[arg-type]
-            frame_bytes=integer("frame_bytes", DEFAULT_FRAME_BYTES),  # type: ignore[arg-type]
+            max_out_of_orderness_us=int_option(options, "max_out_of_orderness_us", owner, 0),
+            frame_rows=int_option(options, "frame_rows", owner, DEFAULT_FRAME_ROWS),
+            frame_bytes=int_option(options, "frame_bytes", owner, DEFAULT_FRAME_BYTES),
             compression=None if compression == "none" else compression,
-            attrs=json.loads(options.get("attrs") or "{}"),
-            fail_attempts_below=integer("test_fail_attempts_below", 0),  # type: ignore[arg-type]
+            fail_attempts_below=int_option(options, "test_fail_attempts_below", owner, 0),
         )
 
 
