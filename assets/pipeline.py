@@ -348,7 +348,7 @@ def run_consumer(
     (commit,) = log.visible(windows=[day]) or (None,)
     if commit is None:
         raise ShuffleError(f"shuffle {topic!r} has no committed run for day {day}")
-    source = read_shuffle(session, topic, kafka, runs=[commit.run_id]).persist()
+    source = read_shuffle(session, topic, kafka, runs=[commit.run_id], log=log).persist()
     try:
         rows_in = source.count()
         out = CONSUMER_LOGIC[name](source)

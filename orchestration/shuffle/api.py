@@ -268,6 +268,8 @@ def read_shuffle(
     event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None = None,
     parallelism: int | None = None,
     with_metadata: bool = False,
+    *,
+    log: ShuffleLog | None = None,
 ) -> DataFrame:
     """Reads committed runs of a shuffle as a DataFrame that is already keyed.
 
@@ -283,13 +285,15 @@ def read_shuffle(
         parallelism: Spark partitions; default one per Kafka partition. See
             :mod:`orchestration.shuffle.planning` for smaller and larger values.
         with_metadata: Add ``_partition``, ``_key_group``, ``_run_id``, ``_offset``.
+        log: The shuffle's commit log if the caller has just read it (saves reading it
+            again); by default it is read here.
 
     Returns:
         A DataFrame with exactly the written columns and types (plus metadata columns if
         asked). Its key columns carry metadata that :func:`apply_per_key` checks.
     """
     conf = _kafka_conf(kafka)
-    log = read_log(conf, topic)
+    log = log if log is not None else read_log(conf, topic)
     layout = log.require_layout()
     check_partitions(conf, layout)
     windows = None if windows is None else list(windows)
