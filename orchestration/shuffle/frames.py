@@ -146,8 +146,3 @@ def decode(value: bytes | memoryview, where: str = "") -> Frame:
             f"{kind.name} frame{loc} has a {len(payload)}-byte payload, expected {expected}"
         )
     return Frame(header, payload)
-
-
-def peek_header(value: bytes | memoryview, where: str = "") -> FrameHeader:
-    """The header alone, validated; cheap enough to filter frames before decoding them."""
-    return decode(value, where).header

@@ -26,6 +26,7 @@ from . import frames as fr
 from .commitlog import Commit, PartitionRange, TaskResult, build_commit
 from .errors import ShuffleOptionError, ShuffleWriteError
 from .records import int_option, kafka_options
+from .watermarks import subtask_watermark
 
 # A DATA frame is cut when a partition's buffer reaches either bound (before compression).
 DEFAULT_FRAME_ROWS = 64 * 1024
@@ -221,9 +222,7 @@ class _Subtask:
             )
 
     def watermark(self) -> int | None:
-        if self.event_max is None:
-            return None
-        return self.event_max - self.opts.max_out_of_orderness_us
+        return subtask_watermark(self.event_max, self.opts.max_out_of_orderness_us)
 
     def _maybe_watermark(self) -> None:
         wm = self.watermark()
