@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.csv as pcsv
 
 LOCAL_TZ = "America/New_York"
 FIRST_DAY = "2013-01-01"
@@ -71,8 +72,16 @@ def flights_csv_path() -> str:
 @functools.lru_cache(maxsize=1)
 def all_flights() -> pd.DataFrame:
     """Every flight of 2013 with ``day`` (local date) and ``sched_dep`` (UTC instant)."""
+    # pyarrow's CSV reader: several times faster than pandas' on this file.
+    types = {c: pa.int64() for c in _INT_COLUMNS} | {
+        "tailnum": pa.string(),
+        "time_hour": pa.string(),
+    }
     with zipfile.ZipFile(flights_csv_path()) as z, z.open("flights.csv") as f:
-        df = pd.read_csv(f, dtype={c: "Int64" for c in _INT_COLUMNS} | {"tailnum": "string"})
+        table = pcsv.read_csv(
+            f, convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=True)
+        )
+    df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     local = pd.to_datetime(
         pd.DataFrame(
             {

@@ -36,6 +36,11 @@ def spark_session(
     # Python workers must run the interpreter that has pyarrow and this package installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    resolved = master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER)
+    if resolved.startswith("local"):
+        # Local mode talks to itself only; binding to loopback also avoids Spark's warning
+        # about the host name resolving to a loopback address.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings: dict[str, str] = {
         "spark.ui.enabled": str(ui).lower(),
         "spark.ui.showConsoleProgress": "false",
@@ -47,7 +52,7 @@ def spark_session(
         "spark.driver.memory": os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
     }
     settings.update({k: str(v) for k, v in (conf or {}).items()})
-    builder = SparkSession.builder.master(master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER))
+    builder = SparkSession.builder.master(resolved)
     builder = builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
