@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     from orchestration.definitions import defs
     from orchestration.local_runner import LocalRunner
     from orchestration.shuffle import shuffle_log
+    from orchestration.shuffle.commitlog import from_micros
 
     started = time.monotonic()
     runner = LocalRunner(
@@ -110,8 +111,6 @@ def main(argv: list[str] | None = None) -> int:
         f"shuffle topic     {topic} ({len(log.commits)} committed runs, "
         f"{len(log.latest_by_window())} windows)"
     )
-    from orchestration.shuffle.commitlog import from_micros
-
     print(f"watermark         {from_micros(wm).isoformat() if wm is not None else 'none'}")
     print(f"outputs           {warehouse.root()}/<asset>/day=YYYY-MM-DD/")
     print(

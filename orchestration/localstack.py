@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import os
 import shutil
@@ -190,8 +191,6 @@ def _ensure_formatted() -> None:
 
 def _cluster_id() -> str:
     # KRaft wants a base64url-encoded 16-byte UUID without padding.
-    import base64
-
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 

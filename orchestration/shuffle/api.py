@@ -90,10 +90,6 @@ class WriteResult:
     commit: Commit = field(repr=False)
 
 
-def _kafka_conf(kafka: Mapping[str, Any] | None) -> dict[str, Any]:
-    return client_config(kafka)
-
-
 def _arrow_schema(df: DataFrame) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -177,7 +173,7 @@ def write_shuffle(
         ShuffleConnectionError: Kafka is unreachable.
         ShuffleWriteError: The Spark job failed; nothing was committed.
     """
-    conf = _kafka_conf(kafka)
+    conf = client_config(kafka)
     _check_columns(df, spec)
     check_reachable(conf)
     nulls = _count_null_keys(df, spec.key)
@@ -256,7 +252,7 @@ def _first_line(exc: BaseException) -> str:
 
 def shuffle_log(topic: str, kafka: Mapping[str, Any]) -> ShuffleLog:
     """The shuffle's commit log: its layout and every committed run."""
-    return read_log(_kafka_conf(kafka), topic)
+    return read_log(client_config(kafka), topic)
 
 
 def read_shuffle(
@@ -292,7 +288,7 @@ def read_shuffle(
         A DataFrame with exactly the written columns and types (plus metadata columns if
         asked). Its key columns carry metadata that :func:`apply_per_key` checks.
     """
-    conf = _kafka_conf(kafka)
+    conf = client_config(kafka)
     log = log if log is not None else read_log(conf, topic)
     layout = log.require_layout()
     check_partitions(conf, layout)
@@ -351,7 +347,7 @@ def shuffle_commits_since(
     """
     from ._log_io import read_commits_since
 
-    return read_commits_since(_kafka_conf(kafka), topic, offset)
+    return read_commits_since(client_config(kafka), topic, offset)
 
 
 def shuffle_watermark(topic: str, kafka: Mapping[str, Any]) -> dt.datetime | None:
