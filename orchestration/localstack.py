@@ -174,8 +174,9 @@ def _ensure_formatted() -> None:
         _classpath(),
         "kafka.tools.StorageTool",
         "format",
-        "-t",
-        _cluster_id(),
+        # "--cluster-id=<id>" in one argument: an id may begin with "-", which the
+        # tool's argument parser would otherwise take for an option.
+        f"--cluster-id={_cluster_id()}",
         "-c",
         str(CONFIG),
         # Share groups are on by default in recent releases; say so explicitly anyway.
@@ -190,8 +191,15 @@ def _ensure_formatted() -> None:
 
 
 def _cluster_id() -> str:
-    # KRaft wants a base64url-encoded 16-byte UUID without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: a base64url-encoded 16-byte UUID without padding.
+
+    Ids that begin with "-" are drawn again (as Kafka's own generator does): command-line
+    tools read them as options.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _pid() -> int | None:
