@@ -74,12 +74,15 @@ def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
             "enable.partition.eof": True,
-            # A fetch holds a few frames (each at most a few MiB compressed). The prefetch
-            # queue is what a reader holds beyond the frame it decodes: kept small, memory
-            # stays flat however much is read.
-            "fetch.max.bytes": 8 * 1024 * 1024,
-            "max.partition.fetch.bytes": 8 * 1024 * 1024,
-            "queued.max.messages.kbytes": 8 * 1024,
+            # A fetch holds a few frames (a frame is cut at 4 MiB before compression). The
+            # prefetch queue is what a reader holds beyond the frame it decodes: kept small,
+            # memory stays flat however much is read.
+            "fetch.max.bytes": 4 * 1024 * 1024,
+            "max.partition.fetch.bytes": 4 * 1024 * 1024,
+            "queued.max.messages.kbytes": 4 * 1024,
+            # With a small queue the queue is often full; librdkafka then postpones the next
+            # fetch by this much (1 s by default), which made a reader wait more than it read.
+            "fetch.queue.backoff.ms": 5,
             **overrides,
         },
     )
@@ -141,12 +144,21 @@ def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[t
 
 
 def read_range(
-    c: Consumer, topic: str, partition: int, start: int, end: int, poll_timeout: float = 30.0
+    c: Consumer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    poll_timeout: float = 30.0,
+    max_batch: int = 1000,
 ) -> Iterator[Any]:
     """Yields the messages of ``topic``/``partition`` with offsets in ``[start, end)``.
 
     Stops at ``end`` or at the end of the partition, whichever comes first (offsets may
     have gaps, e.g. transaction markers, so the last offset is not always a record).
+    ``max_batch`` bounds how many messages are taken from the client at once: for large
+    messages (shuffle frames) keep it at 1, so that a taken list does not hold the whole
+    prefetch queue while the client fills the queue again.
     """
     if end <= start:
         return
@@ -158,7 +170,7 @@ def read_range(
             # consume() waits until it has num_messages or its timeout passes, even when the
             # end of the partition has been reached: keep its timeout short and track idleness.
             # Ask for no more than the range holds, so the last call returns at once.
-            msgs = c.consume(num_messages=max(1, min(1000, end - next_offset)), timeout=0.2)
+            msgs = c.consume(num_messages=max(1, min(max_batch, end - next_offset)), timeout=0.2)
             if not msgs:
                 if time.monotonic() - idle_since > poll_timeout:
                     raise ShuffleConnectionError(
