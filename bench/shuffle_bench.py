@@ -10,6 +10,8 @@ times and alternating which goes first:
   both end in Spark's ``noop`` sink so every row is materialized;
 - per-key aggregation: ``apply_per_key`` over the shuffle read (no Exchange) vs
   ``groupBy(...).agg(...)`` over the Parquet source (Spark's own shuffle);
+- the same aggregation done inside the reader (``aggregate_shuffle``), against the same
+  ``groupBy`` measurement;
 
 and samples the resident memory of Spark's Python worker processes during each phase.
 It prints medians and writes every measurement to a JSON file.
@@ -39,7 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestration import localstack  # noqa: E402
-from orchestration.shuffle import ShuffleSpec, apply_per_key, read_shuffle, write_shuffle  # noqa: E402
+from orchestration.shuffle import (  # noqa: E402
+    ShuffleSpec,
+    aggregate_shuffle,
+    apply_per_key,
+    read_shuffle,
+    write_shuffle,
+)
 from orchestration.shuffle._kafka import ensure_topic  # noqa: E402
 from orchestration.shuffle.commitlog import commit_topic  # noqa: E402
 from orchestration.shuffle.spark import spark_session  # noqa: E402
@@ -52,6 +60,7 @@ PHASES = (
     "spark_read",
     "shuffle_per_key",
     "spark_group_by",
+    "shuffle_aggregate",
 )
 BASELINE_JARS = (
     "spark-sql-kafka-0-10_2.13",
@@ -197,10 +206,16 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
             .save()
         )
 
+    def a_ours():
+        aggs = {"n": ("a", "count"), "sa": ("a", "sum"), "mb": ("b", "mean"), "mc": ("c", "max")}
+        aggregate_shuffle(spark, ours, kafka, aggs).write.format("noop").mode("overwrite").save()
+
     return [
         ("shuffle_write", w_ours, "spark_write", w_theirs),
         ("shuffle_read", r_ours, "spark_read", r_theirs),
         ("shuffle_per_key", k_ours, "spark_group_by", k_theirs),
+        # Compared with the spark_group_by measurement above.
+        ("shuffle_aggregate", a_ours, None, None),
     ]
 
 
@@ -223,7 +238,7 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int, mp: in
         write_shuffle(df.limit(0), spec, kafka, window="setup")
         pairs = make_phases(spark, kafka, df, json_schema, spec, theirs)
         for a_name, a_fn, b_name, b_fn in pairs:
-            order = [(a_name, a_fn), (b_name, b_fn)]
+            order = [(a_name, a_fn)] + ([(b_name, b_fn)] if b_fn else [])
             if i % 2:
                 order.reverse()
             for name, fn in order:
@@ -252,6 +267,7 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int, mp: in
         ("shuffle_write", "spark_write"),
         ("shuffle_read", "spark_read"),
         ("shuffle_per_key", "spark_group_by"),
+        ("shuffle_aggregate", "spark_group_by"),
     ):
         summary[f"{a}_vs_{b}_speedup"] = summary[b]["median_seconds"] / summary[a]["median_seconds"]
     summary["logical_bytes_per_row"] = bpr
@@ -313,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{rows:>10} speedups: write {s['shuffle_write_vs_spark_write_speedup']:.2f}x, "
             f"read {s['shuffle_read_vs_spark_read_speedup']:.2f}x, per-key vs groupBy "
-            f"{s['shuffle_per_key_vs_spark_group_by_speedup']:.2f}x"
+            f"{s['shuffle_per_key_vs_spark_group_by_speedup']:.2f}x, aggregate in the reader "
+            f"vs groupBy {s['shuffle_aggregate_vs_spark_group_by_speedup']:.2f}x"
         )
     print(f"\nall measurements: {args.out}")
     return 0

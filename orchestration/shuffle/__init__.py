@@ -11,7 +11,7 @@ Example::
     keyed = read_shuffle(spark, "flights.by_tailnum", kafka={...}, windows=["2013-01-01"])
 
 This package imports no Dagster. Its pure modules (``keygroups``, ``frames``,
-``watermarks``, ``commitlog``, ``planning``) import neither Spark nor Kafka.
+``watermarks``, ``commitlog``, ``planning``, ``aggregation``) import neither Spark nor Kafka.
 """
 
 from importlib import import_module
@@ -23,6 +23,7 @@ _EXPORTS = {
     "ShuffleSpec": "api",
     "WriteResult": "api",
     "read_shuffle": "api",
+    "aggregate_shuffle": "api",
     "shuffle_log": "api",
     "shuffle_commits_since": "api",
     "shuffle_watermark": "api",
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from .api import (
         ShuffleSpec,
         WriteResult,
+        aggregate_shuffle,
         read_shuffle,
         shuffle_commits_since,
         shuffle_log,
@@ -103,6 +105,7 @@ __all__ = [
     "ShuffleWindowNotFoundError",
     "ShuffleWriteError",
     "WriteResult",
+    "aggregate_shuffle",
     "apply_per_key",
     "key_group_of",
     "key_group_range",

@@ -255,6 +255,56 @@ def shuffle_log(topic: str, kafka: Mapping[str, Any]) -> ShuffleLog:
     return read_log(client_config(kafka), topic)
 
 
+def _shuffle_reader(
+    spark: SparkSession,
+    topic: str,
+    kafka: Mapping[str, Any],
+    windows: Iterable[str] | None,
+    runs: Iterable[str] | None,
+    event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None,
+    parallelism: int | None,
+    log: ShuffleLog | None,
+    **options: str,
+) -> tuple[Any, Layout, list]:
+    """The ``kafka-shuffle`` reader planned on the driver, its layout and its split plans."""
+    conf = client_config(kafka)
+    log = log if log is not None else read_log(conf, topic)
+    layout = log.require_layout()
+    check_partitions(conf, layout)
+    windows = None if windows is None else list(windows)
+    runs = None if runs is None else list(runs)
+    commits = log.visible(windows, runs)
+    if windows is not None:
+        missing = sorted(set(windows) - {c.window for c in commits})
+        if missing:
+            raise ShuffleWindowNotFoundError(
+                f"shuffle {topic!r} has no committed run for window(s) {missing}"
+            )
+    if runs is not None:
+        missing = sorted(set(runs) - {c.run_id for c in commits})
+        if missing:
+            raise ShuffleWindowNotFoundError(f"shuffle {topic!r} has no committed run(s) {missing}")
+    start_us = end_us = None
+    if event_time_range is not None:
+        if layout.event_time is None:
+            raise ShuffleOptionError(
+                f"shuffle {topic!r} has no event_time column; event_time_range cannot apply"
+            )
+        start_us, end_us = (to_micros(b) for b in event_time_range)
+        commits = [c for c in commits if overlaps(c, start_us, end_us)]
+    plans = plan_splits(layout, commits, parallelism)
+    reader = spark.read.format("kafka-shuffle").options(
+        topic=topic,
+        layout=layout.to_json(),
+        plan=json.dumps([p.to_json() for p in plans]),
+        **options,
+        event_time_start="" if start_us is None else str(start_us),
+        event_time_end="" if end_us is None else str(end_us),
+        **{f"kafka.{k}": str(v) for k, v in conf.items()},
+    )
+    return reader, layout, plans
+
+
 def read_shuffle(
     spark: SparkSession,
     topic: str,
@@ -288,40 +338,16 @@ def read_shuffle(
         A DataFrame with exactly the written columns and types (plus metadata columns if
         asked). Its key columns carry metadata that :func:`apply_per_key` checks.
     """
-    conf = client_config(kafka)
-    log = log if log is not None else read_log(conf, topic)
-    layout = log.require_layout()
-    check_partitions(conf, layout)
-    windows = None if windows is None else list(windows)
-    runs = None if runs is None else list(runs)
-    commits = log.visible(windows, runs)
-    if windows is not None:
-        missing = sorted(set(windows) - {c.window for c in commits})
-        if missing:
-            raise ShuffleWindowNotFoundError(
-                f"shuffle {topic!r} has no committed run for window(s) {missing}"
-            )
-    if runs is not None:
-        missing = sorted(set(runs) - {c.run_id for c in commits})
-        if missing:
-            raise ShuffleWindowNotFoundError(f"shuffle {topic!r} has no committed run(s) {missing}")
-    start_us = end_us = None
-    if event_time_range is not None:
-        if layout.event_time is None:
-            raise ShuffleOptionError(
-                f"shuffle {topic!r} has no event_time column; event_time_range cannot apply"
-            )
-        start_us, end_us = (to_micros(b) for b in event_time_range)
-        commits = [c for c in commits if overlaps(c, start_us, end_us)]
-    plans = plan_splits(layout, commits, parallelism)
-    reader = spark.read.format("kafka-shuffle").options(
-        topic=topic,
-        layout=layout.to_json(),
-        plan=json.dumps([p.to_json() for p in plans]),
+    reader, layout, plans = _shuffle_reader(
+        spark,
+        topic,
+        kafka,
+        windows,
+        runs,
+        event_time_range,
+        parallelism,
+        log,
         with_metadata=str(with_metadata).lower(),
-        event_time_start="" if start_us is None else str(start_us),
-        event_time_end="" if end_us is None else str(end_us),
-        **{f"kafka.{k}": str(v) for k, v in conf.items()},
     )
     df = reader.load()
     tag = {
@@ -336,6 +362,54 @@ def read_shuffle(
     for c in layout.key:
         df = df.withMetadata(c, tag)
     return df
+
+
+def aggregate_shuffle(
+    spark: SparkSession,
+    topic: str,
+    kafka: Mapping[str, Any],
+    aggregations: Mapping[str, tuple[str, str]],
+    windows: Iterable[str] | None = None,
+    runs: Iterable[str] | None = None,
+    event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None = None,
+    parallelism: int | None = None,
+    *,
+    log: ShuffleLog | None = None,
+) -> DataFrame:
+    """Aggregates committed runs of a shuffle per key, inside the reader.
+
+    Equal to ``read_shuffle(...).groupBy(*key).agg(...)``, but the rows are aggregated
+    as their frames are decoded (see :mod:`orchestration.shuffle.aggregation`): they never
+    cross from Python to the JVM, no Spark shuffle runs, and a reader's memory follows
+    the number of keys in its partition, not the number of rows.
+
+    Args:
+        aggregations: ``{output name: (column, function)}`` with functions ``count``,
+            ``sum``, ``min``, ``max``, ``mean``; ``("*", "count")`` counts rows.
+        Other arguments: as for :func:`read_shuffle`.
+
+    Returns:
+        One row per key: the key columns, then one column per aggregation, in order.
+    """
+    from . import aggregation as agg
+    from .reader import output_schema
+
+    conf = client_config(kafka)
+    log = log if log is not None else read_log(conf, topic)
+    layout = log.require_layout()
+    aggs, _ = agg.parse(aggregations, output_schema(layout, False), layout.key)
+    reader, _, _ = _shuffle_reader(
+        spark,
+        topic,
+        conf,
+        windows,
+        runs,
+        event_time_range,
+        parallelism,
+        log,
+        aggregate=agg.to_json(aggs),
+    )
+    return reader.load()
 
 
 def shuffle_commits_since(

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from . import aggregation as agg
 from . import frames as fr
 from .commitlog import Layout
 from .errors import ShuffleFormatError, ShuffleOptionError
@@ -91,6 +92,24 @@ class ReadOptions:
             self.plans = [SplitPlan.from_json(p) for p in json.loads(plan)]
         else:
             self.layout, self.plans = self._plan_from_log()
+        self.aggregate: tuple[agg.Aggregation, ...] = ()
+        if options.get("aggregate"):
+            if self.with_metadata:
+                raise ShuffleOptionError(
+                    "kafka-shuffle: options 'aggregate' and 'with_metadata' cannot be combined"
+                )
+            try:
+                wanted = json.loads(options["aggregate"])
+            except ValueError:
+                wanted = None
+            if not isinstance(wanted, dict):
+                raise ShuffleOptionError(
+                    "kafka-shuffle: option 'aggregate' must be a JSON object "
+                    f'{{"name": ["column", "function"]}}, got {options["aggregate"]!r}'
+                )
+            self.aggregate, _ = agg.parse(
+                wanted, output_schema(self.layout, False), self.layout.key
+            )
 
     def _plan_from_log(self) -> tuple[Layout, list[SplitPlan]]:
         from ._log_io import check_partitions, read_log
@@ -155,7 +174,17 @@ class ShuffleReader(DataSourceReader):
         c = consumer(self.opts.kafka)
         try:
             for pr in plan.reads:
-                yield from self._read_partition(c, pr)
+                if not self.opts.aggregate:
+                    yield from self._read_partition(c, pr)
+                    continue
+                # Keys never cross Kafka partitions: a partition's aggregates are final
+                # once its range is read.
+                partial = agg.PartialAggregator(
+                    self.opts.layout.key, self.opts.aggregate, self.schema
+                )
+                for batch in self._read_partition(c, pr):
+                    partial.add(batch)
+                yield from partial.finish().to_batches()
         finally:
             c.close()
             _release_memory()
@@ -279,7 +308,10 @@ class ShuffleDataSource(DataSource):
         from pyspark.sql.pandas.types import from_arrow_schema
 
         opts = self._read_options()
-        return from_arrow_schema(output_schema(opts.layout, opts.with_metadata))
+        schema = output_schema(opts.layout, opts.with_metadata)
+        if opts.aggregate:
+            schema = agg.PartialAggregator(opts.layout.key, opts.aggregate, schema).output_schema()
+        return from_arrow_schema(schema)
 
     def reader(self, schema) -> ShuffleReader:
         return ShuffleReader(self._read_options())

@@ -14,10 +14,12 @@ from orchestration.shuffle import (
     ShuffleFormatError,
     ShuffleKeyError,
     ShuffleLayoutError,
+    ShuffleOptionError,
     ShuffleSpec,
     ShuffleTopicNotFoundError,
     ShuffleWindowNotFoundError,
     ShuffleWriteError,
+    aggregate_shuffle,
     apply_per_key,
     key_group_of,
     partition_of,
@@ -348,3 +350,52 @@ def test_per_key_on_another_key_is_refused(spark, kafka_conf, unique):
         apply_per_key(df, "k", per_key_stats, SCHEMA)
     with pytest.raises(ShuffleKeyError, match="re-partitioned"):
         apply_per_key(back.repartition(3), "k", per_key_stats, SCHEMA)
+
+
+AGGS = {
+    "rows": ("*", "count"),
+    "maybe_n": ("maybe", "count"),
+    "maybe_sum": ("maybe", "sum"),
+    "x_mean": ("x", "mean"),
+    "first_ts": ("ts", "min"),
+    "last_id": ("id", "max"),
+}
+
+
+@pytest.mark.parametrize("parallelism", [None, 3, 32])
+def test_aggregate_in_the_reader_equals_group_by(spark, kafka_conf, unique, parallelism):
+    topic = unique("sh-agg")
+    d1 = rows_df(spark, 6000, keys=300)
+    d2 = rows_df(spark, 3000, keys=300, day=DAY + dt.timedelta(days=1), offset=6000)
+    write_shuffle(d1, spec_for(topic), kafka_conf, window="d1")
+    write_shuffle(d2, spec_for(topic), kafka_conf, window="d2")
+    out = aggregate_shuffle(spark, topic, kafka_conf, AGGS, windows=["d2"], parallelism=parallelism)
+    assert "Exchange" not in out._jdf.queryExecution().executedPlan().toString()
+    assert out.columns == ["k", *AGGS]
+    want = d2.groupBy("k").agg(
+        F.count("*").alias("rows"),
+        F.count("maybe").alias("maybe_n"),
+        F.sum("maybe").alias("maybe_sum"),
+        F.avg("x").alias("x_mean"),
+        F.min("ts").alias("first_ts"),
+        F.max("id").alias("last_id"),
+    )
+    got = sorted(map(tuple, out.collect()))
+    exp = sorted(map(tuple, want.collect()))
+    assert len(got) == len(exp) == 300  # each key once, though splits may share a partition
+    for g, w in zip(got, exp, strict=True):
+        assert g[:4] == w[:4] and g[5:] == w[5:]
+        assert abs(g[4] - w[4]) < 1e-6
+    # Both windows: a key's rows from two runs meet in one partition and add up.
+    both = aggregate_shuffle(spark, topic, kafka_conf, {"rows": ("*", "count")})
+    union = d1.unionByName(d2).groupBy("k").count()
+    assert sorted(map(tuple, both.collect())) == sorted(map(tuple, union.collect()))
+
+
+def test_aggregate_refuses_bad_aggregations_before_reading(spark, kafka_conf, unique):
+    topic = unique("sh-aggbad")
+    write_shuffle(rows_df(spark, 100), spec_for(topic), kafka_conf)
+    with pytest.raises(ShuffleOptionError, match="no column 'nope'"):
+        aggregate_shuffle(spark, topic, kafka_conf, {"s": ("nope", "sum")})
+    with pytest.raises(ShuffleOptionError, match="sum is not defined for column 'k'"):
+        aggregate_shuffle(spark, topic, kafka_conf, {"s": ("k", "sum")})

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 ENGINE = Path(__file__).resolve().parents[2] / "orchestration" / "shuffle"
-PURE = ["keygroups", "frames", "watermarks", "commitlog", "planning", "errors"]
+PURE = ["keygroups", "frames", "watermarks", "commitlog", "planning", "aggregation", "errors"]
 
 
 def test_engine_imports_no_dagster():

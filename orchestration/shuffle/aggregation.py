@@ -1,0 +1,197 @@
+"""Per-key aggregation inside the reader: partial aggregates per frame, merged per partition.
+
+Every key lives in exactly one Kafka partition (its key group's), so a reader that has read
+a partition has seen every row of its keys. The reader therefore aggregates as it decodes:
+each DATA frame is reduced to one partial row per key (Arrow's ``group_by``), partials are
+merged whenever they pile up, and the final rows of a partition are emitted once its range
+is read. The input rows never leave the Python worker and no Spark shuffle is needed;
+memory grows with the number of distinct keys in a partition, not with its rows.
+
+Functions (``{output name: (column, function)}``):
+
+- ``count``: non-null values of the column; ``("*", "count")`` counts rows.
+- ``sum``, ``min``, ``max``: nulls skipped; null when a key has no value.
+- ``mean``: sum / count of non-null values as a double; null when a key has no value.
+
+Pure: imports pyarrow only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import ShuffleOptionError
+
+FUNCTIONS = ("count", "sum", "min", "max", "mean")
+ALL_ROWS = "*"
+
+# Partial rows held before they are merged: bounds memory between merges.
+MERGE_AT_ROWS = 262_144
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    name: str
+    column: str
+    function: str
+
+    def partials(self) -> list[tuple[str, str]]:
+        """(column, Arrow function) pairs computed per frame."""
+        if self.column == ALL_ROWS:
+            return [(ALL_ROWS, "count_all")]
+        if self.function == "mean":
+            return [(self.column, "sum_double"), (self.column, "count")]
+        return [(self.column, self.function)]
+
+
+def parse(aggregations: Mapping[str, Sequence[str]], schema: pa.Schema, key: Sequence[str]):
+    """Validated aggregations, or a :class:`ShuffleOptionError` naming what is wrong."""
+    if not aggregations:
+        raise ShuffleOptionError("aggregations: give at least one {name: (column, function)}")
+    out = []
+    for name, spec in aggregations.items():
+        if not isinstance(spec, (list, tuple)) or len(spec) != 2:
+            raise ShuffleOptionError(
+                f"aggregation {name!r}: expected (column, function), got {spec!r}"
+            )
+        column, function = str(spec[0]), str(spec[1])
+        if function not in FUNCTIONS:
+            raise ShuffleOptionError(
+                f"aggregation {name!r}: unknown function {function!r}; "
+                f"choose one of {', '.join(FUNCTIONS)}"
+            )
+        if column == ALL_ROWS:
+            if function != "count":
+                raise ShuffleOptionError(
+                    f"aggregation {name!r}: column '*' only works with count, not {function!r}"
+                )
+        elif column not in schema.names:
+            raise ShuffleOptionError(
+                f"aggregation {name!r}: no column {column!r} in the shuffle "
+                f"(columns: {', '.join(schema.names)})"
+            )
+        if name in key:
+            raise ShuffleOptionError(
+                f"aggregation {name!r}: the name is a key column; choose another output name"
+            )
+        out.append(Aggregation(str(name), column, function))
+    # Run each aggregation on no rows: it types the output and rejects, say, a sum of
+    # strings before any task starts.
+    for a in out:
+        try:
+            PartialAggregator(key, [a], schema).output_schema()
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            column_type = schema.field(a.column).type
+            raise ShuffleOptionError(
+                f"aggregation {a.name!r}: {a.function} is not defined for column "
+                f"{a.column!r} of type {column_type}"
+            ) from None
+    aggs = tuple(out)
+    return aggs, PartialAggregator(key, aggs, schema).output_schema()
+
+
+def to_json(aggs: Sequence[Aggregation]) -> str:
+    return json.dumps({a.name: [a.column, a.function] for a in aggs})
+
+
+def from_json(text: str) -> tuple[Aggregation, ...]:
+    return tuple(Aggregation(n, c, f) for n, (c, f) in json.loads(text).items())
+
+
+def _group(table: pa.Table, key: Sequence[str], specs: list[tuple[str, str, str]]) -> pa.Table:
+    """``group_by(key)`` with ``specs`` = [(column, Arrow function, output name)]."""
+    arrow_specs = []
+    for column, function, _ in specs:
+        if function == "count_all":
+            arrow_specs.append(([], "count_all"))
+        else:
+            arrow_specs.append((column, function))
+    result = table.group_by(list(key), use_threads=False).aggregate(arrow_specs)
+    names = []
+    for column, function, _ in specs:
+        names.append("count_all" if function == "count_all" else f"{column}_{function}")
+    columns = [result.column(k) for k in key] + [result.column(n) for n in names]
+    return pa.table(columns, names=list(key) + [out for _, _, out in specs])
+
+
+class PartialAggregator:
+    """Aggregates the rows of whole keys batch by batch (one instance per partition)."""
+
+    def __init__(self, key: Sequence[str], aggs: Sequence[Aggregation], schema: pa.Schema):
+        self.key = tuple(key)
+        self.aggs = tuple(aggs)
+        self.schema = schema
+        names: dict[tuple[str, str], str] = {}
+        for a in self.aggs:
+            for partial in a.partials():
+                names.setdefault(partial, f"_p{len(names)}")
+        self._partial_names = names
+        self._doubles = sorted({c for (c, f) in names if f == "sum_double"})
+        self._frame_specs = [
+            (f"{c}__double", "sum", n) if f == "sum_double" else (c, f, n)
+            for (c, f), n in names.items()
+        ]
+        merge_of = {"count": "sum", "count_all": "sum", "sum_double": "sum"}
+        self._merge_specs = [(n, merge_of.get(f, f), n) for (_, f), n in names.items()]
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._merged_rows = 0
+
+    def output_schema(self) -> pa.Schema:
+        """The schema of :meth:`finish`, found by aggregating no rows."""
+        return self.finish().schema
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        partial = _group(self._prepare(batch), self.key, self._frame_specs)
+        self._pending.append(partial)
+        self._pending_rows += partial.num_rows
+        if self._pending_rows >= max(MERGE_AT_ROWS, 2 * self._merged_rows):
+            self._merge()
+
+    def _prepare(self, batch: pa.RecordBatch) -> pa.Table:
+        """The batch as a table, with a double copy of each column whose mean is asked."""
+        table = pa.Table.from_batches([batch])
+        for c in self._doubles:
+            table = table.append_column(f"{c}__double", pc.cast(table.column(c), pa.float64()))
+        return table
+
+    def _merge(self) -> None:
+        merged = _group(pa.concat_tables(self._pending), self.key, self._merge_specs)
+        self._pending = [merged]
+        self._pending_rows = self._merged_rows = merged.num_rows
+
+    def finish(self) -> pa.Table:
+        """The final rows (key columns, then one column per aggregation), and a reset."""
+        if not self._pending:
+            empty = pa.RecordBatch.from_pylist([], schema=self.schema)
+            self._pending = [_group(self._prepare(empty), self.key, self._frame_specs)]
+        if len(self._pending) > 1 or self._merged_rows == 0:
+            self._merge()
+        out = self._final(self._pending[0])
+        self._pending, self._pending_rows, self._merged_rows = [], 0, 0
+        return out
+
+    def _final(self, merged: pa.Table) -> pa.Table:
+        columns = [merged.column(k) for k in self.key]
+        names = list(self.key)
+        for a in self.aggs:
+            parts = [self._partial_names[p] for p in a.partials()]
+            if a.function == "mean":
+                total, count = merged.column(parts[0]), merged.column(parts[1])
+                value = pc.if_else(
+                    pc.equal(count, 0),
+                    pa.scalar(None, pa.float64()),
+                    pc.divide(total, pc.cast(count, pa.float64())),
+                )
+            else:
+                value = merged.column(parts[0])
+            columns.append(value)
+            names.append(a.name)
+        return pa.table(columns, names=names)

@@ -1,0 +1,143 @@
+"""Per-key aggregation in the reader (pure pyarrow), checked against pandas."""
+
+import datetime as dt
+import random
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from orchestration.shuffle import aggregation as agg
+from orchestration.shuffle.errors import ShuffleOptionError
+
+SCHEMA = pa.schema(
+    [
+        ("k", pa.string()),
+        ("g", pa.int64()),
+        ("x", pa.float64()),
+        ("n", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
+AGGS = {
+    "rows": ("*", "count"),
+    "x_n": ("x", "count"),
+    "x_sum": ("x", "sum"),
+    "x_mean": ("x", "mean"),
+    "n_sum": ("n", "sum"),
+    "n_mean": ("n", "mean"),
+    "n_min": ("n", "min"),
+    "ts_max": ("ts", "max"),
+}
+
+
+def _rows(count: int, seed: int) -> list[dict]:
+    rnd = random.Random(seed)
+    t0 = dt.datetime(2013, 1, 1, tzinfo=dt.UTC)
+    return [
+        {
+            "k": f"key-{int(rnd.paretovariate(1.2)) % 300}",
+            "g": rnd.randint(0, 2),
+            "x": None if rnd.random() < 0.1 else rnd.uniform(-5, 5),
+            "n": None if rnd.random() < 0.1 else rnd.randint(-1000, 1000),
+            "ts": t0 + dt.timedelta(seconds=rnd.randint(0, 86400)),
+        }
+        for _ in range(count)
+    ]
+
+
+def _aggregate(rows: list[dict], key: list[str], batch_rows: int, merge_at: int) -> pd.DataFrame:
+    aggs, schema = agg.parse(AGGS, SCHEMA, key)
+    partial = agg.PartialAggregator(key, aggs, SCHEMA)
+    old = agg.MERGE_AT_ROWS
+    agg.MERGE_AT_ROWS = merge_at
+    try:
+        for i in range(0, len(rows), batch_rows):
+            partial.add(pa.RecordBatch.from_pylist(rows[i : i + batch_rows], schema=SCHEMA))
+        out = partial.finish()
+    finally:
+        agg.MERGE_AT_ROWS = old
+    assert out.schema == schema
+    return out.to_pandas().sort_values(key).reset_index(drop=True)
+
+
+def _expected(rows: list[dict], key: list[str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    df["n"] = df["n"].astype("Int64")
+    g = df.groupby(key, as_index=False)
+    out = g.agg(
+        rows=("x", "size"),
+        x_n=("x", "count"),
+        x_sum=("x", lambda s: s.sum(min_count=1)),
+        x_mean=("x", "mean"),
+        n_sum=("n", lambda s: s.sum(min_count=1)),
+        n_mean=("n", "mean"),
+        n_min=("n", "min"),
+        ts_max=("ts", "max"),
+    )
+    return out.sort_values(key).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("batch_rows,merge_at", [(50, 10**9), (50, 1), (997, 64), (5000, 10**9)])
+def test_matches_pandas_however_batches_and_merges_fall(batch_rows, merge_at):
+    rows = _rows(5000, seed=batch_rows)
+    got = _aggregate(rows, ["k"], batch_rows, merge_at)
+    want = _expected(rows, ["k"])
+    assert list(got["k"]) == list(want["k"])
+    for col in ("rows", "x_n"):
+        assert list(got[col]) == list(want[col])
+    for col in ("x_sum", "x_mean", "n_mean"):
+        pd.testing.assert_series_equal(got[col], want[col].astype(float), check_names=False)
+    assert [None if pd.isna(v) else int(v) for v in got["n_sum"]] == [
+        None if pd.isna(v) else int(v) for v in want["n_sum"]
+    ]
+    assert [None if pd.isna(v) else int(v) for v in got["n_min"]] == [
+        None if pd.isna(v) else int(v) for v in want["n_min"]
+    ]
+    assert list(got["ts_max"]) == list(want["ts_max"])
+
+
+def test_composite_key():
+    rows = _rows(3000, seed=7)
+    got = _aggregate(rows, ["k", "g"], 256, 100)
+    want = _expected(rows, ["k", "g"])
+    assert got[["k", "g", "rows"]].values.tolist() == want[["k", "g", "rows"]].values.tolist()
+
+
+def test_a_key_with_only_nulls_gives_null_sum_and_mean_and_zero_count():
+    rows = [{"k": "a", "g": 0, "x": None, "n": None, "ts": None}] * 3
+    got = _aggregate(rows, ["k"], 2, 1)
+    assert got.loc[0, "rows"] == 3 and got.loc[0, "x_n"] == 0
+    assert pd.isna(got.loc[0, "x_sum"]) and pd.isna(got.loc[0, "x_mean"])
+
+
+def test_no_rows_give_no_groups_with_the_output_types():
+    aggs, schema = agg.parse(AGGS, SCHEMA, ["k"])
+    out = agg.PartialAggregator(["k"], aggs, SCHEMA).finish()
+    assert out.num_rows == 0 and out.schema == schema
+    assert schema.field("rows").type == pa.int64()
+    assert schema.field("x_mean").type == pa.float64()
+    assert schema.field("ts_max").type == SCHEMA.field("ts").type
+
+
+def test_json_round_trip():
+    aggs, _ = agg.parse(AGGS, SCHEMA, ["k"])
+    assert agg.from_json(agg.to_json(aggs)) == aggs
+
+
+@pytest.mark.parametrize(
+    "aggs,fragment",
+    [
+        ({}, "at least one"),
+        ({"s": ("x", "median")}, "unknown function 'median'"),
+        ({"s": ("nope", "sum")}, "no column 'nope'"),
+        ({"s": ("*", "sum")}, "only works with count"),
+        ({"k": ("x", "sum")}, "is a key column"),
+        ({"s": ("k", "sum")}, "sum is not defined for column 'k' of type string"),
+        ({"s": "x"}, "expected (column, function)"),
+    ],
+)
+def test_bad_aggregations_are_named(aggs, fragment):
+    with pytest.raises(ShuffleOptionError) as err:
+        agg.parse(aggs, SCHEMA, ["k"])
+    assert fragment in str(err.value)
