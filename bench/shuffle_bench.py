@@ -12,6 +12,8 @@ times and alternating which goes first:
   ``groupBy(...).agg(...)`` over the Parquet source (Spark's own shuffle);
 - the same aggregation done inside the reader (``aggregate_shuffle``), against the same
   ``groupBy`` measurement;
+- the floor under any writer that runs in Python: the same rows, with their key group,
+  handed to an empty ``mapInArrow`` that only counts them;
 
 and samples the resident memory of Spark's Python worker processes during each phase.
 It prints medians and writes every measurement to a JSON file.
@@ -34,6 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka.admin import AdminClient
 
@@ -54,6 +57,7 @@ from orchestration.shuffle.spark import spark_session  # noqa: E402
 
 WORK = ROOT / ".local" / "bench"
 PHASES = (
+    "arrow_handover",
     "shuffle_write",
     "spark_write",
     "shuffle_read",
@@ -206,11 +210,23 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
             .save()
         )
 
+    def handover():
+        from pyspark.sql import functions as F
+
+        def count(batches):
+            rows = sum(b.num_rows for b in batches)
+            yield pa.record_batch({"rows": [rows]})
+
+        keyed = df.withColumn("_key_group", F.pmod(F.hash("k"), F.lit(spec.max_parallelism)))
+        return keyed.mapInArrow(count, "rows long").collect()
+
     def a_ours():
         aggs = {"n": ("a", "count"), "sa": ("a", "sum"), "mb": ("b", "mean"), "mc": ("c", "max")}
         aggregate_shuffle(spark, ours, kafka, aggs).write.format("noop").mode("overwrite").save()
 
     return [
+        # The writer's floor: Spark -> Python hand-over alone, no Kafka.
+        ("arrow_handover", handover, None, None),
         ("shuffle_write", w_ours, "spark_write", w_theirs),
         ("shuffle_read", r_ours, "spark_read", r_theirs),
         ("shuffle_per_key", k_ours, "spark_group_by", k_theirs),
@@ -268,6 +284,7 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int, mp: in
         ("shuffle_read", "spark_read"),
         ("shuffle_per_key", "spark_group_by"),
         ("shuffle_aggregate", "spark_group_by"),
+        ("arrow_handover", "spark_write"),
     ):
         summary[f"{a}_vs_{b}_speedup"] = summary[b]["median_seconds"] / summary[a]["median_seconds"]
     summary["logical_bytes_per_row"] = bpr
@@ -330,7 +347,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{rows:>10} speedups: write {s['shuffle_write_vs_spark_write_speedup']:.2f}x, "
             f"read {s['shuffle_read_vs_spark_read_speedup']:.2f}x, per-key vs groupBy "
             f"{s['shuffle_per_key_vs_spark_group_by_speedup']:.2f}x, aggregate in the reader "
-            f"vs groupBy {s['shuffle_aggregate_vs_spark_group_by_speedup']:.2f}x"
+            f"vs groupBy {s['shuffle_aggregate_vs_spark_group_by_speedup']:.2f}x; "
+            f"Spark sink / Arrow hand-over alone (a Python writer's ceiling) "
+            f"{s['arrow_handover_vs_spark_write_speedup']:.2f}x"
         )
     print(f"\nall measurements: {args.out}")
     return 0

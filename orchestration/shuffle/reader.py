@@ -10,7 +10,8 @@ read, so a lost or extra frame cannot go unnoticed.
 (``spark.read.format("kafka-shuffle").option("topic", ...)``), the source reads the commit
 log itself; options ``windows`` / ``runs`` (JSON lists), ``event_time_start`` /
 ``event_time_end`` (epoch microseconds), ``parallelism`` and ``with_metadata`` select what
-to read.
+to read; ``aggregate`` (JSON ``{"name": ["column", "function"]}``, see
+:mod:`orchestration.shuffle.aggregation`) returns per-key aggregates instead of rows.
 """
 
 from __future__ import annotations
