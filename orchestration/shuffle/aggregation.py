@@ -32,6 +32,7 @@ ALL_ROWS = "*"
 
 # Partial rows held before they are merged: bounds memory between merges.
 MERGE_AT_ROWS = 262_144
+_INTERNAL = "__agg_"
 
 
 @dataclass(frozen=True)
@@ -126,16 +127,32 @@ class PartialAggregator:
         self.key = tuple(key)
         self.aggs = tuple(aggs)
         self.schema = schema
-        names: dict[tuple[str, str], str] = {}
+        # Aggregated columns go by internal names, so that Arrow's output names
+        # ("<column>_<function>") can never meet a key column's name.
+        clash = [n for n in schema.names if n.startswith(_INTERNAL)]
+        if clash:
+            raise ShuffleOptionError(
+                f"aggregations: column name(s) {clash} use the reserved prefix {_INTERNAL!r}"
+            )
+        self._inputs: dict[tuple[str, bool], str] = {}  # (column, as double) -> input name
+        names: dict[tuple[str, str], str] = {}  # (column, partial function) -> partial name
         for a in self.aggs:
-            for partial in a.partials():
-                names.setdefault(partial, f"_p{len(names)}")
+            for column, function in a.partials():
+                if column != ALL_ROWS:
+                    as_double = function == "sum_double"
+                    self._inputs.setdefault(
+                        (column, as_double), f"{_INTERNAL}in{len(self._inputs)}"
+                    )
+                names.setdefault((column, function), f"{_INTERNAL}p{len(names)}")
         self._partial_names = names
-        self._doubles = sorted({c for (c, f) in names if f == "sum_double"})
-        self._frame_specs = [
-            (f"{c}__double", "sum", n) if f == "sum_double" else (c, f, n)
-            for (c, f), n in names.items()
-        ]
+        self._frame_specs = []
+        for (column, function), name in names.items():
+            if function == "sum_double":
+                self._frame_specs.append((self._inputs[(column, True)], "sum", name))
+            elif column == ALL_ROWS:
+                self._frame_specs.append((ALL_ROWS, function, name))
+            else:
+                self._frame_specs.append((self._inputs[(column, False)], function, name))
         merge_of = {"count": "sum", "count_all": "sum", "sum_double": "sum"}
         self._merge_specs = [(n, merge_of.get(f, f), n) for (_, f), n in names.items()]
         self._pending: list[pa.Table] = []
@@ -156,11 +173,13 @@ class PartialAggregator:
             self._merge()
 
     def _prepare(self, batch: pa.RecordBatch) -> pa.Table:
-        """The batch as a table, with a double copy of each column whose mean is asked."""
-        table = pa.Table.from_batches([batch])
-        for c in self._doubles:
-            table = table.append_column(f"{c}__double", pc.cast(table.column(c), pa.float64()))
-        return table
+        """The key columns and the aggregated columns under their internal names (a column
+        whose mean is asked for also as double, the type of its partial sum)."""
+        columns = [batch.column(k) for k in self.key]
+        for column, as_double in self._inputs:
+            values = batch.column(column)
+            columns.append(pc.cast(values, pa.float64()) if as_double else values)
+        return pa.table(columns, names=[*self.key, *self._inputs.values()])
 
     def _merge(self) -> None:
         merged = _group(pa.concat_tables(self._pending), self.key, self._merge_specs)

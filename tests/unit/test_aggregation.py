@@ -141,3 +141,21 @@ def test_bad_aggregations_are_named(aggs, fragment):
     with pytest.raises(ShuffleOptionError) as err:
         agg.parse(aggs, SCHEMA, ["k"])
     assert fragment in str(err.value)
+
+
+def test_output_names_never_meet_key_names():
+    # A key named like Arrow's own output name for an aggregate ("<column>_<function>").
+    schema = pa.schema([("x_sum", pa.string()), ("x", pa.int64())])
+    aggs, out_schema = agg.parse({"total": ("x", "sum")}, schema, ["x_sum"])
+    partial = agg.PartialAggregator(["x_sum"], aggs, schema)
+    partial.add(
+        pa.RecordBatch.from_pylist([{"x_sum": "a", "x": 2}, {"x_sum": "a", "x": 3}], schema)
+    )
+    assert partial.finish().to_pylist() == [{"x_sum": "a", "total": 5}]
+    assert out_schema.names == ["x_sum", "total"]
+
+
+def test_reserved_prefix_is_refused():
+    schema = pa.schema([("k", pa.string()), ("__agg_x", pa.int64())])
+    with pytest.raises(ShuffleOptionError, match="reserved prefix"):
+        agg.parse({"s": ("__agg_x", "sum")}, schema, ["k"])
