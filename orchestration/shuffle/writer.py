@@ -180,6 +180,9 @@ class _Subtask:
         if self.opts.num_partitions == 1:
             self._buffer(0, batch)
         else:
+            if self.opts.num_partitions <= np.iinfo(np.uint16).max:
+                # A stable sort of 16-bit integers is a radix sort in numpy: linear.
+                parts = parts.astype(np.uint16)
             order = np.argsort(parts, kind="stable")
             sorted_parts = parts[order]
             batch = batch.take(pa.array(order))
