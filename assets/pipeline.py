@@ -5,7 +5,9 @@
   Materializing day D is one producer run with ``window=D`` and ``complete_until`` = end of
   D. Rows without a ``tailnum`` cannot be keyed: they go to ``flights_missing_tailnum``.
 - ``aircraft_daily_utilization`` and ``aircraft_delay_streaks``: per-aircraft work on the
-  shuffle read, already keyed (no Exchange).
+  shuffle, already keyed (no Exchange): the first aggregated inside the reader
+  (``aggregate_shuffle``), the second a function over each aircraft's legs in order
+  (``apply_per_key``).
 - ``carrier_hourly_otp``: a different key, so an ordinary ``groupBy`` over the shuffle read.
 
 Outputs are Parquet under ``<warehouse>/<asset_name>/day=YYYY-MM-DD/``; re-materializing a
@@ -17,8 +19,6 @@ import shutil
 import warnings
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dagster import (
     AssetCheckResult,
@@ -48,6 +48,7 @@ from orchestration.resources import (
 from orchestration.shuffle import (
     ShuffleError,
     ShuffleLog,
+    aggregate_shuffle,
     apply_per_key,
     read_shuffle,
     shuffle_log,
@@ -257,36 +258,39 @@ def flights_by_tailnum_layout(kafka: KafkaResource, shuffle: ShuffleResource) ->
 # --- consumers --------------------------------------------------------------------------
 
 
-def daily_utilization(df: DataFrame) -> DataFrame:
-    """One row per (tailnum, day), computed per aircraft on the keyed read (no Exchange)."""
+def daily_utilization(
+    spark: SparkSession, topic: str, kafka: dict, run_id: str, log: ShuffleLog | None = None
+) -> DataFrame:
+    """One row per (tailnum, day), aggregated inside the shuffle reader.
 
-    def per_batch(table: pa.Table) -> pa.Table:
-        out = table.group_by(["tailnum", "day"]).aggregate(
-            [
-                ("tailnum", "count", pc.CountOptions(mode="all")),
-                ("dep_time", "count", pc.CountOptions(mode="only_null")),
-                ("air_time", "sum"),
-                ("distance", "sum"),
-                ("dep_delay", "mean"),
-            ]
-        )
-        return pa.table(
-            {
-                "tailnum": out["tailnum"],
-                "day": out["day"],
-                "flights": out["tailnum_count"].cast(pa.int64()),
-                "cancelled": out["dep_time_count"].cast(pa.int64()),
-                "air_minutes": out["air_time_sum"].cast(pa.float64()),
-                "distance_miles": out["distance_sum"].cast(pa.int64()),
-                "avg_dep_delay": out["dep_delay_mean"].cast(pa.float64()),
-            }
-        )
-
-    schema = (
-        "tailnum string, day date, flights long, cancelled long, air_minutes double, "
-        "distance_miles long, avg_dep_delay double"
+    The rows are aggregated per aircraft as their frames are decoded: no Exchange, and the
+    rows never reach the JVM. A producer run holds one day (its window), so the day is the
+    same for every row of a key and ``min`` carries it through.
+    """
+    per_aircraft = aggregate_shuffle(
+        spark,
+        topic,
+        kafka,
+        {
+            "day": ("day", "min"),
+            "flights": ("*", "count"),
+            "departed": ("dep_time", "count"),
+            "air_minutes": ("air_time", "sum"),
+            "distance_miles": ("distance", "sum"),
+            "avg_dep_delay": ("dep_delay", "mean"),
+        },
+        runs=[run_id],
+        log=log,
     )
-    return apply_per_key(df, "tailnum", per_batch, schema, per="batch", data="arrow")
+    return per_aircraft.select(
+        "tailnum",
+        "day",
+        "flights",
+        (F.col("flights") - F.col("departed")).alias("cancelled"),
+        F.col("air_minutes").cast("double").alias("air_minutes"),
+        F.col("distance_miles").cast("long").alias("distance_miles"),
+        "avg_dep_delay",
+    )
 
 
 def delay_streaks(df: DataFrame) -> DataFrame:
@@ -328,8 +332,8 @@ def carrier_hourly(df: DataFrame) -> DataFrame:
     )
 
 
-CONSUMER_LOGIC = {
-    "aircraft_daily_utilization": daily_utilization,
+# Consumers computed from the rows of a day's run (a DataFrame already keyed by tailnum).
+ROW_CONSUMERS = {
     "aircraft_delay_streaks": delay_streaks,
     "carrier_hourly_otp": carrier_hourly,
 }
@@ -348,14 +352,22 @@ def run_consumer(
     (commit,) = log.visible(windows=[day]) or (None,)
     if commit is None:
         raise ShuffleError(f"shuffle {topic!r} has no committed run for day {day}")
-    source = read_shuffle(session, topic, kafka, runs=[commit.run_id], log=log).persist()
-    try:
-        rows_in = source.count()
-        out = CONSUMER_LOGIC[name](source)
-        out.write.mode("overwrite").parquet(out_path)
-        rows_out = session.read.parquet(out_path).count()
-    finally:
-        source.unpersist()
+    if name == "aircraft_daily_utilization":
+        # Aggregated in the reader: every row read is counted in some aircraft's flights.
+        daily_utilization(session, topic, kafka, commit.run_id, log).write.mode(
+            "overwrite"
+        ).parquet(out_path)
+        written = session.read.parquet(out_path)
+        rows_in = written.agg(F.sum("flights")).first()[0] or 0
+        rows_out = written.count()
+    else:
+        source = read_shuffle(session, topic, kafka, runs=[commit.run_id], log=log).persist()
+        try:
+            rows_in = source.count()
+            ROW_CONSUMERS[name](source).write.mode("overwrite").parquet(out_path)
+            rows_out = session.read.parquet(out_path).count()
+        finally:
+            source.unpersist()
     return {
         "run_id": commit.run_id,
         "rows_in": rows_in,

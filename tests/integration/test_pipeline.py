@@ -199,8 +199,12 @@ def test_layout_check(stack):
 
 def test_prekeyed_consumers_have_no_exchange(stack, spark, kafka_conf):
     df = read_shuffle(spark, stack["topic"], kafka_conf, windows=[D1])
-    for build in (daily_utilization, delay_streaks):
-        plan = build(df)._jdf.queryExecution().executedPlan().toString()
+    run_id = shuffle_log(stack["topic"], kafka_conf).visible(windows=[D1])[0].run_id
+    for out in (
+        daily_utilization(spark, stack["topic"], kafka_conf, run_id),
+        delay_streaks(df),
+    ):
+        plan = out._jdf.queryExecution().executedPlan().toString()
         assert "Exchange" not in plan, plan
     assert "Exchange" in carrier_hourly(df)._jdf.queryExecution().executedPlan().toString()
 
