@@ -17,6 +17,7 @@ to read; ``aggregate`` (JSON ``{"name": ["column", "function"]}``, see
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -129,6 +130,7 @@ class ReadOptions:
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
+@functools.cache
 def _libc() -> Any:
     try:
         return ctypes.CDLL("libc.so.6")
