@@ -20,7 +20,7 @@ def default_resources() -> dict:
         "spark": SparkResource(),
         "warehouse": WarehouseResource(),
         "shuffle": flights_shuffle_resource(),
-        "faults": FaultInjection(),
+        "faults": FaultInjection.from_env(),
     }
 
 

@@ -1,5 +1,6 @@
 """Dagster resources: typed access to Kafka and Spark. Thin wrappers over the engine."""
 
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -95,8 +96,6 @@ class WarehouseResource(ConfigurableResource):
     path: str | None = Field(default=None, description="Root folder of the Parquet outputs")
 
     def root(self) -> str:
-        import os
-
         default = str(localstack.ROOT / ".local" / "warehouse")
         return self.path or os.environ.get("SHUFFLE_WAREHOUSE") or default
 
@@ -107,10 +106,16 @@ class WarehouseResource(ConfigurableResource):
 class FaultInjection(ConfigurableResource):
     """Testing aid: makes chosen assets fail for chosen days (``"asset_name:YYYY-MM-DD"``).
 
-    Empty by default; the tests use it to show that a failure stays in its region.
+    Empty by default; the tests use it to show that a failure stays in its region. Runs
+    launched by a daemon get theirs from ``$SHUFFLE_INJECT_FAILURES`` (comma-separated).
     """
 
     fail: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def from_env(cls):
+        raw = os.environ.get("SHUFFLE_INJECT_FAILURES", "")
+        return cls(fail=[item.strip() for item in raw.split(",") if item.strip()])
 
     def check(self, asset_name: str, day: str) -> None:
         if f"{asset_name}:{day}" in self.fail:

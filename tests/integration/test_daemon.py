@@ -1,0 +1,141 @@
+"""The deployed path: a real ``dagster-daemon`` runs the queue and the sensors.
+
+Everything goes through Dagster's own command line on ``workspace.yaml``, as a user would
+run it: the producer run is launched onto the queue, the sensors are started, and the
+daemon launches each run in its own process. One consumer is made to fail for the day
+(``SHUFFLE_INJECT_FAILURES``): the other two succeed, the failed-region sensor retries
+only that job and day, and the producer is never run again.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+from jobs.pipeline import commit_sensor, consumer_jobs, producer_job, region_sensor
+from orchestration.sensors import RETRY_OF_TAG
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DAY = "2013-01-03"
+FAILING = "aircraft_delay_streaks"
+FAILING_JOB = f"{FAILING}_job"
+PARTITION_TAG = "dagster/partition"
+DONE = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+
+
+def _dagster(env: dict, *args: str) -> str:
+    exe = Path(sys.executable).with_name("dagster")
+    proc = subprocess.run(
+        [str(exe), *args, "-w", "workspace.yaml"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, f"dagster {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def _runs_of(instance: DagsterInstance, job: str) -> list:
+    return list(instance.get_runs(RunsFilter(job_name=job)))
+
+
+@pytest.mark.timeout(600)
+def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap, tmp_path, unique):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(
+        textwrap.dedent(
+            """
+            run_coordinator:
+              module: dagster.core.run_coordinator
+              class: QueuedRunCoordinator
+              config:
+                max_concurrent_runs: 2
+            telemetry:
+              enabled: false
+            """
+        )
+    )
+    warehouse = tmp_path / "warehouse"
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "SHUFFLE_FLIGHTS_TOPIC": unique("flights.daemon"),
+        "SHUFFLE_WAREHOUSE": str(warehouse),
+        "SHUFFLE_INJECT_FAILURES": f"{FAILING}:{DAY}",
+        "SHUFFLE_MAX_RETRIES": "1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    consumers = [j.name for j in consumer_jobs]
+
+    tags = f'{{"{PARTITION_TAG}": "{DAY}"}}'
+    _dagster(env, "job", "launch", "-j", producer_job.name, "--tags", tags)
+    for sensor in (commit_sensor.name, region_sensor.name):
+        _dagster(env, "sensor", "start", sensor)
+
+    log = (tmp_path / "daemon.log").open("w")
+    daemon = subprocess.Popen(
+        [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", "workspace.yaml"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    instance = DagsterInstance.from_config(str(home))
+    try:
+
+        def settled() -> bool:
+            ok = [j for j in consumers if j != FAILING_JOB]
+            done_ok = all(
+                any(r.status == DagsterRunStatus.SUCCESS for r in _runs_of(instance, j)) for j in ok
+            )
+            failing = _runs_of(instance, FAILING_JOB)
+            # The first run and its one retry, both failed (the fault stays on).
+            return done_ok and len(failing) == 2 and all(r.status in DONE for r in failing)
+
+        deadline = time.monotonic() + 480
+        while not settled():
+            assert daemon.poll() is None, "dagster-daemon exited; see daemon.log"
+            assert time.monotonic() < deadline, (
+                "the daemon did not settle the day in time; runs: "
+                + str([(r.job_name, r.status.value) for r in instance.get_runs()])
+            )
+            time.sleep(3)
+        # Give the failed-region sensor a chance to (wrongly) retry past its limit.
+        time.sleep(20)
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+        log.close()
+
+    producer_runs = _runs_of(instance, producer_job.name)
+    assert [r.status for r in producer_runs] == [DagsterRunStatus.SUCCESS]
+    for job in consumers:
+        runs = _runs_of(instance, job)
+        assert {r.tags.get(PARTITION_TAG) for r in runs} == {DAY}, job
+        if job != FAILING_JOB:
+            assert [r.status for r in runs] == [DagsterRunStatus.SUCCESS], job
+    first, retry = sorted(
+        _runs_of(instance, FAILING_JOB), key=lambda r: r.tags.get(RETRY_OF_TAG, "")
+    )
+    assert first.status == retry.status == DagsterRunStatus.FAILURE
+    assert RETRY_OF_TAG not in first.tags and retry.tags[RETRY_OF_TAG] == first.run_id
+    # The consumers that succeeded wrote their day; the failed one wrote nothing.
+    assert (warehouse / "aircraft_daily_utilization" / f"day={DAY}").is_dir()
+    assert (warehouse / "carrier_hourly_otp" / f"day={DAY}").is_dir()
+    assert not (warehouse / FAILING / f"day={DAY}").exists()
