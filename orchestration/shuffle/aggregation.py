@@ -50,7 +50,9 @@ class Aggregation:
         return [(self.column, self.function)]
 
 
-def parse(aggregations: Mapping[str, Sequence[str]], schema: pa.Schema, key: Sequence[str]):
+def parse(
+    aggregations: Mapping[str, Sequence[str]], schema: pa.Schema, key: Sequence[str]
+) -> tuple[Aggregation, ...]:
     """Validated aggregations, or a :class:`ShuffleOptionError` naming what is wrong."""
     if not aggregations:
         raise ShuffleOptionError("aggregations: give at least one {name: (column, function)}")
@@ -92,16 +94,24 @@ def parse(aggregations: Mapping[str, Sequence[str]], schema: pa.Schema, key: Seq
                 f"aggregation {a.name!r}: {a.function} is not defined for column "
                 f"{a.column!r} of type {column_type}"
             ) from None
-    aggs = tuple(out)
-    return aggs, PartialAggregator(key, aggs, schema).output_schema()
+    return tuple(out)
 
 
 def to_json(aggs: Sequence[Aggregation]) -> str:
     return json.dumps({a.name: [a.column, a.function] for a in aggs})
 
 
-def from_json(text: str) -> tuple[Aggregation, ...]:
-    return tuple(Aggregation(n, c, f) for n, (c, f) in json.loads(text).items())
+def from_json(text: str, schema: pa.Schema, key: Sequence[str]) -> tuple[Aggregation, ...]:
+    """Aggregations from their JSON form (:func:`to_json`), validated as :func:`parse` does."""
+    try:
+        wanted = json.loads(text)
+    except ValueError:
+        wanted = None
+    if not isinstance(wanted, dict):
+        raise ShuffleOptionError(
+            f'aggregations must be a JSON object {{"name": ["column", "function"]}}, got {text!r}'
+        )
+    return parse(wanted, schema, key)
 
 
 def _group(table: pa.Table, key: Sequence[str], specs: list[tuple[str, str, str]]) -> pa.Table:
@@ -191,7 +201,7 @@ class PartialAggregator:
         if not self._pending:
             empty = pa.RecordBatch.from_pylist([], schema=self.schema)
             self._pending = [_group(self._prepare(empty), self.key, self._frame_specs)]
-        if len(self._pending) > 1 or self._merged_rows == 0:
+        if len(self._pending) > 1:  # one partial, merged or not, is already final in form
             self._merge()
         out = self._final(self._pending[0])
         self._pending, self._pending_rows, self._merged_rows = [], 0, 0

@@ -397,7 +397,7 @@ def aggregate_shuffle(
     conf = client_config(kafka)
     log = log if log is not None else read_log(conf, topic)
     layout = log.require_layout()
-    aggs, _ = agg.parse(aggregations, output_schema(layout, False), layout.key)
+    aggs = agg.parse(aggregations, output_schema(layout, False), layout.key)
     reader, _, _ = _shuffle_reader(
         spark,
         topic,

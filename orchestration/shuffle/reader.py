@@ -100,17 +100,8 @@ class ReadOptions:
                 raise ShuffleOptionError(
                     "kafka-shuffle: options 'aggregate' and 'with_metadata' cannot be combined"
                 )
-            try:
-                wanted = json.loads(options["aggregate"])
-            except ValueError:
-                wanted = None
-            if not isinstance(wanted, dict):
-                raise ShuffleOptionError(
-                    "kafka-shuffle: option 'aggregate' must be a JSON object "
-                    f'{{"name": ["column", "function"]}}, got {options["aggregate"]!r}'
-                )
-            self.aggregate, _ = agg.parse(
-                wanted, output_schema(self.layout, False), self.layout.key
+            self.aggregate = agg.from_json(
+                options["aggregate"], output_schema(self.layout, False), self.layout.key
             )
 
     def _plan_from_log(self) -> tuple[Layout, list[SplitPlan]]:
@@ -138,6 +129,7 @@ def _libc() -> Any:
         return None
 
 
+@functools.cache
 def _bound_worker_memory() -> None:
     """Keeps a Python worker's memory flat however many frames it decodes.
 
@@ -147,7 +139,7 @@ def _bound_worker_memory() -> None:
     by 5-10 MiB per split (117 -> 167 MiB); with the system pool, a fixed 128 KiB mmap
     threshold (large blocks are unmapped when freed instead of fragmenting the heap) and a
     trim after each split, it stayed at 90 MiB. Both settings are process-wide and only
-    choose where memory comes from; they are applied in the worker that reads.
+    choose where memory comes from; they are applied once, in the worker that reads.
     """
     pa.set_memory_pool(pa.system_memory_pool())
     libc = _libc()
@@ -177,20 +169,19 @@ class ShuffleReader(DataSourceReader):
         c = consumer(self.opts.kafka)
         try:
             for pr in plan.reads:
-                if not self.opts.aggregate:
-                    yield from self._read_partition(c, pr)
-                    continue
-                # Keys never cross Kafka partitions: a partition's aggregates are final
-                # once its range is read.
-                partial = agg.PartialAggregator(
-                    self.opts.layout.key, self.opts.aggregate, self.schema
-                )
-                for batch in self._read_partition(c, pr):
-                    partial.add(batch)
-                yield from partial.finish().to_batches()
+                batches = self._read_partition(c, pr)
+                yield from self._aggregated(batches) if self.opts.aggregate else batches
         finally:
             c.close()
             _release_memory()
+
+    def _aggregated(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One Kafka partition's rows, aggregated. Keys never cross Kafka partitions, so a
+        partition's aggregates are final once its range is read."""
+        partial = agg.PartialAggregator(self.opts.layout.key, self.opts.aggregate, self.schema)
+        for batch in batches:
+            partial.add(batch)
+        yield from partial.finish().to_batches()
 
     def _read_partition(self, c: Any, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
         topic = self.opts.topic
