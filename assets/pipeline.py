@@ -1,59 +1,50 @@
 """The reference pipeline: flights -> shuffle by tailnum -> three independent consumers.
 
+Built from the library alone, as a user would build theirs:
+
 - ``flights``: one local day of departures, as Parquet.
-- ``flights_by_tailnum``: the shuffle topic (key ``tailnum``, event time ``sched_dep``).
-  Materializing day D is one producer run with ``window=D`` and ``complete_until`` = end of
-  D. Rows without a ``tailnum`` cannot be keyed: they go to ``flights_missing_tailnum``.
+- ``flights_by_tailnum``: the shuffle, stored by ``KafkaShuffleIOManager`` (key ``tailnum``,
+  event time ``sched_dep``; one committed run per day, ``complete_until`` = end of the day).
+  Rows without a ``tailnum`` cannot be keyed: they go to ``flights_missing_tailnum``.
 - ``aircraft_daily_utilization`` and ``aircraft_delay_streaks``: per-aircraft work on the
-  shuffle, already keyed (no Exchange): the first aggregated inside the reader
-  (``aggregate_shuffle``), the second a function over each aircraft's legs in order
-  (``apply_per_key``).
+  shuffle, already keyed (no Exchange): the first aggregated inside the reader, the second a
+  function over each aircraft's legs in order (``apply_per_key``).
 - ``carrier_hourly_otp``: a different key, so an ordinary ``groupBy`` over the shuffle read.
 
 Outputs are Parquet under ``<warehouse>/<asset_name>/day=YYYY-MM-DD/``; re-materializing a
-day replaces that folder only.
+day replaces that folder only. :func:`flights_pipeline` builds the definitions for a topic.
 """
 
 import os
 import shutil
 import warnings
+from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow.parquet as pq
 from dagster import (
+    AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
-    AssetSpec,
     BackfillPolicy,
+    ConfigurableResource,
     DailyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
     asset,
     asset_check,
-    multi_asset,
 )
-from pyspark.sql import DataFrame, SparkSession
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from assets.flights_data import END_DAY, FIRST_DAY, LOCAL_TZ, day_end_utc, flights_of_day
-from orchestration.resources import (
-    FaultInjection,
-    KafkaResource,
-    ShuffleResource,
-    SparkResource,
-    WarehouseResource,
-)
-from orchestration.shuffle import (
-    ShuffleError,
-    ShuffleLog,
-    aggregate_shuffle,
-    apply_per_key,
-    read_shuffle,
-    shuffle_log,
-    write_shuffle,
-)
+from assets.flights_data import END_DAY, FIRST_DAY, LOCAL_TZ, flights_of_day
+from orchestration import WarehouseResource, shuffle_metadata
+from orchestration.io_manager import DAGSTER_RUN_ATTR
+from orchestration.shuffle import ShuffleRead, apply_per_key, shuffle_log
 
 # Single-run backfills (one Spark session for a range of days) are a beta Dagster feature;
 # this pipeline relies on it knowingly.
@@ -67,21 +58,27 @@ FLIGHTS = AssetKey("flights")
 FLIGHTS_BY_TAILNUM = AssetKey("flights_by_tailnum")
 MISSING_TAILNUM = AssetKey("flights_missing_tailnum")
 CONSUMERS = ("aircraft_daily_utilization", "aircraft_delay_streaks", "carrier_hourly_otp")
-
-# Tag the producer sets on its own run when some days of a range failed; the failed-region
-# sensor re-requests exactly those days.
-FAILED_WINDOWS_TAG = "shuffle/failed_windows"
+SHUFFLE_IO_MANAGER = "shuffle_io_manager"
+DEFAULT_TOPIC = "flights.by_tailnum"
 
 
-def flights_shuffle_resource() -> ShuffleResource:
-    """The shuffle behind ``flights_by_tailnum``; ``$SHUFFLE_FLIGHTS_TOPIC`` renames its topic."""
-    return ShuffleResource(
-        topic=os.environ.get("SHUFFLE_FLIGHTS_TOPIC", "flights.by_tailnum"),
-        key=["tailnum"],
-        num_partitions=8,
-        max_parallelism=128,
-        event_time="sched_dep",
-    )
+class FaultInjection(ConfigurableResource):
+    """Makes chosen assets fail for chosen days (``"asset_name:YYYY-MM-DD"``), to try the
+    failure handling out. Empty by default.
+
+    A consumer listed fails outright. ``flights_by_tailnum`` listed for a day lets that
+    day's rows without a tailnum through to the shuffle, whose writer refuses them: that
+    day fails, the others of the run commit.
+    """
+
+    fail: list[str] = Field(default_factory=list)
+
+    def fails(self, asset_name: str, day: str) -> bool:
+        return f"{asset_name}:{day}" in self.fail
+
+    def check(self, asset_name: str, day: str) -> None:
+        if self.fails(asset_name, day):
+            raise RuntimeError(f"injected failure of {asset_name} for {day}")
 
 
 def _replace_dir(path: str) -> None:
@@ -110,167 +107,119 @@ def flights(context: AssetExecutionContext, warehouse: WarehouseResource) -> Mat
     )
 
 
-def split_keyed(df: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(rows that can be keyed by tailnum, rows that cannot)."""
-    return df.filter(F.col("tailnum").isNotNull()), df.filter(F.col("tailnum").isNull())
+def _flights_of(context: AssetExecutionContext, spark, warehouse: WarehouseResource) -> DataFrame:
+    paths = [warehouse.day_path("flights", day) for day in context.partition_keys]
+    return spark.read.parquet(*paths)
 
 
-@multi_asset(
-    specs=[
-        AssetSpec(
-            FLIGHTS_BY_TAILNUM,
-            deps=[FLIGHTS],
-            partitions_def=daily,
-            group_name=PIPELINE_GROUP,
-            kinds={"kafka"},
-            description="The shuffle topic: flights keyed by tailnum, one committed run per day.",
-        ),
-        AssetSpec(
-            MISSING_TAILNUM,
-            deps=[FLIGHTS],
-            partitions_def=daily,
-            group_name=PIPELINE_GROUP,
-            kinds={"parquet"},
-            description="Flights with no tailnum: they cannot be keyed, and are kept here.",
-        ),
-    ],
-    check_specs=[
-        AssetCheckSpec(
-            "rows_balance",
-            asset=FLIGHTS_BY_TAILNUM,
-            description="Per day: flights rows = shuffled rows + quarantined rows.",
-        )
-    ],
+@asset(
+    deps=[FLIGHTS],
     partitions_def=daily,
     backfill_policy=BackfillPolicy.single_run(),
-    can_subset=False,
+    group_name=PIPELINE_GROUP,
+    kinds={"parquet"},
+    description="Flights with no tailnum: they cannot be keyed, and are kept here.",
 )
-def flights_by_tailnum(
-    context: AssetExecutionContext,
-    spark: SparkResource,
-    kafka: KafkaResource,
-    warehouse: WarehouseResource,
-    shuffle: ShuffleResource,
-    faults: FaultInjection,
-):
-    """Writes each day of the range as its own committed producer run (one Spark session)."""
-    session = spark.session
-    conf = kafka.config()
-    kafka.check()
-    spec = shuffle.spec()
-    days: dict[str, dict] = {}
-    failed: dict[str, str] = {}
-    balanced = True
+def flights_missing_tailnum(
+    context: AssetExecutionContext, spark: LazyPySparkResource, warehouse: WarehouseResource
+) -> MaterializeResult:
+    source = _flights_of(context, spark.spark_session, warehouse)
+    per_day = {}
     for day in context.partition_keys:
-        try:
-            faults.check("flights_by_tailnum", day)
-            source = session.read.parquet(warehouse.day_path("flights", day))
-            keyed, missing = split_keyed(source)
-            quarantine = warehouse.day_path("flights_missing_tailnum", day)
-            missing.write.mode("overwrite").parquet(quarantine)
-            n_missing = session.read.parquet(quarantine).count()
-            result = write_shuffle(
-                keyed,
-                spec,
-                conf,
-                window=day,
-                complete_until=day_end_utc(day),
-                attrs={"dagster_run_id": context.run.run_id},
-            )
-        except Exception as exc:  # noqa: BLE001 - one day's failure is reported below
-            failed[day] = f"{type(exc).__name__}: {exc}"
-            context.log.error(f"flights_by_tailnum {day} failed: {failed[day]}")
-            continue
-        n_source = source.count()
-        balanced &= n_source == result.rows + n_missing
-        days[day] = {
-            "run_id": result.run_id,
-            "rows": result.rows,
-            "bytes": result.bytes,
-            "frames": result.frames,
-            "quarantined": n_missing,
-            "flights_rows": n_source,
-            "watermark": result.watermark.isoformat() if result.watermark else None,
-            "offsets": {str(p): list(r) for p, r in sorted(result.offsets.items())},
-        }
-        context.log.info(
-            f"flights_by_tailnum {day}: run {result.run_id}, {result.rows} rows in "
-            f"{result.frames} frames, {n_missing} without tailnum"
-        )
-    if failed:
-        # Days already committed stay committed (their consumers go ahead); the failed-region
-        # sensor re-requests only the days named here.
-        context.instance.add_run_tags(
-            context.run.run_id, {FAILED_WINDOWS_TAG: ",".join(sorted(failed))}
-        )
-        raise RuntimeError(f"flights_by_tailnum failed for {len(failed)} day(s): {failed}")
-    only = next(iter(days.values())) if len(days) == 1 else None
-    shuffle_md = {
-        "topic": spec.topic,
-        "rows": sum(d["rows"] for d in days.values()),
-        "bytes": sum(d["bytes"] for d in days.values()),
-        "days": MetadataValue.json(days),
-    }
-    if only is not None:
-        shuffle_md.update(
-            run_id=only["run_id"],
-            watermark=only["watermark"] or "",
-            offsets=MetadataValue.json(only["offsets"]),
-        )
-    yield MaterializeResult(asset_key=FLIGHTS_BY_TAILNUM, metadata=shuffle_md)
-    yield MaterializeResult(
-        asset_key=MISSING_TAILNUM,
+        path = warehouse.day_path("flights_missing_tailnum", day)
+        missing = source.filter(F.col("tailnum").isNull() & (F.col("day") == F.lit(day)))
+        missing.write.mode("overwrite").parquet(path)
+        per_day[day] = spark.spark_session.read.parquet(path).count()
+    return MaterializeResult(
         metadata={
-            "rows": sum(d["quarantined"] for d in days.values()),
+            "rows": sum(per_day.values()),
+            "rows_per_day": MetadataValue.json(per_day),
             "path": warehouse.day_path("flights_missing_tailnum", "<day>"),
-        },
-    )
-    yield AssetCheckResult(
-        asset_key=FLIGHTS_BY_TAILNUM,
-        check_name="rows_balance",
-        passed=balanced,
-        metadata={
-            "days": MetadataValue.json(
-                {d: [v["flights_rows"], v["rows"], v["quarantined"]] for d, v in days.items()}
-            )
-        },
+        }
     )
 
 
-@asset_check(
-    asset=FLIGHTS_BY_TAILNUM,
-    description="The topic's recorded layout matches the configured shuffle spec.",
-)
-def flights_by_tailnum_layout(kafka: KafkaResource, shuffle: ShuffleResource) -> AssetCheckResult:
-    spec = shuffle.spec()
-    try:
-        layout = shuffle_log(spec.topic, kafka.config()).require_layout()
-    except ShuffleError as exc:
-        return AssetCheckResult(passed=False, metadata={"error": str(exc)})
-    expected = (tuple(spec.key), spec.num_partitions, spec.max_parallelism, spec.event_time)
-    actual = (layout.key, layout.num_partitions, layout.max_parallelism, layout.event_time)
-    return AssetCheckResult(
-        passed=expected == actual,
-        metadata={"expected": str(expected), "actual": str(actual), "topic": spec.topic},
+@dataclass(frozen=True)
+class FlightsPipeline:
+    """The pipeline's definitions for one shuffle topic."""
+
+    assets: list
+    checks: list
+    shuffle: object  # the flights_by_tailnum AssetsDefinition
+
+
+def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int):
+    @asset(
+        name="flights_by_tailnum",
+        deps=[FLIGHTS],
+        partitions_def=daily,
+        backfill_policy=BackfillPolicy.single_run(),
+        group_name=PIPELINE_GROUP,
+        kinds={"kafka", "spark"},
+        io_manager_key=SHUFFLE_IO_MANAGER,
+        metadata=shuffle_metadata(
+            key="tailnum",
+            num_partitions=num_partitions,
+            max_parallelism=max_parallelism,
+            event_time="sched_dep",
+            topic=topic,
+            window_column="day",
+        ),
+        description="The shuffle topic: flights keyed by tailnum, one committed run per day.",
     )
+    def flights_by_tailnum(
+        context: AssetExecutionContext,
+        spark: LazyPySparkResource,
+        warehouse: WarehouseResource,
+        faults: FaultInjection,
+    ) -> DataFrame:
+        source = _flights_of(context, spark.spark_session, warehouse)
+        keep = F.col("tailnum").isNotNull()
+        for day in context.partition_keys:
+            if faults.fails("flights_by_tailnum", day):
+                keep = keep | (F.col("day") == F.lit(day))
+        return source.filter(keep)
+
+    return flights_by_tailnum
+
+
+def _rows_balance_check(shuffle_asset, topic: str):
+    @asset_check(
+        asset=shuffle_asset,
+        name="rows_balance",
+        additional_deps=[MISSING_TAILNUM],
+        required_resource_keys={SHUFFLE_IO_MANAGER, "warehouse"},
+        description="Per day: flights rows = shuffled rows + quarantined rows.",
+    )
+    def rows_balance(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        warehouse: WarehouseResource = context.resources.warehouse
+        kafka = getattr(context.resources, SHUFFLE_IO_MANAGER).kafka.config()
+        log = shuffle_log(topic, kafka=kafka)
+        mine = [c for c in log.commits if c.attrs.get(DAGSTER_RUN_ATTR) == context.run.run_id]
+        days = {}
+        for c in mine or log.visible()[-1:]:
+            flights_rows = pq.read_table(warehouse.day_path("flights", c.window)).num_rows
+            missing = pq.read_table(warehouse.day_path("flights_missing_tailnum", c.window))
+            days[c.window] = [flights_rows, c.rows, missing.num_rows]
+        return AssetCheckResult(
+            passed=bool(days) and all(f == s + q for f, s, q in days.values()),
+            metadata={"days (flights, shuffled, quarantined)": MetadataValue.json(days)},
+        )
+
+    return rows_balance
 
 
 # --- consumers --------------------------------------------------------------------------
 
 
-def daily_utilization(
-    spark: SparkSession, topic: str, kafka: dict, run_id: str, log: ShuffleLog | None = None
-) -> DataFrame:
+def daily_utilization(read: ShuffleRead) -> DataFrame:
     """One row per (tailnum, day), aggregated inside the shuffle reader.
 
     The rows are aggregated per aircraft as their frames are decoded: no Exchange, and the
     rows never reach the JVM. A producer run holds one day (its window), so the day is the
     same for every row of a key and ``min`` carries it through.
     """
-    per_aircraft = aggregate_shuffle(
-        spark,
-        topic,
-        kafka,
+    per_aircraft = read.aggregate(
         {
             "day": ("day", "min"),
             "flights": ("*", "count"),
@@ -278,9 +227,7 @@ def daily_utilization(
             "air_minutes": ("air_time", "sum"),
             "distance_miles": ("distance", "sum"),
             "avg_dep_delay": ("dep_delay", "mean"),
-        },
-        runs=[run_id],
-        log=log,
+        }
     )
     return per_aircraft.select(
         "tailnum",
@@ -339,29 +286,17 @@ ROW_CONSUMERS = {
 }
 
 
-def run_consumer(
-    name: str,
-    day: str,
-    session: SparkSession,
-    kafka: dict,
-    topic: str,
-    out_path: str,
-) -> dict:
-    """Reads day ``day`` of the shuffle, computes consumer ``name``, replaces its output."""
-    log: ShuffleLog = shuffle_log(topic, kafka)
-    (commit,) = log.visible(windows=[day]) or (None,)
-    if commit is None:
-        raise ShuffleError(f"shuffle {topic!r} has no committed run for day {day}")
+def run_consumer(name: str, read: ShuffleRead, out_path: str) -> dict:
+    """Computes consumer ``name`` from a planned shuffle read, replaces its output."""
+    session = read.spark
     if name == "aircraft_daily_utilization":
         # Aggregated in the reader: every row read is counted in some aircraft's flights.
-        daily_utilization(session, topic, kafka, commit.run_id, log).write.mode(
-            "overwrite"
-        ).parquet(out_path)
+        daily_utilization(read).write.mode("overwrite").parquet(out_path)
         written = session.read.parquet(out_path)
         rows_in = written.agg(F.sum("flights")).first()[0] or 0
         rows_out = written.count()
     else:
-        source = read_shuffle(session, topic, kafka, runs=[commit.run_id], log=log).persist()
+        source = read.dataframe().persist()
         try:
             rows_in = source.count()
             ROW_CONSUMERS[name](source).write.mode("overwrite").parquet(out_path)
@@ -369,9 +304,9 @@ def run_consumer(
         finally:
             source.unpersist()
     return {
-        "run_id": commit.run_id,
+        "run_ids": [c.run_id for c in read.commits],
         "rows_in": rows_in,
-        "rows_committed": commit.rows,
+        "rows_committed": read.rows,
         "rows_out": rows_out,
         "path": out_path,
     }
@@ -380,7 +315,6 @@ def run_consumer(
 def _consumer_asset(name: str, description: str):
     @asset(
         name=name,
-        deps=[FLIGHTS_BY_TAILNUM],
         partitions_def=daily,
         group_name=PIPELINE_GROUP,
         kinds={"spark", "parquet"},
@@ -395,21 +329,17 @@ def _consumer_asset(name: str, description: str):
     )
     def _consumer(
         context: AssetExecutionContext,
-        spark: SparkResource,
-        kafka: KafkaResource,
+        flights_by_tailnum: ShuffleRead,
         warehouse: WarehouseResource,
-        shuffle: ShuffleResource,
         faults: FaultInjection,
     ):
         day = context.partition_key
         faults.check(name, day)
-        stats = run_consumer(
-            name, day, spark.session, kafka.config(), shuffle.topic, warehouse.day_path(name, day)
-        )
+        stats = run_consumer(name, flights_by_tailnum, warehouse.day_path(name, day))
         context.log.info(f"{name} {day}: {stats}")
         yield MaterializeResult(
             metadata={
-                "commits_read": MetadataValue.json([stats["run_id"]]),
+                "commits_read": MetadataValue.json(stats["run_ids"]),
                 "rows_in": stats["rows_in"],
                 "rows_out": stats["rows_out"],
                 "path": stats["path"],
@@ -424,24 +354,32 @@ def _consumer_asset(name: str, description: str):
     return _consumer
 
 
-aircraft_daily_utilization = _consumer_asset(
-    "aircraft_daily_utilization",
-    "Per aircraft and day: flights, cancellations, air minutes, miles, mean departure delay.",
-)
-aircraft_delay_streaks = _consumer_asset(
-    "aircraft_delay_streaks",
-    "Per aircraft and day: legs in order and the longest run of legs delayed over 15 minutes.",
-)
-carrier_hourly_otp = _consumer_asset(
-    "carrier_hourly_otp",
-    "Per carrier, day and local scheduled hour: arrivals known and on-time percentage.",
-)
+def flights_pipeline(
+    topic: str = DEFAULT_TOPIC, *, num_partitions: int = 8, max_parallelism: int = 128
+) -> FlightsPipeline:
+    """The pipeline's assets and checks, with the shuffle in ``topic``."""
+    from orchestration import shuffle_asset_checks
 
-ALL_ASSETS = [
-    flights,
-    flights_by_tailnum,
-    aircraft_daily_utilization,
-    aircraft_delay_streaks,
-    carrier_hourly_otp,
-]
-ALL_CHECKS = [flights_by_tailnum_layout]
+    shuffle = _shuffle_asset(topic, num_partitions, max_parallelism)
+    consumers = [
+        _consumer_asset(
+            "aircraft_daily_utilization",
+            "Per aircraft and day: flights, cancellations, air minutes, miles, mean departure "
+            "delay.",
+        ),
+        _consumer_asset(
+            "aircraft_delay_streaks",
+            "Per aircraft and day: legs in order and the longest run of legs delayed over 15 "
+            "minutes.",
+        ),
+        _consumer_asset(
+            "carrier_hourly_otp",
+            "Per carrier, day and local scheduled hour: arrivals known and on-time percentage.",
+        ),
+    ]
+    return FlightsPipeline(
+        assets=[flights, shuffle, flights_missing_tailnum, *consumers],
+        checks=[*shuffle_asset_checks(shuffle), _rows_balance_check(shuffle, topic)],
+        shuffle=shuffle,
+    )
+

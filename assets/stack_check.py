@@ -3,10 +3,12 @@
 import json
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster_pyspark import LazyPySparkResource
 
-from orchestration.resources import KafkaResource, SparkResource
-from orchestration.shuffle._kafka import ensure_topic
-from orchestration.shuffle.records import end_offsets, write_records
+from orchestration.resources import KafkaResource
+from orchestration.shuffle import register_data_sources
+from orchestration.shuffle._kafka import end_offsets, ensure_topic
+from orchestration.shuffle.records import write_records
 
 STACK_CHECK_TOPIC = "shuffle.stack-check"
 STACK_CHECK_ROWS = 1000
@@ -14,13 +16,14 @@ STACK_CHECK_ROWS = 1000
 
 @asset(group_name="stack", description="Round-trips rows through Kafka with Spark.")
 def kafka_stack_check(
-    context: AssetExecutionContext, spark: SparkResource, kafka: KafkaResource
+    context: AssetExecutionContext, spark: LazyPySparkResource, kafka: KafkaResource
 ) -> MaterializeResult:
     conf = kafka.config()
     kafka.check()
     ensure_topic(conf, STACK_CHECK_TOPIC, partitions=2)
     before = end_offsets(conf, STACK_CHECK_TOPIC, 2)
-    session = spark.session
+    session = spark.spark_session
+    register_data_sources(session)
     df = session.range(STACK_CHECK_ROWS).selectExpr(
         "cast(id as string) as key", "concat('row-', id) as value"
     )

@@ -153,7 +153,7 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
     ours = spec.topic
 
     def w_ours():
-        return write_shuffle(df, spec, kafka, window="bench")
+        return write_shuffle(df, spec, kafka=kafka, window="bench")
 
     def w_theirs():
         (
@@ -165,7 +165,7 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
         )
 
     def r_ours():
-        read_shuffle(spark, ours, kafka).write.format("noop").mode("overwrite").save()
+        read_shuffle(spark, ours, kafka=kafka).write.format("noop").mode("overwrite").save()
 
     def r_theirs():
         from pyspark.sql import functions as F
@@ -191,7 +191,9 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
     agg_schema = "k string, n long, sa double, mb double, mc long"
 
     def k_ours():
-        out = apply_per_key(read_shuffle(spark, ours, kafka), "k", agg, agg_schema, per="batch")
+        out = apply_per_key(
+            read_shuffle(spark, ours, kafka=kafka), "k", agg, agg_schema, per="batch"
+        )
         out.write.format("noop").mode("overwrite").save()
 
     def k_theirs():
@@ -222,7 +224,9 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
 
     def a_ours():
         aggs = {"n": ("a", "count"), "sa": ("a", "sum"), "mb": ("b", "mean"), "mc": ("c", "max")}
-        aggregate_shuffle(spark, ours, kafka, aggs).write.format("noop").mode("overwrite").save()
+        aggregate_shuffle(spark, ours, kafka=kafka, aggregations=aggs).write.format("noop").mode(
+            "overwrite"
+        ).save()
 
     return [
         # The writer's floor: Spark -> Python hand-over alone, no Kafka.
@@ -251,7 +255,7 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int, mp: in
         )
 
         # Create both topics outside the timings: the baseline's topic is made up front too.
-        write_shuffle(df.limit(0), spec, kafka, window="setup")
+        write_shuffle(df.limit(0), spec, kafka=kafka, window="setup")
         pairs = make_phases(spark, kafka, df, json_schema, spec, theirs)
         for a_name, a_fn, b_name, b_fn in pairs:
             order = [(a_name, a_fn)] + ([(b_name, b_fn)] if b_fn else [])

@@ -3,8 +3,10 @@
 Through Dagster: a backfill of the producer over the range (one run, one Spark session,
 one committed shuffle run per day), then the sensors: the commit sensor launches the three
 consumer jobs for every complete day, and the failed-region sensor retries what fails.
-Runs are recorded in ``$DAGSTER_HOME`` (default ``.local/dagster``), so ``scripts/dev ui``
-shows them. Prints rows per asset per day, the shuffle's watermark and where outputs are.
+Runs are recorded in ``$DAGSTER_HOME`` (``scripts/dev`` sets ``.local/dagster``), so
+``scripts/dev ui`` shows them. Configuration: the environment variables of
+:mod:`orchestration.definitions`. Prints rows per asset per day, the shuffle's watermark
+and where outputs are.
 
     scripts/dev main                                  # 2013-01-01 .. 2013-01-07
     scripts/dev main --start 2013-03-01 --end 2013-03-31
@@ -20,16 +22,17 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
-ROOT = Path(__file__).resolve().parents[1]
+# The project's own local instance: no usage statistics leave the machine, and Dagster's run
+# retries are on (the consumer jobs rely on them under a daemon).
+INSTANCE_YAML = "telemetry:\n  enabled: false\nrun_retries:\n  enabled: true\n"
 
 
 def instance() -> DagsterInstance:
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(ROOT / ".local" / "dagster")))
+    home = Path(os.environ.setdefault("DAGSTER_HOME", os.path.abspath(".local/dagster")))
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
-        # The project's own local instance: no usage statistics leave the machine.
-        config.write_text("telemetry:\n  enabled: false\n")
+        config.write_text(INSTANCE_YAML)
     return DagsterInstance.get()
 
 
@@ -42,7 +45,11 @@ def _day(text: str) -> str:
 
 def _resolved(outcome, outcomes) -> bool:
     """A failed run is resolved when it was retried and every retry succeeded or was resolved."""
-    retries = [o for o in outcomes if o.tags.get("shuffle/retry_of") == outcome.run_id]
+    retries = [
+        o
+        for o in outcomes
+        if outcome.run_id in (o.tags.get("shuffle/retry_of"), o.tags.get("dagster/parent_run_id"))
+    ]
     return bool(retries) and all(r.success or _resolved(r, outcomes) for r in retries)
 
 
@@ -61,12 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.end < args.start:
         parser.error(f"--end {args.end} is before --start {args.start}")
 
-    from assets.pipeline import CONSUMERS
-    from jobs.pipeline import commit_sensor, producer_job, region_sensor
+    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        parser.error("KAFKA_BOOTSTRAP_SERVERS is not set (scripts/dev main sets it)")
+
+    from assets.pipeline import CONSUMERS, FLIGHTS_BY_TAILNUM
+    from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR
     from orchestration.definitions import defs
     from orchestration.local_runner import LocalRunner
     from orchestration.shuffle import shuffle_log
     from orchestration.shuffle.commitlog import from_micros
+    from orchestration.shuffle_metadata import shuffle_asset
 
     started = time.monotonic()
     runner = LocalRunner(
@@ -76,21 +87,24 @@ def main(argv: list[str] | None = None) -> int:
         progress=lambda line: print(line, flush=True),
     )
     print(f"producer backfill {args.start} .. {args.end} (one run), then the sensors:", flush=True)
-    runner.run(producer_job.name, partition_range=(args.start, args.end))
-    runner.settle(commit_sensor.name, region_sensor.name)
+    runner.run(PRODUCER_JOB, partition_range=(args.start, args.end))
+    runner.settle(COMMIT_SENSOR, REGION_SENSOR)
 
     res = defs.resources
-    kafka = res["kafka"].config()
-    topic = res["shuffle"].topic
+    kafka = {"bootstrap.servers": os.environ["KAFKA_BOOTSTRAP_SERVERS"]}
+    spec = defs.resolve_assets_def(FLIGHTS_BY_TAILNUM).specs_by_key[FLIGHTS_BY_TAILNUM]
+    topic = shuffle_asset("flights_by_tailnum", ["flights_by_tailnum"], spec.metadata).topic
     warehouse = res["warehouse"]
-    log = shuffle_log(topic, kafka)
+    log = shuffle_log(topic, kafka=kafka)
     days = [
         (dt.date.fromisoformat(args.start) + dt.timedelta(days=i)).isoformat()
         for i in range(
             (dt.date.fromisoformat(args.end) - dt.date.fromisoformat(args.start)).days + 1
         )
     ]
-    spark = res["spark"].session
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
     names = ["flights", "flights_missing_tailnum", *CONSUMERS]
     print()
     headers = ["flights_by_tailnum", *names]
@@ -104,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(str(spark.read.parquet(path).count()) if os.path.isdir(path) else "-")
         print(f"{day:<11}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
     failed = [o for o in runner.outcomes if not o.success]
-    retried = [o for o in runner.outcomes if o.tags.get("shuffle/retry")]
+    retried = [
+        o
+        for o in runner.outcomes
+        if o.tags.get("shuffle/retry") or o.tags.get("dagster/retry_number")
+    ]
     wm = log.watermark()
     print()
     print(

@@ -1,40 +1,50 @@
 """The reference pipeline's jobs, schedule and sensors."""
 
-import os
+from dataclasses import dataclass
 
 from dagster import build_schedule_from_partitioned_job, define_asset_job
 
-from assets.flights_data import day_end_utc
-from assets.pipeline import CONSUMERS, FLIGHTS, FLIGHTS_BY_TAILNUM, MISSING_TAILNUM
-from orchestration.sensors import failed_region_sensor, shuffle_commit_sensor
+from assets.pipeline import CONSUMERS, FLIGHTS, FLIGHTS_BY_TAILNUM, MISSING_TAILNUM, FlightsPipeline
+from orchestration import failed_region_sensor, shuffle_commit_sensor
 
-producer_job = define_asset_job(
-    "flights_producer_job",
-    selection=[FLIGHTS, FLIGHTS_BY_TAILNUM, MISSING_TAILNUM],
-    description="Loads a day of flights and writes it to the shuffle topic as one committed run.",
-)
+PRODUCER_JOB = "flights_producer_job"
+COMMIT_SENSOR = "flights_shuffle_commit_sensor"
+REGION_SENSOR = "flights_failed_region_sensor"
+CONSUMER_JOBS = [f"{name}_job" for name in CONSUMERS]
+# Dagster's own run retries re-run a failed consumer run: one job, one day.
+MAX_RETRIES_TAG = "dagster/max_retries"
 
-consumer_jobs = [
-    define_asset_job(
-        f"{name}_job",
-        selection=[name],
-        description=f"Reads one day of the shuffle and materializes {name}.",
+
+@dataclass(frozen=True)
+class FlightsJobs:
+    jobs: list
+    schedules: list
+    sensors: list
+
+
+def flights_jobs(pipeline: FlightsPipeline, *, max_retries: int = 2) -> FlightsJobs:
+    """The producer job and its daily schedule, one job per consumer (retried by Dagster up
+    to ``max_retries`` times), the commit sensor that launches the consumers of each complete
+    day, and the failed-region sensor that re-runs only the failed days of a producer run."""
+    producer_job = define_asset_job(
+        PRODUCER_JOB,
+        selection=[FLIGHTS, FLIGHTS_BY_TAILNUM, MISSING_TAILNUM],
+        description="Loads days of flights and writes each to the shuffle as one committed run.",
     )
-    for name in CONSUMERS
-]
-
-producer_schedule = build_schedule_from_partitioned_job(producer_job, hour_of_day=1)
-
-commit_sensor = shuffle_commit_sensor(
-    "flights_shuffle_commit_sensor", consumer_jobs, window_end=day_end_utc
-)
-
-region_sensor = failed_region_sensor(
-    "flights_failed_region_sensor",
-    [producer_job, *consumer_jobs],
-    max_retries=int(os.environ.get("SHUFFLE_MAX_RETRIES", "2")),
-)
-
-ALL_JOBS = [producer_job, *consumer_jobs]
-ALL_SENSORS = [commit_sensor, region_sensor]
-ALL_SCHEDULES = [producer_schedule]
+    consumer_jobs = [
+        define_asset_job(
+            f"{name}_job",
+            selection=[name],
+            tags={MAX_RETRIES_TAG: str(max_retries)},
+            description=f"Reads one day of the shuffle and materializes {name}.",
+        )
+        for name in CONSUMERS
+    ]
+    return FlightsJobs(
+        jobs=[producer_job, *consumer_jobs],
+        schedules=[build_schedule_from_partitioned_job(producer_job, hour_of_day=1)],
+        sensors=[
+            shuffle_commit_sensor(COMMIT_SENSOR, asset=pipeline.shuffle, jobs=consumer_jobs),
+            failed_region_sensor(REGION_SENSOR, jobs=[producer_job], max_retries=max_retries),
+        ],
+    )

@@ -1,39 +1,102 @@
-"""The single Dagster composition root: ``workspace.yaml`` loads ``defs`` from here."""
+"""The single Dagster composition root: ``workspace.yaml`` loads ``defs`` from here.
 
-from dagster import Definitions
+The environment is read here and nowhere else:
 
-from assets.pipeline import ALL_ASSETS, ALL_CHECKS, flights_shuffle_resource
+| variable | configures | default |
+|---|---|---|
+| ``KAFKA_BOOTSTRAP_SERVERS`` | the ``kafka`` resource (``bootstrap_servers``) | required |
+| ``SPARK_MASTER`` | the ``spark`` resource's ``spark.master`` | ``local[2]`` |
+| ``SPARK_DRIVER_MEMORY`` | the ``spark`` resource's ``spark.driver.memory`` | ``2g`` |
+| ``SHUFFLE_WAREHOUSE`` | the ``warehouse`` resource (``path``) | ``.local/warehouse`` |
+| ``SHUFFLE_FLIGHTS_TOPIC`` | the topic of ``flights_by_tailnum`` | ``flights.by_tailnum`` |
+| ``SHUFFLE_MAX_RETRIES`` | retries of a failed consumer run / producer day | ``2`` |
+| ``SHUFFLE_INJECT_FAILURES`` | the ``faults`` resource (``asset:YYYY-MM-DD,...``) | none |
+"""
+
+import os
+import sys
+from collections.abc import Mapping
+
+from dagster import Definitions, EnvVar
+from dagster_pyspark import LazyPySparkResource
+
+from assets.pipeline import DEFAULT_TOPIC, SHUFFLE_IO_MANAGER, FaultInjection, flights_pipeline
 from assets.stack_check import kafka_stack_check
-from jobs.pipeline import ALL_JOBS, ALL_SCHEDULES, ALL_SENSORS
-from orchestration.resources import (
-    FaultInjection,
-    KafkaResource,
-    SparkResource,
-    WarehouseResource,
-)
+from jobs.pipeline import flights_jobs
+from orchestration.io_manager import KafkaShuffleIOManager
+from orchestration.resources import KafkaResource, WarehouseResource
 
 
-def default_resources() -> dict:
-    """The resources, configured from the environment (see README)."""
-    return {
-        "kafka": KafkaResource(),
-        "spark": SparkResource(),
-        "warehouse": WarehouseResource(),
-        "shuffle": flights_shuffle_resource(),
-        "faults": FaultInjection.from_env(),
+def spark_resource(master: str = "local[2]", driver_memory: str = "2g") -> LazyPySparkResource:
+    """A lazily started SparkSession with settings that suit the pipeline."""
+    config = {
+        "spark.master": master,
+        "spark.app.name": "kafka-shuffle",
+        "spark.driver.memory": driver_memory,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        # The default of 200 is sized for clusters; it only adds overhead on a laptop.
+        "spark.sql.shuffle.partitions": "4",
     }
+    if master.startswith("local"):
+        config["spark.driver.host"] = "127.0.0.1"
+        config["spark.driver.bindAddress"] = "127.0.0.1"
+    return LazyPySparkResource(spark_config=config)
 
 
-def build_defs(**overrides) -> Definitions:
-    """The project's definitions; keyword arguments replace resources (tests use this)."""
+def build_defs(
+    *,
+    topic: str = DEFAULT_TOPIC,
+    num_partitions: int = 8,
+    max_parallelism: int = 128,
+    max_retries: int = 2,
+    resources: Mapping[str, object] | None = None,
+) -> Definitions:
+    """The project's definitions; ``resources`` replace the defaults (tests use this)."""
+    pipeline = flights_pipeline(
+        topic, num_partitions=num_partitions, max_parallelism=max_parallelism
+    )
+    jobs = flights_jobs(pipeline, max_retries=max_retries)
+    kafka = KafkaResource(bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS"))
+    merged = {
+        "kafka": kafka,
+        "spark": spark_resource(),
+        "warehouse": WarehouseResource(path=os.path.abspath(".local/warehouse")),
+        "faults": FaultInjection(),
+        **dict(resources or {}),
+    }
+    merged.setdefault(
+        SHUFFLE_IO_MANAGER, KafkaShuffleIOManager(kafka=merged["kafka"], spark=merged["spark"])
+    )
     return Definitions(
-        assets=[*ALL_ASSETS, kafka_stack_check],
-        asset_checks=ALL_CHECKS,
-        jobs=ALL_JOBS,
-        schedules=ALL_SCHEDULES,
-        sensors=ALL_SENSORS,
-        resources={**default_resources(), **overrides},
+        assets=[*pipeline.assets, kafka_stack_check],
+        asset_checks=pipeline.checks,
+        jobs=jobs.jobs,
+        schedules=jobs.schedules,
+        sensors=jobs.sensors,
+        resources=merged,
     )
 
 
-defs = build_defs()
+def defs_from_env(env: Mapping[str, str]) -> Definitions:
+    """The definitions configured from environment variables (see the table above)."""
+    # Python workers must run this interpreter, which has pyarrow and the project installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    faults = [i.strip() for i in env.get("SHUFFLE_INJECT_FAILURES", "").split(",") if i.strip()]
+    return build_defs(
+        topic=env.get("SHUFFLE_FLIGHTS_TOPIC", DEFAULT_TOPIC),
+        max_retries=int(env.get("SHUFFLE_MAX_RETRIES", "2")),
+        resources={
+            "spark": spark_resource(
+                env.get("SPARK_MASTER", "local[2]"), env.get("SPARK_DRIVER_MEMORY", "2g")
+            ),
+            "warehouse": WarehouseResource(
+                path=os.path.abspath(env.get("SHUFFLE_WAREHOUSE", ".local/warehouse"))
+            ),
+            "faults": FaultInjection(fail=faults),
+        },
+    )
+
+
+defs = defs_from_env(os.environ)

@@ -30,6 +30,10 @@ from dagster._core.storage.tags import (
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_TAG = "dagster/sensor_name"
+MAX_RETRIES_TAG = "dagster/max_retries"
+RETRY_NUMBER_TAG = "dagster/retry_number"
+PARENT_RUN_TAG = "dagster/parent_run_id"
+ROOT_RUN_TAG = "dagster/root_run_id"
 
 
 @dataclass
@@ -155,8 +159,30 @@ class LocalRunner:
             return []
         return list(result) if isinstance(result, list) else [result]
 
+    def retry(self, outcome: RunOutcome) -> RunOutcome | None:
+        """Re-runs a failed run as Dagster's run retries would (the job's ``dagster/max_retries``
+        tag, same job and partition, tagged with its retry number and parent run)."""
+        tags = self._job(outcome.job_name).tags or {}
+        limit = int(tags.get(MAX_RETRIES_TAG, 0))
+        number = int(outcome.tags.get(RETRY_NUMBER_TAG, 0))
+        if number >= limit:
+            return None
+        retry_tags = {
+            k: v for k, v in outcome.tags.items() if k not in (RUN_KEY_TAG, SENSOR_TAG)
+        }
+        retry_tags.update(
+            {
+                RETRY_NUMBER_TAG: str(number + 1),
+                PARENT_RUN_TAG: outcome.run_id,
+                ROOT_RUN_TAG: outcome.tags.get(ROOT_RUN_TAG, outcome.run_id),
+            }
+        )
+        return self.run(outcome.job_name, partition=outcome.partition, tags=retry_tags)
+
     def settle(self, commit_sensor: str, failure_sensor: str, max_rounds: int = 10) -> None:
-        """Ticks the commit sensor and retries failures until nothing new is requested."""
+        """Ticks the commit sensor and retries failures until nothing new is requested: runs
+        of jobs with a ``dagster/max_retries`` tag as Dagster's run retries do, the others
+        through the failed-region sensor."""
         retried: set[str] = set()
         for _ in range(max_rounds):
             progressed = bool(self.execute_requests(commit_sensor, self.tick(commit_sensor)))
@@ -164,6 +190,9 @@ class LocalRunner:
                 if outcome.success or outcome.run_id in retried:
                     continue
                 retried.add(outcome.run_id)
+                if MAX_RETRIES_TAG in (self._job(outcome.job_name).tags or {}):
+                    progressed |= self.retry(outcome) is not None
+                    continue
                 reqs = self.failure_requests(failure_sensor, outcome.run_id)
                 progressed |= bool(self.execute_requests(failure_sensor, reqs))
             if not progressed:

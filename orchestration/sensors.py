@@ -10,19 +10,24 @@ import json
 from collections.abc import Callable, Sequence
 
 from dagster import (
+    AssetObservation,
+    AssetsDefinition,
     DefaultSensorStatus,
+    MetadataValue,
     RunFailureSensorContext,
     RunRequest,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    TimeWindowPartitionsDefinition,
     run_failure_sensor,
     sensor,
 )
 
-from orchestration.resources import KafkaResource, ShuffleResource
+from orchestration.io_manager import FAILED_WINDOWS_TAG
 from orchestration.shuffle import ShuffleTopicNotFoundError, shuffle_commits_since
-from orchestration.shuffle.commitlog import to_micros
+from orchestration.shuffle.commitlog import from_micros, to_micros
+from orchestration.shuffle_metadata import ShuffleAsset, shuffle_asset
 
 PARTITION_TAG = "dagster/partition"
 RETRY_TAG = "shuffle/retry"
@@ -31,43 +36,90 @@ COMMIT_TAG = "shuffle/commit"
 WINDOW_TAG = "shuffle/window"
 
 
+def asset_shuffle(asset: AssetsDefinition) -> ShuffleAsset:
+    """The shuffle an asset stored by ``KafkaShuffleIOManager`` declares in its metadata."""
+    key = asset.key
+    return shuffle_asset(key.to_user_string(), key.path, asset.specs_by_key[key].metadata)
+
+
+def asset_io_manager_key(asset: AssetsDefinition) -> str:
+    return asset.get_io_manager_key_for_asset_key(asset.key)
+
+
+def _default_window_end(asset: AssetsDefinition) -> Callable[[str], dt.datetime] | None:
+    partitions_def = asset.partitions_def
+    if isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        return lambda window: partitions_def.time_window_for_partition_key(window).end
+    return None
+
+
 def shuffle_commit_sensor(
     name: str,
+    *,
+    asset: AssetsDefinition,
     jobs: Sequence,
-    window_end: Callable[[str], dt.datetime],
+    window_end: Callable[[str], dt.datetime] | None = None,
     minimum_interval_seconds: int = 15,
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
 ):
-    """A sensor that launches ``jobs`` for window W once the shuffle's commit log says W is
-    complete (its latest run's watermark reaches ``window_end(W)``), once per commit.
+    """A sensor that launches ``jobs`` for window W of the shuffle ``asset`` once its commit
+    log says W is complete, once per commit.
 
-    A newer run for W (corrected or late data) supersedes the old one and launches the jobs
-    again. The cursor (JSON) holds the commit-log offset read so far and, per window, the run
+    Complete means the window's latest run has a watermark at or past ``window_end(W)``;
+    the default for time-window partitions is the partition's end, and for other partitions
+    a window is complete once committed. A newer run for W (corrected or late data)
+    supersedes the old one and launches the jobs again. Each new commit is also reported as
+    an observation of the asset's partition (run id, rows, watermark, complete or not).
+
+    The cursor (JSON) holds the commit-log offset read so far and, per window, the run
     already launched for; a tick reads only commit records appended since, never the data
     topic. ``run_key`` = ``<job>:<window>:<run id>``, so a repeated tick requests nothing new.
-    The sensor reads the topic from the ``shuffle`` resource and Kafka from ``kafka``.
+    Kafka comes from the asset's IO manager (a ``KafkaShuffleIOManager``).
     """
+    shuffle = asset_shuffle(asset)
+    io_key = asset_io_manager_key(asset)
+    end_of = window_end or _default_window_end(asset)
 
     @sensor(
         name=name,
         jobs=list(jobs),
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
-        description="Launches consumer jobs for shuffle windows that are complete.",
+        required_resource_keys={io_key},
+        description=f"Launches consumers of {asset.key.to_user_string()} for complete windows.",
     )
-    def _sensor(context: SensorEvaluationContext, kafka: KafkaResource, shuffle: ShuffleResource):
+    def _sensor(context: SensorEvaluationContext):
+        kafka = getattr(context.resources, io_key).kafka.config()
         cursor = json.loads(context.cursor) if context.cursor else {}
         offset = int(cursor.get("offset", 0))
         launched: dict[str, str] = dict(cursor.get("launched", {}))
         try:
-            commits, next_offset = shuffle_commits_since(shuffle.topic, kafka.config(), offset)
+            commits, next_offset = shuffle_commits_since(shuffle.topic, kafka=kafka, offset=offset)
         except ShuffleTopicNotFoundError:
             return SkipReason(f"shuffle {shuffle.topic!r} has no commit log yet")
         latest = {c.window: c for c in commits if c.window is not None}
-        requests = []
+        requests, observations = [], []
         for window, commit in sorted(latest.items()):
             mark = commit.effective_watermark
-            if mark is None or mark < to_micros(window_end(window)):
+            complete = end_of is None or (mark is not None and mark >= to_micros(end_of(window)))
+            observations.append(
+                AssetObservation(
+                    asset_key=asset.key,
+                    partition=window,
+                    metadata={
+                        "shuffle/run_id": commit.run_id,
+                        "shuffle/complete": complete,
+                        "rows": commit.rows,
+                        "shuffle/committed_at": commit.committed_at,
+                        **(
+                            {"shuffle/watermark": MetadataValue.timestamp(from_micros(mark))}
+                            if mark is not None
+                            else {}
+                        ),
+                    },
+                )
+            )
+            if not complete:
                 context.log.info(f"window {window}: run {commit.run_id} is not complete yet")
                 continue
             if launched.get(window) == commit.run_id:
@@ -83,24 +135,28 @@ def shuffle_commit_sensor(
                     )
                 )
         new_cursor = json.dumps({"offset": next_offset, "launched": launched}, sort_keys=True)
-        return SensorResult(run_requests=requests, cursor=new_cursor)
+        return SensorResult(run_requests=requests, cursor=new_cursor, asset_events=observations)
 
     return _sensor
 
 
 def failed_region_sensor(
     name: str,
+    *,
     jobs: Sequence,
     max_retries: int = 2,
-    failed_windows_tag: str = "shuffle/failed_windows",
+    failed_windows_tag: str = FAILED_WINDOWS_TAG,
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
 ):
-    """A run-failure sensor that re-requests the failed job for the failed partition only.
+    """A run-failure sensor that re-requests the failed job for the failed partitions only.
 
-    It never launches another job: a failed consumer never re-runs the producer. A run of
-    a partition range that tagged its failed windows (``failed_windows_tag``) is retried
-    for those windows, one run each. Up to ``max_retries`` retries per region, each tagged
-    ``shuffle/retry`` (the attempt number) and ``shuffle/retry_of`` (the failed run).
+    Meant for producer jobs: a run over a range of partitions that committed some windows
+    and tagged the others (``failed_windows_tag``, set by ``KafkaShuffleIOManager``) is
+    retried for those windows only, one run each, which Dagster's run retries cannot do
+    (they re-run the whole range). For one job and one partition, prefer Dagster's own run
+    retries (the ``dagster/max_retries`` tag). It never launches another job. Up to
+    ``max_retries`` retries per region, each tagged ``shuffle/retry`` (the attempt number)
+    and ``shuffle/retry_of`` (the failed run).
     """
 
     @run_failure_sensor(

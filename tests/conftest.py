@@ -21,14 +21,30 @@ def kafka_conf(bootstrap) -> dict:
 
 @pytest.fixture(scope="session")
 def spark():
-    from orchestration.shuffle.spark import spark_session
+    """A session built the way any user builds one: nothing of the project's is registered
+    on it; the engine must register what it needs itself."""
+    import sys
 
+    from pyspark.sql import SparkSession
+
+    # The Python workers must run this interpreter (it has pyarrow and the project).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # local[2,3]: two cores, and a failed task is retried up to 3 attempts, as on a cluster.
-    session = spark_session(
-        master=os.environ.get("SHUFFLE_TEST_SPARK_MASTER", "local[2,3]"),
-        app_name="kafka-shuffle-tests",
-        conf={"spark.sql.shuffle.partitions": "4"},
+    master = os.environ.get("SHUFFLE_TEST_SPARK_MASTER", "local[2,3]")
+    builder = SparkSession.builder.master(master)
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    session = (
+        builder.appName("kafka-shuffle-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
     )
+    session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
 

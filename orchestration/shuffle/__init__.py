@@ -10,6 +10,9 @@ Example::
                            window="2013-01-01")
     keyed = read_shuffle(spark, "flights.by_tailnum", kafka={...}, windows=["2013-01-01"])
 
+Any SparkSession works: the functions register the project's data sources on the session
+they are given (:func:`register_data_sources` does it for use by name).
+
 This package imports no Dagster. Its pure modules (``keygroups``, ``frames``,
 ``watermarks``, ``commitlog``, ``planning``, ``aggregation``) import neither Spark nor Kafka.
 """
@@ -20,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 # Names are imported on first use, so that importing a pure module (e.g.
 # ``orchestration.shuffle.keygroups``) does not drag in Spark or Kafka.
 _EXPORTS = {
+    "ShuffleRead": "api",
     "ShuffleSpec": "api",
     "WriteResult": "api",
+    "plan_shuffle_read": "api",
     "read_shuffle": "api",
     "aggregate_shuffle": "api",
     "shuffle_log": "api",
@@ -46,14 +51,17 @@ _EXPORTS = {
     "key_group_range": "keygroups",
     "partition_of": "keygroups",
     "apply_per_key": "prekeyed",
+    "register_data_sources": "spark",
     "spark_session": "spark",
 }
 
 if TYPE_CHECKING:
     from .api import (
+        ShuffleRead,
         ShuffleSpec,
         WriteResult,
         aggregate_shuffle,
+        plan_shuffle_read,
         read_shuffle,
         shuffle_commits_since,
         shuffle_log,
@@ -76,7 +84,7 @@ if TYPE_CHECKING:
     )
     from .keygroups import key_group_of, key_group_range, partition_of
     from .prekeyed import apply_per_key
-    from .spark import spark_session
+    from .spark import register_data_sources, spark_session
 
 
 def __getattr__(name: str) -> Any:
@@ -88,32 +96,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "Commit",
-    "Layout",
-    "ShuffleConnectionError",
-    "ShuffleError",
-    "ShuffleFormatError",
-    "ShuffleKeyError",
-    "ShuffleLayoutError",
-    "ShuffleLog",
-    "ShuffleOptionError",
-    "ShuffleSchemaError",
-    "ShuffleSpec",
-    "ShuffleTopicNotFoundError",
-    "ShuffleWatermarkError",
-    "ShuffleWindowNotFoundError",
-    "ShuffleWriteError",
-    "WriteResult",
-    "aggregate_shuffle",
-    "apply_per_key",
-    "key_group_of",
-    "key_group_range",
-    "partition_of",
-    "read_shuffle",
-    "shuffle_commits_since",
-    "shuffle_log",
-    "shuffle_watermark",
-    "spark_session",
-    "write_shuffle",
-]
+__all__ = sorted(_EXPORTS)

@@ -1,18 +1,47 @@
-"""Kafka client helpers shared by the writer, the reader and the commit log."""
+"""Kafka clients of the engine, and the one place where Kafka's errors become ours.
+
+Every call into confluent-kafka that can fail goes through :func:`kafka_errors`, which turns
+a ``KafkaException`` into the :class:`~orchestration.shuffle.errors.ShuffleError` subclass
+that fits and names what was being done (topic, partition, offset). Clients are used in
+``with`` blocks so they are closed whatever happens.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from .errors import ShuffleConnectionError, ShuffleOptionError
+from .errors import (
+    ShuffleConnectionError,
+    ShuffleError,
+    ShuffleOptionError,
+    ShuffleTopicNotFoundError,
+)
 
 # How long a metadata request may take before an unreachable cluster is reported. Short on
 # purpose: a wrong address must fail in seconds, not hang a Spark job.
 CONNECT_TIMEOUT_S = 8.0
+
+# Errors a just-created or just-moved partition gives for a moment; worth a retry.
+_TRANSIENT = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+}
+_NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+_AUTH = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError._AUTHENTICATION,
+}
 
 
 def client_config(kafka: Mapping[str, Any] | None, **overrides: Any) -> dict[str, Any]:
@@ -34,8 +63,67 @@ def client_config(kafka: Mapping[str, Any] | None, **overrides: Any) -> dict[str
     return conf
 
 
+def error_code(exc: BaseException) -> int | None:
+    err = exc.args[0] if exc.args else None
+    return err.code() if isinstance(err, KafkaError) else None
+
+
+def translate(
+    exc: KafkaException, what: str, kafka: Mapping[str, Any] | None = None
+) -> ShuffleError:
+    """The engine's error for a Kafka error raised while doing ``what``."""
+    code = error_code(exc)
+    err = exc.args[0] if exc.args else exc
+    reason = err.str() if isinstance(err, KafkaError) else str(err)
+    where = f" at bootstrap.servers={kafka.get('bootstrap.servers')!r}" if kafka else ""
+    if code in _NOT_FOUND:
+        return ShuffleTopicNotFoundError(f"{what}: {reason}")
+    if code in _AUTH:
+        return ShuffleConnectionError(f"{what}: not authorized{where}: {reason}")
+    return ShuffleConnectionError(f"{what}{where}: {reason}")
+
+
+@contextlib.contextmanager
+def kafka_errors(what: str, kafka: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """Translates any ``KafkaException`` raised inside into the engine's error for ``what``."""
+    try:
+        yield
+    except KafkaException as exc:
+        raise translate(exc, what, kafka) from None
+
+
 def admin_client(kafka: Mapping[str, Any] | None) -> AdminClient:
     return AdminClient(client_config(kafka))
+
+
+def producer(kafka: Mapping[str, Any], **overrides: Any) -> Producer:
+    return Producer(client_config(kafka, **overrides))
+
+
+def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
+    """A consumer for assigned (not subscribed) reads: no group offsets are committed."""
+    conf = client_config(
+        kafka,
+        **{
+            # Reads are planned by offsets, never by a group's position.
+            "group.id": overrides.pop("group.id", "kafka-shuffle-reader"),
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            # A fetch holds a few frames (a frame is cut at 4 MiB before compression). The
+            # prefetch queue is what a reader holds beyond the frame it decodes: kept small,
+            # memory stays flat however much is read.
+            "fetch.max.bytes": 4 * 1024 * 1024,
+            "max.partition.fetch.bytes": 4 * 1024 * 1024,
+            "queued.max.messages.kbytes": 4 * 1024,
+            # With a small queue the queue is often full; librdkafka then postpones the next
+            # fetch by this much (1 s by default), which made a reader wait more than it read.
+            "fetch.queue.backoff.ms": 5,
+            **overrides,
+        },
+    )
+    return Consumer(conf)
 
 
 def check_reachable(kafka: Mapping[str, Any] | None, timeout: float = CONNECT_TIMEOUT_S) -> int:
@@ -55,6 +143,103 @@ def check_reachable(kafka: Mapping[str, Any] | None, timeout: float = CONNECT_TI
     return len(md.brokers)
 
 
+def partition_count(
+    kafka: Mapping[str, Any], topic: str, timeout: float = CONNECT_TIMEOUT_S
+) -> int:
+    """The number of partitions of ``topic``; errors name the topic and the cluster."""
+    try:
+        md = admin_client(kafka).list_topics(topic=topic, timeout=timeout)
+    except KafkaException as exc:
+        raise ShuffleConnectionError(
+            f"cannot reach Kafka at bootstrap.servers={kafka.get('bootstrap.servers')!r} "
+            f"to describe topic {topic!r}: {exc.args[0] if exc.args else exc}"
+        ) from None
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None:
+        raise ShuffleTopicNotFoundError(
+            f"topic {topic!r} does not exist on {kafka.get('bootstrap.servers')!r}"
+        )
+    return len(tmd.partitions)
+
+
+def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[tuple[int, int]]:
+    """(low, high) offsets of each partition, read from the brokers (not a cache)."""
+    with consumer(kafka) as c:
+        out = []
+        for p in range(partitions):
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S
+            while True:
+                try:
+                    tp = TopicPartition(topic, p)
+                    out.append(c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False))
+                    break
+                except KafkaException as exc:
+                    if error_code(exc) in _TRANSIENT and time.monotonic() < deadline:
+                        time.sleep(0.2)
+                        continue
+                    what = f"reading the offsets of topic {topic!r} partition {p}"
+                    raise translate(exc, what) from None
+        return out
+
+
+def read_range(
+    c: Consumer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    poll_timeout: float = 30.0,
+    max_batch: int = 1000,
+) -> Iterator[Any]:
+    """Yields the messages of ``topic``/``partition`` with offsets in ``[start, end)``.
+
+    Stops at ``end`` or at the end of the partition, whichever comes first (offsets may
+    have gaps, e.g. transaction markers, so the last offset is not always a record).
+    ``max_batch`` bounds how many messages are taken from the client at once: for large
+    messages (shuffle frames) keep it at 1, so that a taken list does not hold the whole
+    prefetch queue while the client fills the queue again.
+    """
+    if end <= start:
+        return
+    c.assign([TopicPartition(topic, partition, start)])
+    idle_since = time.monotonic()
+    next_offset = start
+    try:
+        while True:
+            # consume() waits until it has num_messages or its timeout passes, even when the
+            # end of the partition has been reached: keep its timeout short and track idleness.
+            # Ask for no more than the range holds, so the last call returns at once.
+            with kafka_errors(f"reading topic {topic!r} partition {partition}"):
+                msgs = c.consume(
+                    num_messages=max(1, min(max_batch, end - next_offset)), timeout=0.2
+                )
+            if not msgs:
+                if time.monotonic() - idle_since > poll_timeout:
+                    raise ShuffleConnectionError(
+                        f"no data from topic {topic!r} partition {partition} for "
+                        f"{poll_timeout:.0f}s while reading offsets [{start}, {end})"
+                    )
+                continue
+            idle_since = time.monotonic()
+            next_offset = max(next_offset, msgs[-1].offset() + 1)
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise ShuffleConnectionError(
+                        f"reading topic {topic!r} partition {partition} near offset "
+                        f"{next_offset}: {err}"
+                    )
+                if m.offset() >= end:
+                    return
+                yield m
+                if m.offset() >= end - 1:
+                    return
+    finally:
+        c.unassign()
+
+
 def ensure_topic(
     kafka: Mapping[str, Any],
     topic: str,
@@ -67,9 +252,6 @@ def ensure_topic(
 
     ``replication_factor=-1`` takes the broker's ``default.replication.factor``.
     """
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import NewTopic
-
     admin = admin_client(kafka)
     fut = admin.create_topics(
         [NewTopic(topic, partitions, replication_factor, config=dict(config or {}))],
@@ -78,27 +260,20 @@ def ensure_topic(
     )[topic]
     try:
         fut.result(timeout=timeout)
-        _wait_for_leaders(admin, topic, timeout)
-        return True
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
+        if error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
             return False
-        if getattr(err, "code", lambda: None)() == KafkaError._TRANSPORT:
-            raise ShuffleConnectionError(
-                f"cannot reach Kafka at {kafka.get('bootstrap.servers')!r} "
-                f"to create topic {topic!r}"
-            ) from None
-        raise
+        raise translate(exc, f"creating topic {topic!r}", kafka) from None
+    _wait_for_leaders(admin, topic, timeout)
+    return True
 
 
 def _wait_for_leaders(admin: AdminClient, topic: str, timeout: float) -> None:
     # A created topic is not writable or readable until each partition has a leader.
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        tmd = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+        with kafka_errors(f"describing topic {topic!r}"):
+            tmd = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
         if (
             tmd is not None
             and tmd.error is None
@@ -110,31 +285,3 @@ def _wait_for_leaders(admin: AdminClient, topic: str, timeout: float) -> None:
     raise ShuffleConnectionError(
         f"topic {topic!r} has partitions without a leader after {timeout}s"
     )
-
-
-def set_share_group_offset_reset(
-    kafka: Mapping[str, Any], group: str, reset: str = "earliest", timeout: float = 30.0
-) -> None:
-    """Sets a share group's ``share.auto.offset.reset`` (``earliest`` or ``latest``).
-
-    A new share group starts at the latest offset by default; a queue over an existing
-    topic usually wants its records from the start.
-    """
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-
-    if reset not in ("earliest", "latest"):
-        raise ShuffleOptionError(
-            f"share.auto.offset.reset must be 'earliest' or 'latest', got {reset!r}"
-        )
-    res = ConfigResource(
-        ResourceType.GROUP,
-        group,
-        incremental_configs=[
-            ConfigEntry(
-                "share.auto.offset.reset", reset, incremental_operation=AlterConfigOpType.SET
-            )
-        ],
-    )
-    # Keep the client referenced until the future resolves: destroying it aborts the request.
-    admin = admin_client(kafka)
-    admin.incremental_alter_configs([res], request_timeout=timeout)[res].result(timeout)

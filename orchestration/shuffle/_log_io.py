@@ -5,12 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Producer
-
-from ._kafka import ensure_topic
+from ._kafka import (
+    consumer,
+    end_offsets,
+    ensure_topic,
+    kafka_errors,
+    partition_count,
+    producer,
+    read_range,
+)
 from .commitlog import COMMIT_PREFIX, LAYOUT_KEY, Commit, Layout, ShuffleLog, commit_topic
 from .errors import ShuffleConnectionError, ShuffleLayoutError, ShuffleTopicNotFoundError
-from .records import consumer, end_offsets, partition_count, read_range
+from .planning import ReadPlan, plan_read
 
 # The data topic keeps every frame until the user says otherwise: a shuffle is a
 # persisted intermediate, and its commit log points into it.
@@ -43,11 +49,8 @@ def _read_records(
             f"(no commit-log topic {ctopic!r})"
         ) from None
     ((low, high),) = end_offsets(kafka, ctopic, 1)
-    c = consumer(kafka)
-    try:
+    with consumer(kafka) as c:
         records = [(m.key(), m.value()) for m in read_range(c, ctopic, 0, max(offset, low), high)]
-    finally:
-        c.close()
     return records, max(high, offset)
 
 
@@ -58,8 +61,6 @@ def read_log(kafka: Mapping[str, Any], topic: str) -> ShuffleLog:
 
 
 def _produce_one(kafka: Mapping[str, Any], topic: str, key: str, value: str) -> None:
-    from ._kafka import client_config
-
     errors: list[str] = []
 
     def on_delivery(err, msg) -> None:
@@ -68,9 +69,10 @@ def _produce_one(kafka: Mapping[str, Any], topic: str, key: str, value: str) -> 
 
     # One record: idempotence buys nothing (a retried duplicate of a keyed, compacted record
     # is harmless) and its producer-id handshake costs a round trip; acks=all still does.
-    p = Producer(client_config(kafka, **{"acks": "all", "linger.ms": 0}))
-    p.produce(topic, key=key.encode(), value=value.encode(), on_delivery=on_delivery)
-    remaining = p.flush(30)
+    with producer(kafka, **{"acks": "all", "linger.ms": 0}) as p:
+        with kafka_errors(f"writing {key!r} to commit log {topic!r}", kafka):
+            p.produce(topic, key=key.encode(), value=value.encode(), on_delivery=on_delivery)
+            remaining = p.flush(30)
     if remaining or errors:
         raise ShuffleConnectionError(
             f"writing {key!r} to commit log {topic!r} failed: {errors or 'timed out'}"
@@ -141,3 +143,28 @@ def read_commits_since(
         if value is not None and (key or b"").decode().startswith(COMMIT_PREFIX)
     ]
     return commits, next_offset
+
+
+def read_plan(
+    kafka: Mapping[str, Any],
+    topic: str,
+    *,
+    log: ShuffleLog | None = None,
+    windows: list[str] | None = None,
+    runs: list[str] | None = None,
+    event_time_start: int | None = None,
+    event_time_end: int | None = None,
+    parallelism: int | None = None,
+) -> ReadPlan:
+    """Plans a read from the commit log (read here unless given) and checks the data topic."""
+    log = log if log is not None else read_log(kafka, topic)
+    plan = plan_read(
+        log,
+        windows=windows,
+        runs=runs,
+        event_time_start=event_time_start,
+        event_time_end=event_time_end,
+        parallelism=parallelism,
+    )
+    check_partitions(kafka, plan.layout)
+    return plan

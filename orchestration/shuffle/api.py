@@ -14,21 +14,25 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import aggregation as agg
 from . import frames as fr
 from ._kafka import check_reachable, client_config
-from ._log_io import check_partitions, create_or_check, read_log
+from ._log_io import create_or_check, read_commits_since, read_log, read_plan
+from ._options import kafka_to_options
+from ._testing import write_attempts_to_fail
 from .commitlog import Commit, Layout, ShuffleLog, TaskResult, from_micros, to_micros
 from .errors import (
     ShuffleKeyError,
     ShuffleOptionError,
     ShuffleSchemaError,
-    ShuffleWindowNotFoundError,
     ShuffleWriteError,
 )
 from .keygroups import validate_layout
-from .planning import overlaps, plan_splits
+from .planning import ReadPlan
 from .prekeyed import KEY_METADATA
-from .writer import ProducerTask, commit_run
+from .reader import output_schema
+from .spark import register_data_sources
+from .writer import DEFAULT_FRAME_ROWS, ProducerTask, WriteOptions, commit_run
 
 
 @dataclass(frozen=True)
@@ -138,14 +142,13 @@ def _count_null_keys(df: DataFrame, key: Sequence[str]) -> int:
 def write_shuffle(
     df: DataFrame,
     spec: ShuffleSpec,
+    *,
     kafka: Mapping[str, Any],
     window: str | None = None,
     complete_until: dt.datetime | None = None,
-    *,
     frame_rows: int | None = None,
     compression: str = "zstd",
     attrs: Mapping[str, str] | None = None,
-    _test_fail_attempts_below: int = 0,
 ) -> WriteResult:
     """Writes ``df`` as one producer run of the shuffle ``spec``, and commits it.
 
@@ -160,7 +163,7 @@ def write_shuffle(
         window: Optional label of what this run covers (e.g. a Dagster partition key).
         complete_until: Optional: the run declares event time complete up to here.
         frame_rows: Rows per DATA frame per partition (default 65536).
-        compression: Arrow IPC body compression: zstd, lz4 or none.
+        compression: Arrow IPC body compression: ``zstd``, ``lz4`` or ``none``.
         attrs: Free-form strings stored in the commit record.
 
     Returns:
@@ -199,19 +202,20 @@ def write_shuffle(
         fr.KEY_GROUP_COLUMN,
         F.pmod(F.hash(*[F.col(c) for c in spec.key]), F.lit(layout.max_parallelism)).cast("int"),
     )
-    options = {
-        "topic": spec.topic,
-        "run_id": run_id,
-        "num_partitions": str(layout.num_partitions),
-        "max_parallelism": str(layout.max_parallelism),
-        "event_time": spec.event_time or "",
-        "max_out_of_orderness_us": str(layout.max_out_of_orderness_us),
-        "compression": compression,
-        "test_fail_attempts_below": str(_test_fail_attempts_below),
-        **({"frame_rows": str(frame_rows)} if frame_rows else {}),
-        **{f"kafka.{k}": str(v) for k, v in conf.items()},
-    }
-    task = ProducerTask(options)
+    task = ProducerTask(
+        WriteOptions(
+            topic=spec.topic,
+            run_id=run_id,
+            kafka=conf,
+            num_partitions=layout.num_partitions,
+            max_parallelism=layout.max_parallelism,
+            event_time=spec.event_time,
+            max_out_of_orderness_us=layout.max_out_of_orderness_us,
+            frame_rows=frame_rows or DEFAULT_FRAME_ROWS,
+            compression=None if compression == "none" else compression,
+            fail_attempts_below=write_attempts_to_fail(),
+        )
+    )
     try:
         rows = keyed.mapInArrow(task, ProducerTask.RESULT_SCHEMA).collect()
     except Exception as exc:  # Spark wraps task errors in its own exception types.
@@ -250,77 +254,156 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:500] if text else type(exc).__name__
 
 
-def shuffle_log(topic: str, kafka: Mapping[str, Any]) -> ShuffleLog:
+def shuffle_log(topic: str, *, kafka: Mapping[str, Any]) -> ShuffleLog:
     """The shuffle's commit log: its layout and every committed run."""
     return read_log(client_config(kafka), topic)
 
 
-def _shuffle_reader(
+def _key_tag(topic: str, layout: Layout, parallelism: int) -> dict:
+    return {
+        KEY_METADATA: {
+            "topic": topic,
+            "key": list(layout.key),
+            "num_partitions": layout.num_partitions,
+            "max_parallelism": layout.max_parallelism,
+            "parallelism": parallelism,
+        }
+    }
+
+
+class ShuffleRead:
+    """A planned read of a shuffle: which committed runs, and which offsets each split reads.
+
+    The plan is fixed when it is made (runs committed later are not seen), so the rows, the
+    aggregates and the commits it reports all describe the same snapshot. Make one with
+    :func:`plan_shuffle_read`.
+
+    Example::
+
+        read = plan_shuffle_read(spark, "flights.by_tailnum", kafka=conf, windows=["2013-01-01"])
+        read.rows                                     # rows committed, from the commit log
+        per_plane = read.aggregate({"flights": ("*", "count")})
+        keyed = read.dataframe()                      # the rows, already keyed
+    """
+
+    def __init__(self, spark: SparkSession, topic: str, kafka: Mapping[str, Any], plan: ReadPlan):
+        self.spark = spark
+        self.topic = topic
+        self._kafka = dict(kafka)  # may hold credentials: never printed
+        self.plan = plan
+
+    def __repr__(self) -> str:
+        return (
+            f"ShuffleRead(topic={self.topic!r}, runs={[c.run_id for c in self.commits]}, "
+            f"rows={self.rows})"
+        )
+
+    @property
+    def layout(self) -> Layout:
+        return self.plan.layout
+
+    @property
+    def commits(self) -> tuple[Commit, ...]:
+        """The committed runs this read sees, in commit-log order."""
+        return self.plan.commits
+
+    @property
+    def rows(self) -> int:
+        """Rows those runs hold, from their commit records (no data is read)."""
+        return self.plan.rows
+
+    @property
+    def windows(self) -> list[str | None]:
+        return [c.window for c in self.commits]
+
+    def _reader(self, **options: str) -> Any:
+        register_data_sources(self.spark)
+        plan = self.plan
+        return self.spark.read.format("kafka-shuffle").options(
+            topic=self.topic,
+            layout=plan.layout.to_json(),
+            plan=json.dumps([p.to_json() for p in plan.splits]),
+            event_time_start="" if plan.event_time_start is None else str(plan.event_time_start),
+            event_time_end="" if plan.event_time_end is None else str(plan.event_time_end),
+            **options,
+            **kafka_to_options(self._kafka),
+        )
+
+    def dataframe(self, *, with_metadata: bool = False) -> DataFrame:
+        """The rows, already keyed: Spark partition *i* holds the key groups of split *i*.
+
+        With ``with_metadata``, adds ``_partition``, ``_key_group``, ``_run_id`` and
+        ``_offset``. The key columns carry metadata that :func:`apply_per_key` checks.
+        """
+        df = self._reader(with_metadata=str(with_metadata).lower()).load()
+        tag = _key_tag(self.topic, self.layout, len(self.plan.splits))
+        for c in self.layout.key:
+            df = df.withMetadata(c, tag)
+        return df
+
+    def aggregate(self, aggregations: Mapping[str, tuple[str, str]]) -> DataFrame:
+        """Aggregates the rows per key inside the reader (see :func:`aggregate_shuffle`)."""
+        aggs = agg.parse(aggregations, output_schema(self.layout, False), self.layout.key)
+        return self._reader(aggregate=agg.to_json(aggs)).load()
+
+
+def _micros_range(
+    event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None,
+) -> tuple[int | None, int | None]:
+    if event_time_range is None:
+        return None, None
+    start, end = event_time_range
+    return to_micros(start), to_micros(end)
+
+
+def plan_shuffle_read(
     spark: SparkSession,
     topic: str,
+    *,
     kafka: Mapping[str, Any],
-    windows: Iterable[str] | None,
-    runs: Iterable[str] | None,
-    event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None,
-    parallelism: int | None,
-    log: ShuffleLog | None,
-    **options: str,
-) -> tuple[Any, Layout, list]:
-    """The ``kafka-shuffle`` reader planned on the driver, its layout and its split plans."""
+    windows: Iterable[str] | None = None,
+    runs: Iterable[str] | None = None,
+    event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None = None,
+    parallelism: int | None = None,
+    log: ShuffleLog | None = None,
+) -> ShuffleRead:
+    """Plans a read of a shuffle's committed runs from its commit log (arguments as for
+    :func:`read_shuffle`)."""
     conf = client_config(kafka)
-    log = log if log is not None else read_log(conf, topic)
-    layout = log.require_layout()
-    check_partitions(conf, layout)
-    windows = None if windows is None else list(windows)
-    runs = None if runs is None else list(runs)
-    commits = log.visible(windows, runs)
-    if windows is not None:
-        missing = sorted(set(windows) - {c.window for c in commits})
-        if missing:
-            raise ShuffleWindowNotFoundError(
-                f"shuffle {topic!r} has no committed run for window(s) {missing}"
-            )
-    if runs is not None:
-        missing = sorted(set(runs) - {c.run_id for c in commits})
-        if missing:
-            raise ShuffleWindowNotFoundError(f"shuffle {topic!r} has no committed run(s) {missing}")
-    start_us = end_us = None
-    if event_time_range is not None:
-        if layout.event_time is None:
-            raise ShuffleOptionError(
-                f"shuffle {topic!r} has no event_time column; event_time_range cannot apply"
-            )
-        start_us, end_us = (to_micros(b) for b in event_time_range)
-        commits = [c for c in commits if overlaps(c, start_us, end_us)]
-    plans = plan_splits(layout, commits, parallelism)
-    reader = spark.read.format("kafka-shuffle").options(
-        topic=topic,
-        layout=layout.to_json(),
-        plan=json.dumps([p.to_json() for p in plans]),
-        **options,
-        event_time_start="" if start_us is None else str(start_us),
-        event_time_end="" if end_us is None else str(end_us),
-        **{f"kafka.{k}": str(v) for k, v in conf.items()},
+    start_us, end_us = _micros_range(event_time_range)
+    plan = read_plan(
+        conf,
+        topic,
+        log=log,
+        windows=None if windows is None else list(windows),
+        runs=None if runs is None else list(runs),
+        event_time_start=start_us,
+        event_time_end=end_us,
+        parallelism=parallelism,
     )
-    return reader, layout, plans
+    return ShuffleRead(spark, topic, conf, plan)
 
 
 def read_shuffle(
     spark: SparkSession,
     topic: str,
+    *,
     kafka: Mapping[str, Any],
     windows: Iterable[str] | None = None,
     runs: Iterable[str] | None = None,
     event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None = None,
     parallelism: int | None = None,
     with_metadata: bool = False,
-    *,
     log: ShuffleLog | None = None,
 ) -> DataFrame:
     """Reads committed runs of a shuffle as a DataFrame that is already keyed.
 
+    Example::
+
+        keyed = read_shuffle(spark, "flights.by_tailnum", kafka=conf, windows=["2013-01-01"])
+
     Args:
-        spark: The session.
+        spark: Any SparkSession; the project's data sources are registered on it if needed.
         topic: The shuffle's data topic.
         kafka: librdkafka settings; ``bootstrap.servers`` is required.
         windows: Only these windows (their latest committed run each). Every window named
@@ -337,43 +420,34 @@ def read_shuffle(
     Returns:
         A DataFrame with exactly the written columns and types (plus metadata columns if
         asked). Its key columns carry metadata that :func:`apply_per_key` checks.
+
+    Raises:
+        ShuffleTopicNotFoundError: The shuffle does not exist.
+        ShuffleWindowNotFoundError: A window or run named has no committed run.
     """
-    reader, layout, plans = _shuffle_reader(
+    read = plan_shuffle_read(
         spark,
         topic,
-        kafka,
-        windows,
-        runs,
-        event_time_range,
-        parallelism,
-        log,
-        with_metadata=str(with_metadata).lower(),
+        kafka=kafka,
+        windows=windows,
+        runs=runs,
+        event_time_range=event_time_range,
+        parallelism=parallelism,
+        log=log,
     )
-    df = reader.load()
-    tag = {
-        KEY_METADATA: {
-            "topic": topic,
-            "key": list(layout.key),
-            "num_partitions": layout.num_partitions,
-            "max_parallelism": layout.max_parallelism,
-            "parallelism": len(plans),
-        }
-    }
-    for c in layout.key:
-        df = df.withMetadata(c, tag)
-    return df
+    return read.dataframe(with_metadata=with_metadata)
 
 
 def aggregate_shuffle(
     spark: SparkSession,
     topic: str,
+    *,
     kafka: Mapping[str, Any],
     aggregations: Mapping[str, tuple[str, str]],
     windows: Iterable[str] | None = None,
     runs: Iterable[str] | None = None,
     event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None = None,
     parallelism: int | None = None,
-    *,
     log: ShuffleLog | None = None,
 ) -> DataFrame:
     """Aggregates committed runs of a shuffle per key, inside the reader.
@@ -383,6 +457,11 @@ def aggregate_shuffle(
     cross from Python to the JVM, no Spark shuffle runs, and a reader's memory follows
     the number of keys in its partition, not the number of rows.
 
+    Example::
+
+        per_plane = aggregate_shuffle(spark, "flights.by_tailnum", kafka=conf,
+                                      aggregations={"flights": ("*", "count")})
+
     Args:
         aggregations: ``{output name: (column, function)}`` with functions ``count``,
             ``sum``, ``min``, ``max``, ``mean``; ``("*", "count")`` counts rows.
@@ -391,39 +470,29 @@ def aggregate_shuffle(
     Returns:
         One row per key: the key columns, then one column per aggregation, in order.
     """
-    from . import aggregation as agg
-    from .reader import output_schema
-
-    conf = client_config(kafka)
-    log = log if log is not None else read_log(conf, topic)
-    layout = log.require_layout()
-    aggs = agg.parse(aggregations, output_schema(layout, False), layout.key)
-    reader, _, _ = _shuffle_reader(
+    read = plan_shuffle_read(
         spark,
         topic,
-        conf,
-        windows,
-        runs,
-        event_time_range,
-        parallelism,
-        log,
-        aggregate=agg.to_json(aggs),
+        kafka=kafka,
+        windows=windows,
+        runs=runs,
+        event_time_range=event_time_range,
+        parallelism=parallelism,
+        log=log,
     )
-    return reader.load()
+    return read.aggregate(aggregations)
 
 
 def shuffle_commits_since(
-    topic: str, kafka: Mapping[str, Any], offset: int = 0
+    topic: str, *, kafka: Mapping[str, Any], offset: int = 0
 ) -> tuple[list[Commit], int]:
     """Commits appended to the shuffle's commit log from ``offset`` on, and the next offset.
 
     Incremental: a caller that keeps the returned offset reads only what is new.
     """
-    from ._log_io import read_commits_since
-
     return read_commits_since(client_config(kafka), topic, offset)
 
 
-def shuffle_watermark(topic: str, kafka: Mapping[str, Any]) -> dt.datetime | None:
+def shuffle_watermark(topic: str, *, kafka: Mapping[str, Any]) -> dt.datetime | None:
     """The shuffle's event-time completeness, from its commit log alone (no data scan)."""
-    return from_micros(shuffle_log(topic, kafka).watermark())
+    return from_micros(shuffle_log(topic, kafka=kafka).watermark())

@@ -22,8 +22,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from .commitlog import Commit, Layout
-from .errors import ShuffleOptionError
+from .commitlog import Commit, Layout, ShuffleLog
+from .errors import ShuffleOptionError, ShuffleWindowNotFoundError
 from .keygroups import key_group_range, split_range
 
 
@@ -142,3 +142,71 @@ def merged_intervals(segments: Sequence[Segment]) -> list[tuple[int, int]]:
         else:
             out.append([s.first, s.last])
     return [(a, b) for a, b in out]
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """A planned read: the layout, the commits it reads and one split per Spark partition."""
+
+    layout: Layout
+    commits: tuple[Commit, ...]
+    splits: tuple[SplitPlan, ...]
+    event_time_start: int | None = None
+    event_time_end: int | None = None
+
+    @property
+    def rows(self) -> int:
+        """Rows the commits hold (before any event-time filter)."""
+        return sum(c.rows for c in self.commits)
+
+
+def plan_read(
+    log: ShuffleLog,
+    *,
+    windows: Sequence[str] | None = None,
+    runs: Sequence[str] | None = None,
+    event_time_start: int | None = None,
+    event_time_end: int | None = None,
+    parallelism: int | None = None,
+) -> ReadPlan:
+    """The one read planner: which commits a read sees and which offsets each split fetches.
+
+    Args:
+        log: The shuffle's commit log.
+        windows: Only these windows (the latest committed run of each); each must exist.
+        runs: Only these runs (even superseded ones); each must exist.
+        event_time_start / event_time_end: Epoch microseconds; only commits whose event
+            times may fall in ``[start, end)`` are read (rows are filtered by the reader).
+        parallelism: Spark partitions of the read (see the module doc).
+
+    Raises:
+        ShuffleWindowNotFoundError: A window or run named has no committed run.
+        ShuffleOptionError: An event-time range on a shuffle without an event-time column,
+            or a parallelism that is not positive.
+    """
+    layout = log.require_layout()
+    topic = log.topic
+    commits = log.visible(windows, runs)
+    if windows is not None:
+        missing = sorted(set(windows) - {c.window for c in commits})
+        if missing:
+            raise ShuffleWindowNotFoundError(
+                f"shuffle {topic!r} has no committed run for window(s) {missing}"
+            )
+    if runs is not None:
+        missing = sorted(set(runs) - {c.run_id for c in commits})
+        if missing:
+            raise ShuffleWindowNotFoundError(f"shuffle {topic!r} has no committed run(s) {missing}")
+    if event_time_start is not None or event_time_end is not None:
+        if layout.event_time is None:
+            raise ShuffleOptionError(
+                f"shuffle {topic!r} has no event_time column; an event-time range cannot apply"
+            )
+        commits = [c for c in commits if overlaps(c, event_time_start, event_time_end)]
+    return ReadPlan(
+        layout,
+        tuple(commits),
+        tuple(plan_splits(layout, commits, parallelism)),
+        event_time_start,
+        event_time_end,
+    )

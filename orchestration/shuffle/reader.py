@@ -6,7 +6,7 @@ committed subtask attempts only, merges the producers' watermarks per partition 
 regression is an error), and checks each committed attempt's END frame against what it
 read, so a lost or extra frame cannot go unnoticed.
 
-``read_shuffle`` plans on the driver and hands the plan over as an option. Used directly
+``plan_shuffle_read`` plans on the driver and hands the plan over as an option. Used directly
 (``spark.read.format("kafka-shuffle").option("topic", ...)``), the source reads the commit
 log itself; options ``windows`` / ``runs`` (JSON lists), ``event_time_start`` /
 ``event_time_end`` (epoch microseconds), ``parallelism`` and ``with_metadata`` select what
@@ -28,10 +28,12 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from . import aggregation as agg
 from . import frames as fr
+from ._kafka import consumer, read_range
+from ._log_io import read_plan
+from ._options import Options
 from .commitlog import Layout
 from .errors import ShuffleFormatError, ShuffleOptionError
-from .planning import PartitionRead, SplitPlan, merged_intervals, overlaps, plan_splits
-from .records import consumer, int_option, kafka_options, read_range
+from .planning import PartitionRead, SplitPlan, merged_intervals
 from .watermarks import WatermarkMerger
 
 METADATA_FIELDS = [
@@ -47,75 +49,43 @@ def output_schema(layout: Layout, with_metadata: bool) -> pa.Schema:
     return pa.schema(fields + (METADATA_FIELDS if with_metadata else []))
 
 
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    value = str(options.get(name, "false")).strip().lower()
-    if value not in ("true", "false"):
-        raise ShuffleOptionError(
-            f"kafka-shuffle: option {name!r} must be true or false, got {value!r}"
-        )
-    return value == "true"
-
-
-def _json_list(options: Mapping[str, str], name: str) -> list[str] | None:
-    value = options.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        parsed = None
-    if not isinstance(parsed, list):
-        raise ShuffleOptionError(
-            f"kafka-shuffle: option {name!r} must be a JSON list of strings, got {value!r}"
-        )
-    return [str(v) for v in parsed]
-
-
 class ReadOptions:
     """The reader's options, parsed and validated once on the driver."""
 
     def __init__(self, options: Mapping[str, str]):
-        self.topic = options.get("topic") or ""
-        if not self.topic:
-            raise ShuffleOptionError("kafka-shuffle: option 'topic' is required")
-        self.kafka = kafka_options(options)
-        if "bootstrap.servers" not in self.kafka:
-            raise ShuffleOptionError("kafka-shuffle: option 'kafka.bootstrap.servers' is required")
-        self.with_metadata = _flag(options, "with_metadata")
-        self.event_time_start = int_option(options, "event_time_start", "kafka-shuffle")
-        self.event_time_end = int_option(options, "event_time_end", "kafka-shuffle")
-        self.parallelism = int_option(options, "parallelism", "kafka-shuffle")
-        self.windows = _json_list(options, "windows")
-        self.runs = _json_list(options, "runs")
-        layout = options.get("layout")
-        plan = options.get("plan")
+        opts = Options(options, "kafka-shuffle")
+        self.topic = opts.text("topic", required=True)
+        self.kafka = opts.kafka()
+        self.with_metadata = opts.flag("with_metadata")
+        self.event_time_start = opts.integer("event_time_start", minimum=-(2**63))
+        self.event_time_end = opts.integer("event_time_end", minimum=-(2**63))
+        layout = opts.text("layout")
+        plan = opts.text("plan")
         if layout and plan:
+            # Planned by plan_shuffle_read on the driver, handed over as strings.
             self.layout = Layout.from_json(layout)
             self.plans = [SplitPlan.from_json(p) for p in json.loads(plan)]
         else:
-            self.layout, self.plans = self._plan_from_log()
+            read = read_plan(
+                self.kafka,
+                self.topic,
+                windows=opts.json_list("windows"),
+                runs=opts.json_list("runs"),
+                event_time_start=self.event_time_start,
+                event_time_end=self.event_time_end,
+                parallelism=opts.integer("parallelism", minimum=1),
+            )
+            self.layout, self.plans = read.layout, list(read.splits)
         self.aggregate: tuple[agg.Aggregation, ...] = ()
-        if options.get("aggregate"):
+        aggregate = opts.text("aggregate")
+        if aggregate:
             if self.with_metadata:
                 raise ShuffleOptionError(
                     "kafka-shuffle: options 'aggregate' and 'with_metadata' cannot be combined"
                 )
             self.aggregate = agg.from_json(
-                options["aggregate"], output_schema(self.layout, False), self.layout.key
+                aggregate, output_schema(self.layout, False), self.layout.key
             )
-
-    def _plan_from_log(self) -> tuple[Layout, list[SplitPlan]]:
-        from ._log_io import check_partitions, read_log
-
-        log = read_log(self.kafka, self.topic)
-        layout = log.require_layout()
-        check_partitions(self.kafka, layout)
-        commits = [
-            c
-            for c in log.visible(self.windows, self.runs)
-            if overlaps(c, self.event_time_start, self.event_time_end)
-        ]
-        return layout, plan_splits(layout, commits, self.parallelism)
 
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
@@ -166,13 +136,12 @@ class ShuffleReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         plan = SplitPlan.from_json(partition.value)
         _bound_worker_memory()
-        c = consumer(self.opts.kafka)
         try:
-            for pr in plan.reads:
-                batches = self._read_partition(c, pr)
-                yield from self._aggregated(batches) if self.opts.aggregate else batches
+            with consumer(self.opts.kafka) as c:
+                for pr in plan.reads:
+                    batches = self._read_partition(c, pr)
+                    yield from self._aggregated(batches) if self.opts.aggregate else batches
         finally:
-            c.close()
             _release_memory()
 
     def _aggregated(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -6,7 +6,7 @@ is planned (a bounded read: records produced later are not seen).
 
 Example::
 
-    spark.dataSource.register(KafkaRecordsDataSource)
+    register_data_sources(spark)
     df = (spark.read.format("kafka-records")
           .option("topic", "events")
           .option("kafka.bootstrap.servers", "localhost:9092")
@@ -15,186 +15,26 @@ Example::
 
 from __future__ import annotations
 
-import json
-import time
+import datetime as dt
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from ._kafka import CONNECT_TIMEOUT_S, admin_client, client_config
-from .errors import ShuffleConnectionError, ShuffleOptionError, ShuffleTopicNotFoundError
+from ._kafka import (
+    client_config,
+    consumer,
+    end_offsets,
+    kafka_errors,
+    partition_count,
+    producer,
+    read_range,
+)
+from ._options import Options
+from .errors import ShuffleConnectionError, ShuffleOptionError
 
 RECORDS_SCHEMA = "partition int, offset long, timestamp timestamp, key binary, value binary"
-
-# Options that start with this prefix are passed to librdkafka without it.
-KAFKA_OPTION_PREFIX = "kafka."
-
-
-def kafka_options(options: Mapping[str, str]) -> dict[str, str]:
-    """Extracts ``kafka.*`` data source options into a librdkafka config dict."""
-    return {
-        k[len(KAFKA_OPTION_PREFIX) :]: v
-        for k, v in options.items()
-        if k.lower().startswith(KAFKA_OPTION_PREFIX)
-    }
-
-
-def int_option(
-    options: Mapping[str, str],
-    name: str,
-    owner: str,
-    default: int | None = None,
-    required: bool = False,
-) -> int | None:
-    """An integer option given as a string; errors name the option and the data source."""
-    value = options.get(name)
-    if value is None or value == "":
-        if required:
-            raise ShuffleOptionError(f"{owner}: option {name!r} is required")
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ShuffleOptionError(
-            f"{owner}: option {name!r} must be an integer, got {value!r}"
-        ) from None
-
-
-def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
-    """A consumer for assigned (not subscribed) reads: no group offsets are committed."""
-    conf = client_config(
-        kafka,
-        **{
-            # Reads are planned by offsets, never by a group's position.
-            "group.id": overrides.pop("group.id", "kafka-shuffle-reader"),
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "enable.partition.eof": True,
-            # A fetch holds a few frames (a frame is cut at 4 MiB before compression). The
-            # prefetch queue is what a reader holds beyond the frame it decodes: kept small,
-            # memory stays flat however much is read.
-            "fetch.max.bytes": 4 * 1024 * 1024,
-            "max.partition.fetch.bytes": 4 * 1024 * 1024,
-            "queued.max.messages.kbytes": 4 * 1024,
-            # With a small queue the queue is often full; librdkafka then postpones the next
-            # fetch by this much (1 s by default), which made a reader wait more than it read.
-            "fetch.queue.backoff.ms": 5,
-            **overrides,
-        },
-    )
-    return Consumer(conf)
-
-
-def partition_count(
-    kafka: Mapping[str, Any], topic: str, timeout: float = CONNECT_TIMEOUT_S
-) -> int:
-    """The number of partitions of ``topic``; errors name the topic and the cluster."""
-    try:
-        md = admin_client(kafka).list_topics(topic=topic, timeout=timeout)
-    except KafkaException as exc:
-        raise ShuffleConnectionError(
-            f"cannot reach Kafka at bootstrap.servers={kafka.get('bootstrap.servers')!r} "
-            f"to describe topic {topic!r}: {exc.args[0] if exc.args else exc}"
-        ) from None
-    tmd = md.topics.get(topic)
-    if tmd is None or tmd.error is not None:
-        raise ShuffleTopicNotFoundError(
-            f"topic {topic!r} does not exist on {kafka.get('bootstrap.servers')!r}"
-        )
-    return len(tmd.partitions)
-
-
-# Errors a just-created or just-moved partition gives for a moment; worth a retry.
-_TRANSIENT = {
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._UNKNOWN_PARTITION,
-}
-
-
-def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[tuple[int, int]]:
-    """(low, high) offsets of each partition, read from the brokers (not a cache)."""
-    c = consumer(kafka)
-    try:
-        out = []
-        for p in range(partitions):
-            deadline = time.monotonic() + CONNECT_TIMEOUT_S
-            while True:
-                try:
-                    tp = TopicPartition(topic, p)
-                    out.append(c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False))
-                    break
-                except KafkaException as exc:
-                    err = exc.args[0] if exc.args else None
-                    code = err.code() if isinstance(err, KafkaError) else None
-                    if code in _TRANSIENT and time.monotonic() < deadline:
-                        time.sleep(0.2)
-                        continue
-                    raise ShuffleConnectionError(
-                        f"cannot read the offsets of topic {topic!r} partition {p}: {exc}"
-                    ) from None
-        return out
-    finally:
-        c.close()
-
-
-def read_range(
-    c: Consumer,
-    topic: str,
-    partition: int,
-    start: int,
-    end: int,
-    poll_timeout: float = 30.0,
-    max_batch: int = 1000,
-) -> Iterator[Any]:
-    """Yields the messages of ``topic``/``partition`` with offsets in ``[start, end)``.
-
-    Stops at ``end`` or at the end of the partition, whichever comes first (offsets may
-    have gaps, e.g. transaction markers, so the last offset is not always a record).
-    ``max_batch`` bounds how many messages are taken from the client at once: for large
-    messages (shuffle frames) keep it at 1, so that a taken list does not hold the whole
-    prefetch queue while the client fills the queue again.
-    """
-    if end <= start:
-        return
-    c.assign([TopicPartition(topic, partition, start)])
-    idle_since = time.monotonic()
-    next_offset = start
-    try:
-        while True:
-            # consume() waits until it has num_messages or its timeout passes, even when the
-            # end of the partition has been reached: keep its timeout short and track idleness.
-            # Ask for no more than the range holds, so the last call returns at once.
-            msgs = c.consume(num_messages=max(1, min(max_batch, end - next_offset)), timeout=0.2)
-            if not msgs:
-                if time.monotonic() - idle_since > poll_timeout:
-                    raise ShuffleConnectionError(
-                        f"no data from topic {topic!r} partition {partition} for "
-                        f"{poll_timeout:.0f}s while reading offsets [{start}, {end})"
-                    )
-                continue
-            idle_since = time.monotonic()
-            next_offset = max(next_offset, msgs[-1].offset() + 1)
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return
-                    raise ShuffleConnectionError(
-                        f"reading topic {topic!r} partition {partition} near offset {start}: {err}"
-                    )
-                if m.offset() >= end:
-                    return
-                yield m
-                if m.offset() >= end - 1:
-                    return
-    finally:
-        c.unassign()
 
 
 @dataclass
@@ -206,18 +46,11 @@ class OffsetRange(InputPartition):
 
 class KafkaRecordsReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]):
-        self.topic = options.get("topic")
-        if not self.topic:
-            raise ShuffleOptionError("option 'topic' is required for format 'kafka-records'")
-        self.kafka = kafka_options(options)
-        if "bootstrap.servers" not in self.kafka:
-            raise ShuffleOptionError(
-                "option 'kafka.bootstrap.servers' is required for format 'kafka-records'"
-            )
-        self.starting = _parse_offsets(
-            options.get("startingOffsets", "earliest"), "startingOffsets"
-        )
-        self.ending = _parse_offsets(options.get("endingOffsets", "latest"), "endingOffsets")
+        opts = Options(options, "kafka-records")
+        self.topic = opts.text("topic", required=True)
+        self.kafka = opts.kafka()
+        self.starting = opts.offsets("startingOffsets", "earliest")
+        self.ending = opts.offsets("endingOffsets", "latest")
 
     def partitions(self) -> list[OffsetRange]:
         n = partition_count(self.kafka, self.topic)
@@ -231,10 +64,7 @@ class KafkaRecordsReader(DataSourceReader):
         return ranges
 
     def read(self, partition: OffsetRange) -> Iterator[tuple]:
-        import datetime as dt
-
-        c = consumer(self.kafka)
-        try:
+        with consumer(self.kafka) as c:
             for m in read_range(c, self.topic, partition.partition, partition.start, partition.end):
                 _, ts = m.timestamp()
                 yield (
@@ -244,21 +74,6 @@ class KafkaRecordsReader(DataSourceReader):
                     m.key(),
                     m.value(),
                 )
-        finally:
-            c.close()
-
-
-def _parse_offsets(value: str, option: str) -> str | dict[int, int]:
-    if value in ("earliest", "latest"):
-        return value
-    try:
-        parsed = json.loads(value)
-        return {int(k): int(v) for k, v in parsed.items()}
-    except (ValueError, AttributeError, TypeError):
-        raise ShuffleOptionError(
-            f"option {option!r} must be 'earliest', 'latest' or a JSON object "
-            f'{{"partition": offset}}, got {value!r}'
-        ) from None
 
 
 class KafkaRecordsDataSource(DataSource):
@@ -298,21 +113,20 @@ def write_records(
         raise ShuffleOptionError(f"write_records: column(s) {missing} not in {df.columns}")
 
     def produce(rows) -> Iterator[int]:
-        from confluent_kafka import Producer
-
         errors: list[str] = []
 
         def on_delivery(err, msg) -> None:
             if err is not None:
                 errors.append(f"partition {msg.partition()}: {err}")
 
-        p = Producer({**conf, "enable.idempotence": True, "acks": "all", "linger.ms": 20})
         n = 0
-        for row in rows:
-            p.produce(topic, key=row[0], value=row[1], on_delivery=on_delivery)
-            p.poll(0)
-            n += 1
-        remaining = p.flush(60)
+        with producer(conf, **{"enable.idempotence": True, "acks": "all", "linger.ms": 20}) as p:
+            with kafka_errors(f"producing to topic {topic!r}", conf):
+                for row in rows:
+                    p.produce(topic, key=row[0], value=row[1], on_delivery=on_delivery)
+                    p.poll(0)
+                    n += 1
+                remaining = p.flush(60)
         if remaining or errors:
             raise ShuffleConnectionError(
                 f"producing to topic {topic!r} failed ({remaining} undelivered): {errors[:3]}"

@@ -1,9 +1,14 @@
-"""A SparkSession factory with the settings the shuffle needs, for any master.
+"""The project's Spark data sources on any session, and a convenience session factory.
 
-Example::
+Every engine function that needs a data source registers it on the session it is given,
+so a session from ``SparkSession.builder``, ``dagster_pyspark`` or a notebook works as is.
+For use by name, register them yourself::
 
-    spark = spark_session()                      # local[2], UI off
-    spark = spark_session(master="spark://h:7077", conf={"spark.executor.memory": "4g"})
+    register_data_sources(spark)
+    spark.read.format("kafka-records").option("topic", "events")...
+
+:func:`spark_session` only bundles settings that suit the shuffle on a laptop; it is never
+required.
 """
 
 from __future__ import annotations
@@ -17,55 +22,72 @@ from pyspark.sql import SparkSession
 DEFAULT_MASTER = "local[2]"
 
 
+def _data_sources() -> list[type]:
+    from .reader import ShuffleDataSource
+    from .records import KafkaRecordsDataSource
+
+    return [KafkaRecordsDataSource, ShuffleDataSource]
+
+
+def _registered(spark: SparkSession, name: str) -> bool:
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return bool(manager.dataSourceExists(name))
+    except Exception:  # noqa: BLE001 - an internal API; registering again is harmless
+        return False
+
+
+def register_data_sources(spark: SparkSession) -> None:
+    """Registers the project's Python data sources (``kafka-shuffle``, ``kafka-records``)
+    with ``spark``. Idempotent: a source already registered is left as it is."""
+    for source in _data_sources():
+        if not _registered(spark, source.name()):
+            spark.dataSource.register(source)
+
+
 def spark_session(
-    master: str | None = None,
+    master: str = DEFAULT_MASTER,
     app_name: str = "kafka-shuffle",
     conf: Mapping[str, str] | None = None,
     ui: bool = False,
     log_level: str = "WARN",
 ) -> SparkSession:
-    """Returns the active SparkSession, creating it with the shuffle's settings if needed.
+    """Returns the active SparkSession, creating it with settings that suit the shuffle.
+
+    Example::
+
+        spark = spark_session()                      # local[2], UI off
+        spark = spark_session(master="spark://h:7077", conf={"spark.executor.memory": "4g"})
 
     Args:
-        master: Spark master URL; default ``$SPARK_MASTER`` or ``local[2]``.
+        master: Spark master URL.
         app_name: Application name shown in the Spark UI.
         conf: Extra Spark settings; they win over the defaults below.
-        ui: Whether to start the Spark UI (off in tests and by default).
+        ui: Whether to start the Spark UI.
         log_level: Spark's log level once started.
     """
     # Python workers must run the interpreter that has pyarrow and this package installed.
+    # PySpark reads this when the session starts (a Spark setting would not reach local
+    # workers); a value the user set is kept.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    resolved = master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER)
-    if resolved.startswith("local"):
-        # Local mode talks to itself only; binding to loopback also avoids Spark's warning
-        # about the host name resolving to a loopback address.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings: dict[str, str] = {
         "spark.ui.enabled": str(ui).lower(),
         "spark.ui.showConsoleProgress": "false",
-        # Event times are stored as UTC instants; render them as such unless told otherwise.
+        # Render instants in UTC unless told otherwise (they are stored as UTC either way).
         "spark.sql.session.timeZone": "UTC",
         # The default of 200 is sized for clusters; it only adds overhead on a laptop.
-        "spark.sql.shuffle.partitions": str(2 * (os.cpu_count() or 2)),
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.driver.memory": os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
+        "spark.sql.shuffle.partitions": "4",
     }
+    if master.startswith("local"):
+        # Local mode talks to itself only; binding to loopback also avoids Spark's warning
+        # about the host name resolving to a loopback address.
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings.update({k: str(v) for k, v in (conf or {}).items()})
-    builder = SparkSession.builder.master(resolved)
-    builder = builder.appName(app_name)
+    builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     register_data_sources(spark)
     return spark
-
-
-def register_data_sources(spark: SparkSession) -> None:
-    """Registers the project's Python data sources with ``spark``."""
-    from .reader import ShuffleDataSource
-    from .records import KafkaRecordsDataSource
-
-    spark.dataSource.register(KafkaRecordsDataSource)
-    spark.dataSource.register(ShuffleDataSource)

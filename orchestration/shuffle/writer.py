@@ -16,16 +16,17 @@ write (measured: 1.6 s against 2.5-3 s for 1M rows, see ``bench/``).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import frames as fr
+from ._kafka import kafka_errors, producer
 from .commitlog import Commit, PartitionRange, TaskResult, build_commit
 from .errors import ShuffleOptionError, ShuffleWriteError
-from .records import int_option, kafka_options
 from .watermarks import subtask_watermark
 
 # A DATA frame is cut when a partition's buffer reaches either bound (before compression).
@@ -33,54 +34,34 @@ DEFAULT_FRAME_ROWS = 64 * 1024
 DEFAULT_FRAME_BYTES = 4 * 1024 * 1024
 
 
-@dataclass
+@dataclass(frozen=True)
 class WriteOptions:
-    """The writer's options, parsed once from the strings Spark hands over."""
+    """Everything a producer task needs, built on the driver and pickled to the tasks."""
 
     topic: str
     run_id: str
-    kafka: dict[str, str]
+    kafka: dict[str, Any] = field(repr=False)  # may hold credentials: never printed
     num_partitions: int
     max_parallelism: int
-    event_time: str | None
-    max_out_of_orderness_us: int
-    frame_rows: int
-    frame_bytes: int
-    compression: str | None
-    # Testing aid: an attempt whose number is below this fails after its first frames.
-    fail_attempts_below: int
+    event_time: str | None = None
+    max_out_of_orderness_us: int = 0
+    frame_rows: int = DEFAULT_FRAME_ROWS
+    frame_bytes: int = DEFAULT_FRAME_BYTES
+    compression: str | None = "zstd"
+    # Set only through orchestration.shuffle._testing: an attempt whose number is below
+    # this fails after its first frame, to show that failed attempts stay invisible.
+    fail_attempts_below: int = 0
 
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
-        owner = "kafka-shuffle writer"
-
-        def req(name: str) -> str:
-            value = options.get(name)
-            if value is None or value == "":
-                raise ShuffleOptionError(f"{owner}: option {name!r} is required")
-            return value
-
-        compression = options.get("compression", "zstd")
-        if compression not in ("zstd", "lz4", "none"):
+    def __post_init__(self) -> None:
+        if self.compression not in ("zstd", "lz4", None):
             raise ShuffleOptionError(
-                f"{owner}: option 'compression' must be zstd, lz4 or none, got {compression!r}"
+                f"shuffle {self.topic!r}: compression must be zstd, lz4 or none, "
+                f"got {self.compression!r}"
             )
-        kafka = kafka_options(options)
-        if "bootstrap.servers" not in kafka:
-            raise ShuffleOptionError(f"{owner}: option 'kafka.bootstrap.servers' is required")
-        return cls(
-            topic=req("topic"),
-            run_id=req("run_id"),
-            kafka=kafka,
-            num_partitions=int_option(options, "num_partitions", owner, required=True),
-            max_parallelism=int_option(options, "max_parallelism", owner, required=True),
-            event_time=options.get("event_time") or None,
-            max_out_of_orderness_us=int_option(options, "max_out_of_orderness_us", owner, 0),
-            frame_rows=int_option(options, "frame_rows", owner, DEFAULT_FRAME_ROWS),
-            frame_bytes=int_option(options, "frame_bytes", owner, DEFAULT_FRAME_BYTES),
-            compression=None if compression == "none" else compression,
-            fail_attempts_below=int_option(options, "test_fail_attempts_below", owner, 0),
-        )
+        if self.frame_rows <= 0 or self.frame_bytes <= 0:
+            raise ShuffleOptionError(
+                f"shuffle {self.topic!r}: frame_rows and frame_bytes must be positive"
+            )
 
 
 class _PartitionBuffer:
@@ -96,10 +77,6 @@ class _Subtask:
     """One producer subtask attempt: buffers, frames, delivery bookkeeping."""
 
     def __init__(self, opts: WriteOptions, subtask: int, attempt: int):
-        from confluent_kafka import Producer
-
-        from ._kafka import client_config
-
         self.opts = opts
         self.subtask = subtask
         self.attempt = attempt
@@ -114,22 +91,20 @@ class _Subtask:
         self.event_max: int | None = None
         self.sent_watermark: int | None = None
         self.rows_since_watermark = 0
-        self.producer = Producer(
-            client_config(
-                opts.kafka,
-                **{
-                    # Retries never duplicate or reorder frames within a partition.
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    # Frames are large already; a short linger still packs small ones.
-                    "linger.ms": 5,
-                    "message.max.bytes": 32 * 1024 * 1024,
-                    "compression.type": "none",
-                    # Bounds what a task holds in flight, whatever the data size: when
-                    # the queue is full, produce() waits for deliveries (see _produce).
-                    "queue.buffering.max.kbytes": 32 * 1024,
-                },
-            )
+        self.producer = producer(
+            opts.kafka,
+            **{
+                # Retries never duplicate or reorder frames within a partition.
+                "enable.idempotence": True,
+                "acks": "all",
+                # Frames are large already; a short linger still packs small ones.
+                "linger.ms": 5,
+                "message.max.bytes": 32 * 1024 * 1024,
+                "compression.type": "none",
+                # Bounds what a task holds in flight, whatever the data size: when
+                # the queue is full, produce() waits for deliveries (see _produce).
+                "queue.buffering.max.kbytes": 32 * 1024,
+            },
         )
 
     def _header(self, ftype: fr.FrameType) -> fr.FrameHeader:
@@ -152,9 +127,15 @@ class _Subtask:
     def _produce(self, partition: int, value: bytes) -> None:
         while True:
             try:
-                self.producer.produce(
-                    self.opts.topic, value=value, partition=partition, on_delivery=self._on_delivery
-                )
+                with kafka_errors(
+                    f"producing to topic {self.opts.topic!r} partition {partition}"
+                ):
+                    self.producer.produce(
+                        self.opts.topic,
+                        value=value,
+                        partition=partition,
+                        on_delivery=self._on_delivery,
+                    )
                 break
             except BufferError:
                 # The local queue is full: let deliveries drain it, then try again.
@@ -250,6 +231,12 @@ class _Subtask:
                 )
             self._produce(p, value)
 
+    def close(self) -> None:
+        # Whatever is still queued after a failure is not waited for: the attempt has
+        # failed and its frames will never be read.
+        self.producer.purge()
+        self.producer.flush(0)
+
     def finish(self) -> TaskResult:
         for p in range(self.opts.num_partitions):
             self._flush(p)
@@ -288,9 +275,8 @@ class ProducerTask:
 
     RESULT_SCHEMA = "task_result string"
 
-    def __init__(self, options: Mapping[str, str]):
-        self.options = dict(options)
-        WriteOptions.parse(self.options)  # fail on the driver, before any task starts
+    def __init__(self, options: WriteOptions):
+        self.options = options
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -298,10 +284,13 @@ class ProducerTask:
         ctx = TaskContext.get()
         subtask = ctx.partitionId() if ctx else 0
         attempt = ctx.attemptNumber() if ctx else 0
-        task = _Subtask(WriteOptions.parse(self.options), subtask, attempt)
-        for batch in batches:
-            task.add(batch)
-        result = task.finish()
+        task = _Subtask(self.options, subtask, attempt)
+        try:
+            for batch in batches:
+                task.add(batch)
+            result = task.finish()
+        finally:
+            task.close()
         yield pa.record_batch({"task_result": [result.to_json()]})
 
 

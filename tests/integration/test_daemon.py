@@ -3,8 +3,8 @@
 Everything goes through Dagster's own command line on ``workspace.yaml``, as a user would
 run it: the producer run is launched onto the queue, the sensors are started, and the
 daemon launches each run in its own process. One consumer is made to fail for the day
-(``SHUFFLE_INJECT_FAILURES``): the other two succeed, the failed-region sensor retries
-only that job and day, and the producer is never run again.
+(``SHUFFLE_INJECT_FAILURES``): the other two succeed, Dagster's run retries re-run only
+that job and day, and the producer is never run again.
 """
 
 import os
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from jobs.pipeline import commit_sensor, consumer_jobs, producer_job, region_sensor
-from orchestration.sensors import RETRY_OF_TAG
+from jobs.pipeline import COMMIT_SENSOR, CONSUMER_JOBS, PRODUCER_JOB, REGION_SENSOR
 
-pytestmark = pytest.mark.integration
+PARENT_TAG = "dagster/parent_run_id"
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = "2013-01-03"
@@ -61,6 +62,8 @@ def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap,
               class: QueuedRunCoordinator
               config:
                 max_concurrent_runs: 2
+            run_retries:
+              enabled: true
             telemetry:
               enabled: false
             """
@@ -77,11 +80,11 @@ def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap,
         "SHUFFLE_MAX_RETRIES": "1",
         "PYSPARK_PYTHON": sys.executable,
     }
-    consumers = [j.name for j in consumer_jobs]
+    consumers = list(CONSUMER_JOBS)
 
     tags = f'{{"{PARTITION_TAG}": "{DAY}"}}'
-    _dagster(env, "job", "launch", "-j", producer_job.name, "--tags", tags)
-    for sensor in (commit_sensor.name, region_sensor.name):
+    _dagster(env, "job", "launch", "-j", PRODUCER_JOB, "--tags", tags)
+    for sensor in (COMMIT_SENSOR, REGION_SENSOR):
         _dagster(env, "sensor", "start", sensor)
 
     log = (tmp_path / "daemon.log").open("w")
@@ -113,7 +116,7 @@ def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap,
                 + str([(r.job_name, r.status.value) for r in instance.get_runs()])
             )
             time.sleep(3)
-        # Give the failed-region sensor a chance to (wrongly) retry past its limit.
+        # Give the retries a chance to (wrongly) go past their limit.
         time.sleep(20)
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
@@ -123,18 +126,16 @@ def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap,
             os.killpg(daemon.pid, signal.SIGKILL)
         log.close()
 
-    producer_runs = _runs_of(instance, producer_job.name)
+    producer_runs = _runs_of(instance, PRODUCER_JOB)
     assert [r.status for r in producer_runs] == [DagsterRunStatus.SUCCESS]
     for job in consumers:
         runs = _runs_of(instance, job)
         assert {r.tags.get(PARTITION_TAG) for r in runs} == {DAY}, job
         if job != FAILING_JOB:
             assert [r.status for r in runs] == [DagsterRunStatus.SUCCESS], job
-    first, retry = sorted(
-        _runs_of(instance, FAILING_JOB), key=lambda r: r.tags.get(RETRY_OF_TAG, "")
-    )
+    first, retry = sorted(_runs_of(instance, FAILING_JOB), key=lambda r: r.tags.get(PARENT_TAG, ""))
     assert first.status == retry.status == DagsterRunStatus.FAILURE
-    assert RETRY_OF_TAG not in first.tags and retry.tags[RETRY_OF_TAG] == first.run_id
+    assert PARENT_TAG not in first.tags and retry.tags[PARENT_TAG] == first.run_id
     # The consumers that succeeded wrote their day; the failed one wrote nothing.
     assert (warehouse / "aircraft_daily_utilization" / f"day={DAY}").is_dir()
     assert (warehouse / "carrier_hourly_otp" / f"day={DAY}").is_dir()

@@ -12,21 +12,17 @@ from assets.flights_data import flights_csv_path
 from assets.pipeline import (
     FLIGHTS_BY_TAILNUM,
     MISSING_TAILNUM,
+    FaultInjection,
     carrier_hourly,
     daily_utilization,
     delay_streaks,
 )
-from jobs.pipeline import commit_sensor, consumer_jobs, producer_job, region_sensor
+from jobs.pipeline import COMMIT_SENSOR, CONSUMER_JOBS, PRODUCER_JOB, REGION_SENSOR
+from orchestration import FAILED_WINDOWS_TAG, KafkaResource, WarehouseResource
 from orchestration.definitions import build_defs
-from orchestration.local_runner import LocalRunner
-from orchestration.resources import (
-    FaultInjection,
-    KafkaResource,
-    ShuffleResource,
-    WarehouseResource,
-)
+from orchestration.local_runner import PARENT_RUN_TAG, RETRY_NUMBER_TAG, LocalRunner
 from orchestration.sensors import RETRY_OF_TAG, RETRY_TAG
-from orchestration.shuffle import read_shuffle, shuffle_log
+from orchestration.shuffle import plan_shuffle_read, read_shuffle, shuffle_log
 
 pytestmark = pytest.mark.integration
 
@@ -40,25 +36,27 @@ def stack(bootstrap, spark, tmp_path_factory, unique_module):
     resources = dict(
         kafka=KafkaResource(bootstrap_servers=bootstrap),
         warehouse=WarehouseResource(path=str(tmp_path_factory.mktemp("warehouse"))),
-        shuffle=ShuffleResource(
+    )
+
+    def defs(*faults):
+        return build_defs(
             topic=topic,
-            key=["tailnum"],
             num_partitions=4,
             max_parallelism=64,
-            event_time="sched_dep",
-        ),
-    )
-    with instance_for_test() as instance:
-        faulty = LocalRunner(
-            build_defs(faults=FaultInjection(fail=[f"aircraft_delay_streaks:{D2}"]), **resources),
-            instance,
+            resources={**resources, "faults": FaultInjection(fail=list(faults))},
         )
-        clean = LocalRunner(build_defs(**resources), instance)
+
+    with instance_for_test() as instance:
+        faulty = LocalRunner(defs(f"aircraft_delay_streaks:{D2}"), instance)
+        clean = LocalRunner(defs(), instance)
         # The producer backfill of two days: one run, one committed shuffle run per day.
-        backfill = faulty.run(producer_job.name, partition_range=(D1, D2))
-        first_requests = faulty.tick(commit_sensor.name)
-        first_cursor = faulty.cursors[commit_sensor.name]
-        faulty.execute_requests(commit_sensor.name, first_requests)
+        backfill = faulty.run(PRODUCER_JOB, partition_range=(D1, D2))
+        first_requests = faulty.tick(COMMIT_SENSOR)
+        first_cursor = faulty.cursors[COMMIT_SENSOR]
+        faulty.execute_requests(COMMIT_SENSOR, first_requests)
+        # The one consumer run that failed, retried as Dagster's run retries would.
+        (failed,) = [o for o in faulty.outcomes if not o.success]
+        retry = clean.retry(failed)
         yield dict(
             instance=instance,
             faulty=faulty,
@@ -68,6 +66,9 @@ def stack(bootstrap, spark, tmp_path_factory, unique_module):
             first_requests=first_requests,
             first_cursor=first_cursor,
             resources=resources,
+            defs=defs,
+            failed=failed,
+            retry=retry,
         )
 
 
@@ -95,67 +96,80 @@ def test_backfill_is_one_run_with_one_commit_per_day(stack, kafka_conf):
     assert stack["backfill"].success
     runs = stack["instance"].get_run_ids()
     producer_runs = [
-        r for r in runs if stack["instance"].get_run_by_id(r).job_name == producer_job.name
+        r for r in runs if stack["instance"].get_run_by_id(r).job_name == PRODUCER_JOB
     ]
     assert len(producer_runs) == 1
-    log = shuffle_log(stack["topic"], kafka_conf)
+    log = shuffle_log(stack["topic"], kafka=kafka_conf)
     assert sorted(log.latest_by_window()) == [D1, D2]
     result = stack["backfill"].result
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks == {"rows_balance": True, "flights_by_tailnum_layout": True}
-    md = result.asset_materializations_for_node("flights_by_tailnum")
-    assert any(m.asset_key == FLIGHTS_BY_TAILNUM and m.metadata["rows"].value > 0 for m in md)
-    assert any(m.asset_key == MISSING_TAILNUM for m in md)
+    assert checks == {"rows_balance": True, "shuffle_layout": True, "shuffle_rows": True}
+    # One materialization per day, each with its own committed run, rows and watermark.
+    md = {
+        m.partition: m.metadata
+        for m in result.asset_materializations_for_node("flights_by_tailnum")
+        if m.asset_key == FLIGHTS_BY_TAILNUM
+    }
+    assert sorted(md) == [D1, D2]
+    for day in (D1, D2):
+        commit = log.latest_by_window()[day]
+        assert md[day]["shuffle/run_id"].value == commit.run_id
+        assert md[day]["rows"].value == commit.rows > 0
+        assert md[day]["shuffle/watermark"].value == commit.effective_watermark / 1e6
+    assert md[D1]["rows"].value != md[D2]["rows"].value
+    missing = result.asset_materializations_for_node("flights_missing_tailnum")
+    assert {m.partition for m in missing} == {D1, D2}
 
 
 def test_commit_sensor_requests_each_consumer_once_per_complete_day(stack):
     reqs = stack["first_requests"]
     assert sorted((r.job_name, r.partition_key) for r in reqs) == sorted(
-        (j.name, d) for j in consumer_jobs for d in (D1, D2)
+        (j, d) for j in CONSUMER_JOBS for d in (D1, D2)
     )
     assert len({r.run_key for r in reqs}) == len(reqs)
 
 
 def test_region_isolation_and_retry(stack):
-    faulty, clean = stack["faulty"], stack["clean"]
-    (failed,) = [o for o in faulty.outcomes if not o.success]
+    faulty, failed, retry = stack["faulty"], stack["failed"], stack["retry"]
     assert (failed.job_name, failed.partition) == (STREAKS_JOB, D2)
     # Everything else of that day, and the other day, succeeded.
-    for job in consumer_jobs:
+    for job in CONSUMER_JOBS:
         for day in (D1, D2):
-            if (job.name, day) != (STREAKS_JOB, D2):
-                assert [o.success for o in outcomes(faulty, job.name, day)] == [True]
-    # The failed-region sensor asks for exactly that job and day, tagged as a retry.
-    (req,) = faulty.failure_requests(region_sensor.name, failed.run_id)
-    assert (req.job_name, req.partition_key) == (STREAKS_JOB, D2)
-    assert req.tags[RETRY_TAG] == "1" and req.tags[RETRY_OF_TAG] == failed.run_id
-    (retry,) = clean.execute_requests(region_sensor.name, [req])
+            if (job, day) != (STREAKS_JOB, D2):
+                assert [o.success for o in outcomes(faulty, job, day)] == [True]
+    # Dagster's run retry re-runs exactly that job and day (emulated here as the daemon would).
+    assert (retry.job_name, retry.partition) == (STREAKS_JOB, D2)
+    assert retry.tags[RETRY_NUMBER_TAG] == "1" and retry.tags[PARENT_RUN_TAG] == failed.run_id
     assert retry.success
     # The producer was not re-run.
     jobs = [stack["instance"].get_run_by_id(r).job_name for r in stack["instance"].get_run_ids()]
-    assert jobs.count(producer_job.name) == 1
+    assert jobs.count(PRODUCER_JOB) == 1
     # After the retry, the output equals a clean computation.
     expected = expected_streaks(D2)
     got = read_output(stack, "aircraft_delay_streaks", D2)
     assert_frames_equal(got, expected, ["tailnum"])
 
 
-def test_failed_region_sensor_gives_up_after_max_retries(stack):
+def test_consumer_retries_stop_at_max_retries(stack):
     faulty = stack["faulty"]
-    o = faulty.run(STREAKS_JOB, partition=D2, tags={RETRY_TAG: "2"})
+    o = faulty.run(STREAKS_JOB, partition=D2, tags={RETRY_NUMBER_TAG: "2"})
     assert not o.success
-    assert faulty.failure_requests(region_sensor.name, o.run_id) == []
+    assert faulty.retry(o) is None
 
 
 def test_repeated_tick_requests_nothing_new(stack):
-    runner = stack["clean"]
-    runner.cursors[commit_sensor.name] = stack["first_cursor"]
-    again = runner.tick(commit_sensor.name)
-    # The same cursor gives the same run keys, which already ran: nothing new is launched.
-    assert [] == [r for r in again if r.run_key not in {x.run_key for x in stack["first_requests"]}]
-    assert runner.execute_requests(commit_sensor.name, again) == []
+    runner = LocalRunner(stack["defs"](), stack["instance"])
+    runner.cursors[COMMIT_SENSOR] = stack["first_cursor"]
+    # Days seen by the first tick are never requested again (other tests may add days).
+    again = [r for r in runner.tick(COMMIT_SENSOR) if r.partition_key in (D1, D2)]
+    assert again == []
+    # A tick from no cursor requests the same run keys, which already ran: nothing is launched.
+    fresh = LocalRunner(stack["defs"](), stack["instance"])
+    first = [r for r in fresh.tick(COMMIT_SENSOR) if r.partition_key in (D1, D2)]
+    assert {r.run_key for r in first} == {r.run_key for r in stack["first_requests"]}
+    assert fresh.execute_requests(COMMIT_SENSOR, first) == []
     # And the cursor it returns asks for nothing at all.
-    assert runner.tick(commit_sensor.name) == []
+    assert fresh.tick(COMMIT_SENSOR) == []
 
 
 def test_outputs_equal_pandas_from_the_csv(stack):
@@ -175,35 +189,15 @@ def test_outputs_equal_pandas_from_the_csv(stack):
 
 def test_consumer_checks_pass(stack):
     for o in stack["faulty"].outcomes + stack["clean"].outcomes:
-        if o.success and o.job_name != producer_job.name:
+        if o.success and o.job_name != PRODUCER_JOB:
             evals = o.result.get_asset_check_evaluations()
             assert [e.passed for e in evals] == [True], (o.job_name, o.partition)
 
 
-def test_layout_check(stack):
-    from assets.pipeline import flights_by_tailnum_layout
-
-    result = flights_by_tailnum_layout(
-        kafka=stack["resources"]["kafka"], shuffle=stack["resources"]["shuffle"]
-    )
-    assert result.passed, result.metadata
-    wrong = ShuffleResource(
-        topic=stack["topic"],
-        key=["carrier"],
-        num_partitions=4,
-        max_parallelism=64,
-        event_time="sched_dep",
-    )
-    assert not flights_by_tailnum_layout(kafka=stack["resources"]["kafka"], shuffle=wrong).passed
-
-
 def test_prekeyed_consumers_have_no_exchange(stack, spark, kafka_conf):
-    df = read_shuffle(spark, stack["topic"], kafka_conf, windows=[D1])
-    run_id = shuffle_log(stack["topic"], kafka_conf).visible(windows=[D1])[0].run_id
-    for out in (
-        daily_utilization(spark, stack["topic"], kafka_conf, run_id),
-        delay_streaks(df),
-    ):
+    df = read_shuffle(spark, stack["topic"], kafka=kafka_conf, windows=[D1])
+    read = plan_shuffle_read(spark, stack["topic"], kafka=kafka_conf, windows=[D1])
+    for out in (daily_utilization(read), delay_streaks(df)):
         plan = out._jdf.queryExecution().executedPlan().toString()
         assert "Exchange" not in plan, plan
     assert "Exchange" in carrier_hourly(df)._jdf.queryExecution().executedPlan().toString()
@@ -212,10 +206,12 @@ def test_prekeyed_consumers_have_no_exchange(stack, spark, kafka_conf):
 def test_new_producer_run_relaunches_consumers_with_new_data(stack, spark, kafka_conf):
     runner = stack["clean"]
     warehouse = stack["resources"]["warehouse"]
-    first = runner.run(producer_job.name, partition=D3)
+    first = runner.run(PRODUCER_JOB, partition=D3)
     assert first.success
-    first_commit = shuffle_log(stack["topic"], kafka_conf).visible(windows=[D3])[0].run_id
-    runner.execute_requests(commit_sensor.name, runner.tick(commit_sensor.name))
+    first_commit = shuffle_log(stack["topic"], kafka=kafka_conf).visible(windows=[D3])[0].run_id
+    runner.execute_requests(
+        COMMIT_SENSOR, [r for r in runner.tick(COMMIT_SENSOR) if r.partition_key == D3]
+    )
     before = read_output(stack, "aircraft_daily_utilization", D3)
     # Corrected data for D3: drop every American Airlines flight, then produce D3 again.
     path = warehouse.day_path("flights", D3)
@@ -225,22 +221,26 @@ def test_new_producer_run_relaunches_consumers_with_new_data(stack, spark, kafka
         pq.read_table(path).from_pandas(corrected, preserve_index=False), f"{path}/part-0.parquet"
     )
     second = runner.run(
-        producer_job.name, partition=D3, asset_selection=[FLIGHTS_BY_TAILNUM, MISSING_TAILNUM]
+        PRODUCER_JOB, partition=D3, asset_selection=[FLIGHTS_BY_TAILNUM, MISSING_TAILNUM]
     )
     assert second.success
-    reqs = [r for r in runner.tick(commit_sensor.name) if not runner._already_ran(r.run_key)]
+    reqs = [
+        r
+        for r in runner.tick(COMMIT_SENSOR)
+        if r.partition_key == D3 and not runner._already_ran(r.run_key)
+    ]
     assert sorted((r.job_name, r.partition_key) for r in reqs) == sorted(
-        (j.name, D3) for j in consumer_jobs
+        (j, D3) for j in CONSUMER_JOBS
     )
-    new_commit = shuffle_log(stack["topic"], kafka_conf).visible(windows=[D3])[0].run_id
+    new_commit = shuffle_log(stack["topic"], kafka=kafka_conf).visible(windows=[D3])[0].run_id
     assert new_commit != first_commit
     assert {r.tags["shuffle/commit"] for r in reqs} == {new_commit}
-    assert all(o.success for o in runner.execute_requests(commit_sensor.name, reqs))
+    assert all(o.success for o in runner.execute_requests(COMMIT_SENSOR, reqs))
     after = read_output(stack, "aircraft_daily_utilization", D3)
     assert after["flights"].sum() == corrected["tailnum"].notna().sum()
     assert after["flights"].sum() < before["flights"].sum()
     assert not after.duplicated(["tailnum", "day"]).any()
-    log = shuffle_log(stack["topic"], kafka_conf)
+    log = shuffle_log(stack["topic"], kafka=kafka_conf)
     assert len([c for c in log.commits if c.window == D3]) == 2
 
 
@@ -328,22 +328,23 @@ def assert_frames_equal(got: pd.DataFrame, want: pd.DataFrame, keys: list[str]) 
 
 def test_failed_producer_day_does_not_block_other_days(stack, kafka_conf):
     d4, d5 = "2013-01-04", "2013-01-05"
-    runner = LocalRunner(
-        build_defs(faults=FaultInjection(fail=[f"flights_by_tailnum:{d5}"]), **stack["resources"]),
-        stack["instance"],
-    )
-    failed = runner.run(producer_job.name, partition_range=(d4, d5))
+    # The fault lets d5's rows without a tailnum through: the shuffle refuses that day only.
+    runner = LocalRunner(stack["defs"](f"flights_by_tailnum:{d5}"), stack["instance"])
+    failed = runner.run(PRODUCER_JOB, partition_range=(d4, d5))
     assert not failed.success
-    windows = shuffle_log(stack["topic"], kafka_conf).latest_by_window()
+    windows = shuffle_log(stack["topic"], kafka=kafka_conf).latest_by_window()
     assert d4 in windows and d5 not in windows
+    tags = stack["instance"].get_run_by_id(failed.run_id).tags
+    assert tags[FAILED_WINDOWS_TAG] == d5
     # Consumers of the day that did commit go ahead.
-    reqs = [r for r in runner.tick(commit_sensor.name) if r.partition_key in (d4, d5)]
+    reqs = [r for r in runner.tick(COMMIT_SENSOR) if r.partition_key in (d4, d5)]
     assert sorted((r.job_name, r.partition_key) for r in reqs) == sorted(
-        (j.name, d4) for j in consumer_jobs
+        (j, d4) for j in CONSUMER_JOBS
     )
     # The failed-region sensor re-runs the producer for the failed day only.
-    (req,) = runner.failure_requests(region_sensor.name, failed.run_id)
-    assert (req.job_name, req.partition_key) == (producer_job.name, d5)
-    (retry,) = stack["clean"].execute_requests(region_sensor.name, [req])
+    (req,) = runner.failure_requests(REGION_SENSOR, failed.run_id)
+    assert (req.job_name, req.partition_key) == (PRODUCER_JOB, d5)
+    assert req.tags[RETRY_TAG] == "1" and req.tags[RETRY_OF_TAG] == failed.run_id
+    (retry,) = stack["clean"].execute_requests(REGION_SENSOR, [req])
     assert retry.success
-    assert d5 in shuffle_log(stack["topic"], kafka_conf).latest_by_window()
+    assert d5 in shuffle_log(stack["topic"], kafka=kafka_conf).latest_by_window()

@@ -28,9 +28,10 @@ from orchestration.shuffle import (
     shuffle_watermark,
     write_shuffle,
 )
+from orchestration.shuffle._kafka import consumer, end_offsets, read_range
 from orchestration.shuffle._log_io import write_commit
+from orchestration.shuffle._testing import fail_write_attempts_below
 from orchestration.shuffle.frames import FrameType, decode
-from orchestration.shuffle.records import consumer, end_offsets, read_range
 
 pytestmark = pytest.mark.integration
 
@@ -62,10 +63,10 @@ def sorted_rows(df, cols=("id",)):
 def test_round_trip_columns_types_and_partitions(spark, kafka_conf, unique):
     topic = unique("sh-rt")
     df = rows_df(spark)
-    res = write_shuffle(df, spec_for(topic), kafka_conf, window="d1")
+    res = write_shuffle(df, spec_for(topic), kafka=kafka_conf, window="d1")
     assert res.rows == 5000 and res.frames > 0 and res.bytes > 0
     assert set(res.offsets) == {0, 1, 2, 3}
-    back = read_shuffle(spark, topic, kafka_conf)
+    back = read_shuffle(spark, topic, kafka=kafka_conf)
     assert back.columns == df.columns
     assert [f.dataType for f in back.schema] == [f.dataType for f in df.schema]
     assert sorted(map(tuple, back.collect())) == sorted(map(tuple, df.collect()))
@@ -79,8 +80,8 @@ def test_round_trip_columns_types_and_partitions(spark, kafka_conf, unique):
 
 def test_metadata_columns(spark, kafka_conf, unique):
     topic = unique("sh-md")
-    res = write_shuffle(rows_df(spark, 800), spec_for(topic), kafka_conf)
-    back = read_shuffle(spark, topic, kafka_conf, with_metadata=True)
+    res = write_shuffle(rows_df(spark, 800), spec_for(topic), kafka=kafka_conf)
+    back = read_shuffle(spark, topic, kafka=kafka_conf, with_metadata=True)
     assert back.columns[-4:] == ["_partition", "_key_group", "_run_id", "_offset"]
     for r in back.select("k", "_partition", "_key_group", "_run_id", "_offset").collect():
         assert r._key_group == key_group_of(r.k, 32)
@@ -94,8 +95,8 @@ def test_metadata_columns(spark, kafka_conf, unique):
 def test_any_parallelism_keeps_key_groups_whole(spark, kafka_conf, unique, parallelism):
     topic = unique("sh-par")
     df = rows_df(spark, 3000, keys=200)
-    write_shuffle(df, spec_for(topic), kafka_conf)
-    back = read_shuffle(spark, topic, kafka_conf, parallelism=parallelism, with_metadata=True)
+    write_shuffle(df, spec_for(topic), kafka=kafka_conf)
+    back = read_shuffle(spark, topic, kafka=kafka_conf, parallelism=parallelism, with_metadata=True)
     assert back.rdd.getNumPartitions() == parallelism
     splits = back.rdd.glom().map(
         lambda rs: ({r._key_group for r in rs}, {r._partition for r in rs})
@@ -117,80 +118,78 @@ def test_retried_task_is_read_exactly_once(spark, kafka_conf, unique):
     topic = unique("sh-retry")
     df = rows_df(spark, 4000).repartition(3)
     # Attempt 0 of every task fails after writing its first frame; Spark retries it.
-    res = write_shuffle(
-        df, spec_for(topic), kafka_conf, window="d1", frame_rows=300, _test_fail_attempts_below=1
-    )
+    with fail_write_attempts_below(1):
+        res = write_shuffle(df, spec_for(topic), kafka=kafka_conf, window="d1", frame_rows=300)
     assert {a for _, a in res.commit.tasks} == {1}
     # The failed attempts' DATA frames are in the topic...
-    c = consumer(kafka_conf)
-    try:
-        failed_frames = 0
+    failed_frames = 0
+    with consumer(kafka_conf) as c:
         for p, (lo, hi) in enumerate(end_offsets(kafka_conf, topic, 4)):
             for m in read_range(c, topic, p, lo, hi):
                 h = decode(m.value()).header
                 if h.run_id == res.run_id and h.attempt == 0 and h.type is FrameType.DATA:
                     failed_frames += 1
-    finally:
-        c.close()
     assert failed_frames >= 3  # at least one per task
     # ...but a reader sees every row exactly once.
-    back = read_shuffle(spark, topic, kafka_conf)
+    back = read_shuffle(spark, topic, kafka=kafka_conf)
     ids = [r.id for r in back.select("id").collect()]
     assert len(ids) == 4000 and len(set(ids)) == 4000
 
 
 def test_run_that_fails_for_good_is_invisible(spark, kafka_conf, unique):
     topic = unique("sh-fail")
-    write_shuffle(rows_df(spark, 500), spec_for(topic), kafka_conf, window="d1")
-    before = shuffle_log(topic, kafka_conf)
-    with pytest.raises(ShuffleWriteError, match="not committed"):
+    write_shuffle(rows_df(spark, 500), spec_for(topic), kafka=kafka_conf, window="d1")
+    before = shuffle_log(topic, kafka=kafka_conf)
+    with pytest.raises(ShuffleWriteError, match="not committed"), fail_write_attempts_below(99):
         write_shuffle(
-            rows_df(spark, 700, offset=10_000),
-            spec_for(topic),
-            kafka_conf,
-            window="d1",
-            _test_fail_attempts_below=99,
+            rows_df(spark, 700, offset=10_000), spec_for(topic), kafka=kafka_conf, window="d1"
         )
-    after = shuffle_log(topic, kafka_conf)
+    after = shuffle_log(topic, kafka=kafka_conf)
     assert [c.run_id for c in after.commits] == [c.run_id for c in before.commits]
-    assert read_shuffle(spark, topic, kafka_conf).count() == 500
+    assert read_shuffle(spark, topic, kafka=kafka_conf).count() == 500
 
 
 def test_second_run_of_a_window_replaces_the_first(spark, kafka_conf, unique):
     topic = unique("sh-win")
     spec = spec_for(topic)
-    first = write_shuffle(rows_df(spark, 1000), spec, kafka_conf, window="d1")
+    first = write_shuffle(rows_df(spark, 1000), spec, kafka=kafka_conf, window="d1")
     write_shuffle(
-        rows_df(spark, 300, day=DAY + dt.timedelta(days=1)), spec, kafka_conf, window="d2"
+        rows_df(spark, 300, day=DAY + dt.timedelta(days=1)), spec, kafka=kafka_conf, window="d2"
     )
-    second = write_shuffle(rows_df(spark, 400, offset=50_000), spec, kafka_conf, window="d1")
-    d1 = read_shuffle(spark, topic, kafka_conf, windows=["d1"])
+    second = write_shuffle(rows_df(spark, 400, offset=50_000), spec, kafka=kafka_conf, window="d1")
+    d1 = read_shuffle(spark, topic, kafka=kafka_conf, windows=["d1"])
     assert sorted(r.id for r in d1.select("id").collect()) == list(range(50_000, 50_400))
-    assert read_shuffle(spark, topic, kafka_conf).count() == 700
+    assert read_shuffle(spark, topic, kafka=kafka_conf).count() == 700
     # The superseded run stays readable by id.
-    assert read_shuffle(spark, topic, kafka_conf, runs=[first.run_id]).count() == 1000
-    assert [c.run_id for c in shuffle_log(topic, kafka_conf).visible(["d1"])] == [second.run_id]
+    assert read_shuffle(spark, topic, kafka=kafka_conf, runs=[first.run_id]).count() == 1000
+    assert [c.run_id for c in shuffle_log(topic, kafka=kafka_conf).visible(["d1"])] == [
+        second.run_id
+    ]
     with pytest.raises(ShuffleWindowNotFoundError, match="d9"):
-        read_shuffle(spark, topic, kafka_conf, windows=["d1", "d9"])
+        read_shuffle(spark, topic, kafka=kafka_conf, windows=["d1", "d9"])
 
 
 def test_empty_dataframe_commits_an_empty_run(spark, kafka_conf, unique):
     topic = unique("sh-empty")
     empty = rows_df(spark, 10).limit(0)
     res = write_shuffle(
-        empty, spec_for(topic), kafka_conf, window="d1", complete_until=DAY + dt.timedelta(days=1)
+        empty,
+        spec_for(topic),
+        kafka=kafka_conf,
+        window="d1",
+        complete_until=DAY + dt.timedelta(days=1),
     )
     assert res.rows == 0
-    assert shuffle_log(topic, kafka_conf).commit(res.run_id) is not None
-    back = read_shuffle(spark, topic, kafka_conf, windows=["d1"])
+    assert shuffle_log(topic, kafka=kafka_conf).commit(res.run_id) is not None
+    back = read_shuffle(spark, topic, kafka=kafka_conf, windows=["d1"])
     assert back.count() == 0 and back.columns == empty.columns
-    assert shuffle_watermark(topic, kafka_conf) == DAY + dt.timedelta(days=1)
+    assert shuffle_watermark(topic, kafka=kafka_conf) == DAY + dt.timedelta(days=1)
 
 
 def test_null_keys_are_refused_before_writing(spark, kafka_conf, unique):
     topic = unique("sh-null")
     spec = spec_for(topic)
-    write_shuffle(rows_df(spark, 100), spec, kafka_conf)
+    write_shuffle(rows_df(spark, 100), spec, kafka=kafka_conf)
     before = end_offsets(kafka_conf, topic, 4)
     bad = rows_df(spark, 100).withColumn(
         "k", F.when(F.col("id") % 10 == 0, None).otherwise(F.col("k"))
@@ -198,14 +197,14 @@ def test_null_keys_are_refused_before_writing(spark, kafka_conf, unique):
     with pytest.raises(
         ShuffleKeyError, match=r"10 row\(s\) have a null in key column\(s\) \['k'\]"
     ):
-        write_shuffle(bad, spec, kafka_conf)
+        write_shuffle(bad, spec, kafka=kafka_conf)
     assert end_offsets(kafka_conf, topic, 4) == before
 
 
 def test_layout_mismatches_are_refused(spark, kafka_conf, unique):
     topic = unique("sh-layout")
     df = rows_df(spark, 100)
-    write_shuffle(df, spec_for(topic), kafka_conf)
+    write_shuffle(df, spec_for(topic), kafka=kafka_conf)
     cases = [
         (spec_for(topic, key=("id",)), df, "key is \\['k'\\], not \\['id'\\]"),
         (spec_for(topic, num_partitions=8), df, "num_partitions is 4, not 8"),
@@ -219,40 +218,40 @@ def test_layout_mismatches_are_refused(spark, kafka_conf, unique):
     ]
     for spec, frame, message in cases:
         with pytest.raises(ShuffleLayoutError, match=message):
-            write_shuffle(frame, spec, kafka_conf)
+            write_shuffle(frame, spec, kafka=kafka_conf)
     # Column order does not matter.
-    write_shuffle(df.select(*reversed(df.columns)), spec_for(topic), kafka_conf)
-    assert read_shuffle(spark, topic, kafka_conf).count() == 200
+    write_shuffle(df.select(*reversed(df.columns)), spec_for(topic), kafka=kafka_conf)
+    assert read_shuffle(spark, topic, kafka=kafka_conf).count() == 200
 
 
 def test_partitions_added_behind_the_back_are_detected(spark, kafka_conf, unique):
     topic = unique("sh-grow")
-    write_shuffle(rows_df(spark, 100), spec_for(topic), kafka_conf)
+    write_shuffle(rows_df(spark, 100), spec_for(topic), kafka=kafka_conf)
     admin = AdminClient(kafka_conf)
     admin.create_partitions([NewPartitions(topic, 6)])[topic].result(30)
     time.sleep(1)
     with pytest.raises(
         ShuffleLayoutError, match="has 6 partitions but the shuffle was created with 4"
     ):
-        read_shuffle(spark, topic, kafka_conf)
+        read_shuffle(spark, topic, kafka=kafka_conf)
     with pytest.raises(ShuffleLayoutError, match="has 6 partitions"):
-        write_shuffle(rows_df(spark, 100), spec_for(topic), kafka_conf)
+        write_shuffle(rows_df(spark, 100), spec_for(topic), kafka=kafka_conf)
 
 
 def test_missing_topic_and_unreachable_broker(spark, kafka_conf, unique):
     with pytest.raises(ShuffleTopicNotFoundError, match="does not exist"):
-        read_shuffle(spark, unique("sh-none"), kafka_conf)
+        read_shuffle(spark, unique("sh-none"), kafka=kafka_conf)
     start = time.monotonic()
     with pytest.raises(ShuffleConnectionError, match="127.0.0.1:1"):
-        read_shuffle(spark, "x", {"bootstrap.servers": "127.0.0.1:1"})
+        read_shuffle(spark, "x", kafka={"bootstrap.servers": "127.0.0.1:1"})
     with pytest.raises(ShuffleConnectionError, match="127.0.0.1:1"):
-        write_shuffle(rows_df(spark, 10), spec_for("x"), {"bootstrap.servers": "127.0.0.1:1"})
+        write_shuffle(rows_df(spark, 10), spec_for("x"), kafka={"bootstrap.servers": "127.0.0.1:1"})
     assert time.monotonic() - start < 30
 
 
 def test_corrupt_frame_names_topic_partition_offset(spark, kafka_conf, unique):
     topic = unique("sh-bad")
-    res = write_shuffle(rows_df(spark, 200), spec_for(topic), kafka_conf)
+    res = write_shuffle(rows_df(spark, 200), spec_for(topic), kafka=kafka_conf)
     p = Producer(kafka_conf)
     p.produce(topic, value=b"not a frame at all, just bytes....................", partition=0)
     p.flush(10)
@@ -265,7 +264,7 @@ def test_corrupt_frame_names_topic_partition_offset(spark, kafka_conf, unique):
     )
     write_commit(kafka_conf, topic, type(commit)(**{**commit.__dict__, "partitions": stretched}))
     with pytest.raises(Exception, match=f"partition 0 offset {bad_offset}") as info:
-        read_shuffle(spark, topic, kafka_conf).collect()
+        read_shuffle(spark, topic, kafka=kafka_conf).collect()
     assert "ShuffleFormatError" in str(info.value) or isinstance(info.value, ShuffleFormatError)
 
 
@@ -273,7 +272,7 @@ def test_watermarks_and_event_time_range(spark, kafka_conf, unique):
     topic = unique("sh-wm")
     spec = spec_for(topic, max_out_of_orderness=dt.timedelta(minutes=5))
     assert rows_df(spark, 10).count() == 10
-    r1 = write_shuffle(rows_df(spark, 2000), spec, kafka_conf, window="d1")
+    r1 = write_shuffle(rows_df(spark, 2000), spec, kafka=kafka_conf, window="d1")
     latest = rows_df(spark, 2000).agg(F.max("ts")).first()[0].replace(tzinfo=dt.UTC)
     # The run's watermark: the smallest subtask watermark (each = its max - 5 minutes).
     assert r1.watermark <= latest - dt.timedelta(minutes=5)
@@ -281,15 +280,15 @@ def test_watermarks_and_event_time_range(spark, kafka_conf, unique):
     r2 = write_shuffle(
         rows_df(spark, 1000, day=DAY + dt.timedelta(days=1)),
         spec,
-        kafka_conf,
+        kafka=kafka_conf,
         window="d2",
         complete_until=DAY + dt.timedelta(days=2),
     )
     assert r2.watermark == DAY + dt.timedelta(days=2)
-    assert shuffle_watermark(topic, kafka_conf) == DAY + dt.timedelta(days=2)
+    assert shuffle_watermark(topic, kafka=kafka_conf) == DAY + dt.timedelta(days=2)
     noon = DAY + dt.timedelta(hours=12)
     part = read_shuffle(
-        spark, topic, kafka_conf, event_time_range=(noon, DAY + dt.timedelta(days=1))
+        spark, topic, kafka=kafka_conf, event_time_range=(noon, DAY + dt.timedelta(days=1))
     )
     expected = rows_df(spark, 2000).filter(
         (F.col("ts") >= noon) & (F.col("ts") < DAY + dt.timedelta(days=1))
@@ -317,8 +316,8 @@ SCHEMA = "k string, n long, first_id long, sx double"
 def test_per_key_without_exchange_equals_group_by(spark, kafka_conf, unique):
     topic = unique("sh-keyed")
     df = rows_df(spark, 6000, keys=300)
-    write_shuffle(df, spec_for(topic), kafka_conf)
-    back = read_shuffle(spark, topic, kafka_conf)
+    write_shuffle(df, spec_for(topic), kafka=kafka_conf)
+    back = read_shuffle(spark, topic, kafka=kafka_conf)
     out = apply_per_key(back, "k", per_key_stats, SCHEMA, order_by=["ts", "id"])
     plan = out._jdf.queryExecution().executedPlan().toString()
     assert "Exchange" not in plan
@@ -342,8 +341,8 @@ def test_per_key_without_exchange_equals_group_by(spark, kafka_conf, unique):
 def test_per_key_on_another_key_is_refused(spark, kafka_conf, unique):
     topic = unique("sh-wrongkey")
     df = rows_df(spark, 200)
-    write_shuffle(df, spec_for(topic), kafka_conf)
-    back = read_shuffle(spark, topic, kafka_conf)
+    write_shuffle(df, spec_for(topic), kafka=kafka_conf)
+    back = read_shuffle(spark, topic, kafka=kafka_conf)
     with pytest.raises(ShuffleKeyError, match="keyed by \\['k'\\]"):
         apply_per_key(back, "maybe", per_key_stats, SCHEMA)
     with pytest.raises(ShuffleKeyError, match="not a shuffle read"):
@@ -367,9 +366,11 @@ def test_aggregate_in_the_reader_equals_group_by(spark, kafka_conf, unique, para
     topic = unique("sh-agg")
     d1 = rows_df(spark, 6000, keys=300)
     d2 = rows_df(spark, 3000, keys=300, day=DAY + dt.timedelta(days=1), offset=6000)
-    write_shuffle(d1, spec_for(topic), kafka_conf, window="d1")
-    write_shuffle(d2, spec_for(topic), kafka_conf, window="d2")
-    out = aggregate_shuffle(spark, topic, kafka_conf, AGGS, windows=["d2"], parallelism=parallelism)
+    write_shuffle(d1, spec_for(topic), kafka=kafka_conf, window="d1")
+    write_shuffle(d2, spec_for(topic), kafka=kafka_conf, window="d2")
+    out = aggregate_shuffle(
+        spark, topic, kafka=kafka_conf, aggregations=AGGS, windows=["d2"], parallelism=parallelism
+    )
     assert "Exchange" not in out._jdf.queryExecution().executedPlan().toString()
     assert out.columns == ["k", *AGGS]
     want = d2.groupBy("k").agg(
@@ -387,15 +388,15 @@ def test_aggregate_in_the_reader_equals_group_by(spark, kafka_conf, unique, para
         assert g[:4] == w[:4] and g[5:] == w[5:]
         assert abs(g[4] - w[4]) < 1e-6
     # Both windows: a key's rows from two runs meet in one partition and add up.
-    both = aggregate_shuffle(spark, topic, kafka_conf, {"rows": ("*", "count")})
+    both = aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations={"rows": ("*", "count")})
     union = d1.unionByName(d2).groupBy("k").count()
     assert sorted(map(tuple, both.collect())) == sorted(map(tuple, union.collect()))
 
 
 def test_aggregate_refuses_bad_aggregations_before_reading(spark, kafka_conf, unique):
     topic = unique("sh-aggbad")
-    write_shuffle(rows_df(spark, 100), spec_for(topic), kafka_conf)
+    write_shuffle(rows_df(spark, 100), spec_for(topic), kafka=kafka_conf)
     with pytest.raises(ShuffleOptionError, match="no column 'nope'"):
-        aggregate_shuffle(spark, topic, kafka_conf, {"s": ("nope", "sum")})
+        aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations={"s": ("nope", "sum")})
     with pytest.raises(ShuffleOptionError, match="sum is not defined for column 'k'"):
-        aggregate_shuffle(spark, topic, kafka_conf, {"s": ("k", "sum")})
+        aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations={"s": ("k", "sum")})

@@ -7,18 +7,31 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from orchestration import localstack
-from orchestration.shuffle._kafka import (
-    check_reachable,
-    ensure_topic,
-    set_share_group_offset_reset,
-)
+from orchestration.shuffle._kafka import check_reachable, ensure_topic
 from orchestration.shuffle.errors import ShuffleConnectionError, ShuffleError
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def set_share_group_offset_reset(conf: dict, group: str, reset: str) -> None:
+    """A new share group starts at the latest offset unless its config says otherwise."""
+    entry = ConfigEntry(
+        "share.auto.offset.reset", reset, incremental_operation=AlterConfigOpType.SET
+    )
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    admin = AdminClient(conf)
+    admin.incremental_alter_configs([res], request_timeout=30)[res].result(30)
 
 
 def produce(conf: dict, topic: str, n: int, partitions: int = 1) -> None:

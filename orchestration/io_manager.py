@@ -1,0 +1,252 @@
+"""``KafkaShuffleIOManager``: any asset that returns a Spark DataFrame, stored as a shuffle.
+
+Example::
+
+    from dagster import AssetIn, DailyPartitionsDefinition, Definitions, EnvVar, asset
+    from orchestration import KafkaResource, KafkaShuffleIOManager, shuffle_metadata
+
+    daily = DailyPartitionsDefinition(start_date="2024-01-01")
+
+    @asset(partitions_def=daily, io_manager_key="shuffle_io_manager",
+           metadata=shuffle_metadata(key="user_id", num_partitions=8, event_time="ts"))
+    def events_by_user(context) -> DataFrame:
+        return spark.read.parquet(f"/data/events/day={context.partition_key}")
+
+    @asset(partitions_def=daily)
+    def sessions(events_by_user: DataFrame) -> None:
+        apply_per_key(events_by_user, "user_id", sessionize, schema=...)   # no Exchange
+
+    defs = Definitions(
+        assets=[events_by_user, sessions],
+        resources={"shuffle_io_manager": KafkaShuffleIOManager(
+            kafka=KafkaResource(bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS")))},
+    )
+
+Output: one committed run per partition key (``window`` = the key; for time-window
+partitions ``complete_until`` = the window's end). A run over a range of partitions writes
+each key's rows (``shuffle/window_column`` = the key) as its own committed run; days that
+committed stay committed if another fails, and the run is tagged ``shuffle/failed_windows``
+so that a failed-region sensor re-runs only those. An unpartitioned asset commits one run
+with no window, and its latest run is what downstream assets read.
+
+Input: a keyed read of exactly the upstream partitions the downstream asset depends on, as a
+DataFrame, or as a :class:`~orchestration.shuffle.ShuffleRead` if the parameter is annotated
+so (for in-reader aggregation, commit details and row counts).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from dagster import (
+    ConfigurableIOManager,
+    InputContext,
+    MetadataValue,
+    OutputContext,
+    TimeWindowPartitionsDefinition,
+)
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from orchestration.resources import KafkaResource
+from orchestration.shuffle import (
+    ShuffleError,
+    ShuffleOptionError,
+    ShuffleRead,
+    ShuffleWindowNotFoundError,
+    ShuffleWriteError,
+    WriteResult,
+    plan_shuffle_read,
+    shuffle_log,
+    write_shuffle,
+)
+from orchestration.shuffle_metadata import ShuffleAsset, shuffle_asset
+
+# Tag a producer run sets on itself when some windows of its range failed.
+FAILED_WINDOWS_TAG = "shuffle/failed_windows"
+# The commit attribute that ties a committed run to the Dagster run that wrote it.
+DAGSTER_RUN_ATTR = "dagster_run_id"
+
+
+def write_metadata(result: WriteResult) -> dict[str, Any]:
+    """What a committed run's materialization shows."""
+    md: dict[str, Any] = {
+        "shuffle/topic": result.topic,
+        "shuffle/run_id": result.run_id,
+        "shuffle/window": result.window or "",
+        "rows": result.rows,
+        "bytes": result.bytes,
+        "frames": result.frames,
+        "offsets": MetadataValue.json(
+            {str(p): list(r) for p, r in sorted(result.offsets.items())}
+        ),
+    }
+    if result.watermark is not None:
+        md["shuffle/watermark"] = MetadataValue.timestamp(result.watermark)
+    return md
+
+
+class KafkaShuffleIOManager(ConfigurableIOManager):
+    """Stores Spark DataFrame assets as shuffles in Kafka; loads them already keyed.
+
+    The asset's layout comes from its definition metadata (see
+    :func:`orchestration.shuffle_metadata`): ``shuffle/key``, ``shuffle/num_partitions``,
+    ``shuffle/max_parallelism``, ``shuffle/event_time``, ``shuffle/topic``,
+    ``shuffle/window_column``.
+
+    Args:
+        kafka: The cluster.
+        spark: Optional; without it the active SparkSession is used, else one is created
+            with ``SparkSession.builder``.
+    """
+
+    kafka: KafkaResource
+    spark: LazyPySparkResource | None = Field(
+        default=None, description="The Spark session to read with; default the active one."
+    )
+
+    def session(self) -> SparkSession:
+        if self.spark is not None:
+            return self.spark.spark_session
+        return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+
+    # --- output ---------------------------------------------------------------------
+
+    def handle_output(self, context: OutputContext, obj: Any) -> None:
+        name = context.asset_key.to_user_string()
+        asset = shuffle_asset(name, context.asset_key.path, context.definition_metadata)
+        if not isinstance(obj, DataFrame):
+            raise ShuffleOptionError(
+                f"asset {name}: KafkaShuffleIOManager stores Spark DataFrames, the asset "
+                f"returned {type(obj).__name__}"
+            )
+        conf = self.kafka.config()
+        if not context.has_asset_partitions:
+            result = self._write(context, asset, obj, None, conf)
+            context.add_output_metadata(write_metadata(result))
+            return
+        keys = list(context.asset_partition_keys)
+        if len(keys) == 1:
+            result = self._write(context, asset, obj, keys[0], conf)
+            context.add_output_metadata(write_metadata(result))
+            return
+        self._write_range(context, asset, obj, keys, conf)
+
+    def _write(
+        self,
+        context: OutputContext,
+        asset: ShuffleAsset,
+        df: DataFrame,
+        window: str | None,
+        conf: dict,
+    ) -> WriteResult:
+        complete_until = None
+        partitions_def = context.asset_partitions_def if window is not None else None
+        if isinstance(partitions_def, TimeWindowPartitionsDefinition):
+            end = partitions_def.time_window_for_partition_key(window).end
+            complete_until = end.astimezone(dt.UTC)
+        result = write_shuffle(
+            df,
+            asset.spec,
+            kafka=conf,
+            window=window,
+            complete_until=complete_until,
+            attrs={DAGSTER_RUN_ATTR: context.run_id},
+        )
+        context.log.info(
+            f"{asset.topic}: window {window!r} committed as run {result.run_id} "
+            f"({result.rows} rows, {result.frames} frames, {result.bytes} bytes)"
+        )
+        return result
+
+    def _write_range(
+        self,
+        context: OutputContext,
+        asset: ShuffleAsset,
+        df: DataFrame,
+        keys: list[str],
+        conf: dict,
+    ) -> None:
+        name = context.asset_key.to_user_string()
+        column = asset.window_column
+        if column is None:
+            raise ShuffleOptionError(
+                f"asset {name}: a run over {len(keys)} partitions ({keys[0]} .. {keys[-1]}) "
+                "needs definition metadata 'shuffle/window_column' naming the column whose "
+                "value is the partition key"
+            )
+        if column not in df.columns:
+            raise ShuffleOptionError(
+                f"asset {name}: 'shuffle/window_column' {column!r} is not a column of the "
+                f"asset's DataFrame {df.columns}"
+            )
+        window = F.col(column).cast("string")
+        df = df.persist()
+        try:
+            found = {r[0]: r[1] for r in df.groupBy(window).count().collect()}
+            outside = {k: n for k, n in found.items() if k not in set(keys)}
+            if outside:
+                raise ShuffleOptionError(
+                    f"asset {name}: {sum(outside.values())} row(s) have {column} values that "
+                    f"are not partitions of this run ({keys[0]} .. {keys[-1]}): "
+                    f"{sorted(map(str, outside))[:5]}; nothing was written"
+                )
+            failed: dict[str, str] = {}
+            for key in keys:
+                try:
+                    result = self._write(context, asset, df.filter(window == key), key, conf)
+                except ShuffleError as exc:
+                    failed[key] = str(exc)
+                    context.log.error(f"{asset.topic}: window {key} failed: {exc}")
+                    continue
+                context.step_context.add_asset_metadata(
+                    write_metadata(result), asset_key=context.asset_key, partition_key=key
+                )
+        finally:
+            df.unpersist()
+        if failed:
+            # Windows that committed stay committed; the failed-region sensor re-runs the rest.
+            context.step_context.instance.add_run_tags(
+                context.run_id, {FAILED_WINDOWS_TAG: ",".join(sorted(failed))}
+            )
+            raise ShuffleWriteError(
+                f"asset {name}: {len(failed)} of {len(keys)} window(s) failed and were not "
+                f"committed: {failed}"
+            )
+
+    # --- input ----------------------------------------------------------------------
+
+    def load_input(self, context: InputContext) -> DataFrame | ShuffleRead:
+        upstream = context.upstream_output
+        key = context.asset_key
+        name = key.to_user_string()
+        asset = shuffle_asset(name, key.path, upstream.definition_metadata if upstream else {})
+        conf = self.kafka.config()
+        log = shuffle_log(asset.topic, kafka=conf)
+        windows = runs = None
+        if context.has_asset_partitions:
+            windows = list(context.asset_partition_keys)
+        else:
+            unwindowed = [c for c in log.commits if c.window is None]
+            if not unwindowed:
+                raise ShuffleWindowNotFoundError(
+                    f"asset {name}: shuffle {asset.topic!r} has no committed run yet"
+                )
+            runs = [unwindowed[-1].run_id]
+        read = plan_shuffle_read(
+            self.session(), asset.topic, kafka=conf, windows=windows, runs=runs, log=log
+        )
+        context.log.info(
+            f"{asset.topic}: reading {len(read.commits)} committed run(s), {read.rows} rows"
+        )
+        if _wants_shuffle_read(context):
+            return read
+        return read.dataframe()
+
+
+def _wants_shuffle_read(context: InputContext) -> bool:
+    typing_type = getattr(context.dagster_type, "typing_type", None)
+    return isinstance(typing_type, type) and issubclass(typing_type, ShuffleRead)

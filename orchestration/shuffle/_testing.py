@@ -1,0 +1,32 @@
+"""Fault injection for the engine's own tests. Not part of the public API.
+
+Example::
+
+    with fail_write_attempts_below(1):   # every first attempt of a write task fails
+        write_shuffle(df, spec, kafka=conf)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+_fail_attempts_below: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "fail_attempts_below", default=0
+)
+
+
+@contextlib.contextmanager
+def fail_write_attempts_below(attempts: int) -> Iterator[None]:
+    """Writes started inside fail each task attempt numbered below ``attempts`` after its
+    first frame (the frames already produced stay in the topic)."""
+    token = _fail_attempts_below.set(attempts)
+    try:
+        yield
+    finally:
+        _fail_attempts_below.reset(token)
+
+
+def write_attempts_to_fail() -> int:
+    return _fail_attempts_below.get()

@@ -1,0 +1,99 @@
+"""The engine on sessions it did not make: a fresh session, dagster-pyspark's, another time zone."""
+
+import datetime as dt
+
+import pandas as pd
+import pytest
+from dagster import build_init_resource_context
+from dagster_pyspark import LazyPySparkResource
+from pyspark.sql import functions as F
+
+from orchestration.shuffle import (
+    ShuffleSpec,
+    aggregate_shuffle,
+    apply_per_key,
+    read_shuffle,
+    register_data_sources,
+    write_shuffle,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def rows(session, n=600):
+    return session.range(n).selectExpr(
+        "concat('u', cast(id % 17 as string)) as user_id",
+        "id",
+        "timestamp_micros(1356998400000000 + id * 3600000000 + id) as ts",
+    )
+
+
+def count_per_user(pdf: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"user_id": [pdf["user_id"].iloc[0]], "n": [len(pdf)]})
+
+
+def exercise(session, kafka_conf, topic):
+    """Write, read, aggregate and apply per key on ``session``; returns what was read."""
+    spec = ShuffleSpec(topic=topic, key="user_id", num_partitions=3, max_parallelism=12)
+    df = rows(session)
+    res = write_shuffle(df, spec, kafka=kafka_conf, window="w1")
+    assert res.rows == 600
+    back = read_shuffle(session, topic, kafka=kafka_conf, windows=["w1"])
+    assert back.count() == 600
+    agg = aggregate_shuffle(
+        session, topic, kafka=kafka_conf, aggregations={"n": ("*", "count")}, windows=["w1"]
+    )
+    assert {r.user_id: r.n for r in agg.collect()} == {
+        r.user_id: r["count"] for r in df.groupBy("user_id").count().collect()
+    }
+    per = apply_per_key(back, "user_id", count_per_user, "user_id string, n long")
+    assert sorted(map(tuple, per.collect())) == sorted(map(tuple, agg.collect()))
+    return back
+
+
+def test_a_new_session_needs_no_registration(spark, kafka_conf, unique):
+    # A new session shares the SparkContext but has none of the data sources registered.
+    fresh = spark.newSession()
+    with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND|kafka-shuffle"):
+        fresh.read.format("kafka-shuffle").option("topic", "x").load()
+    exercise(fresh, kafka_conf, unique("any-new"))
+    # And by name, once registered (idempotent).
+    other = spark.newSession()
+    register_data_sources(other)
+    register_data_sources(other)
+    topic = unique("any-byname")
+    write_shuffle(
+        rows(other, 50),
+        ShuffleSpec(topic=topic, key="user_id", num_partitions=2, max_parallelism=8),
+        kafka=kafka_conf,
+    )
+    by_name = (
+        other.read.format("kafka-shuffle")
+        .option("topic", topic)
+        .option("kafka.bootstrap.servers", kafka_conf["bootstrap.servers"])
+        .load()
+    )
+    assert by_name.count() == 50
+
+
+def test_dagster_pyspark_session(spark, kafka_conf, unique):
+    resource = LazyPySparkResource(spark_config={"spark.sql.session.timeZone": "UTC"})
+    with build_init_resource_context() as ctx:
+        resource.setup_for_execution(ctx)
+        session = resource.spark_session
+    exercise(session, kafka_conf, unique("any-lazy"))
+
+
+def test_timestamps_round_trip_in_another_time_zone(spark, kafka_conf, unique):
+    ny = spark.newSession()
+    ny.conf.set("spark.sql.session.timeZone", "America/New_York")
+    back = exercise(ny, kafka_conf, unique("any-ny"))
+    instants = {r.id: r.us for r in back.select("id", F.unix_micros("ts").alias("us")).collect()}
+    assert instants == {i: 1356998400000000 + i * 3600000000 + i for i in range(600)}
+    # Read from a UTC session, the same instants.
+    utc = read_shuffle(spark, back.schema["user_id"].metadata["kafka_shuffle"]["topic"],
+                       kafka=kafka_conf)  # fmt: skip
+    got = {r.id: r.us for r in utc.select("id", F.unix_micros("ts").alias("us")).collect()}
+    assert got == instants
+    first = ny.createDataFrame([(dt.datetime(2013, 1, 1, 0, 0),)], "t timestamp")
+    assert first.select(F.unix_micros("t")).first()[0] == 1357016400000000  # midnight in NY
