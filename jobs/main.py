@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR
     from orchestration.definitions import defs
     from orchestration.local_runner import LocalRunner
+    from orchestration.metadata import shuffle_asset
     from orchestration.shuffle import shuffle_log
     from orchestration.shuffle.commitlog import from_micros
-    from orchestration.shuffle_metadata import shuffle_asset
 
     started = time.monotonic()
     runner = LocalRunner(

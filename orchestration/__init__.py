@@ -16,7 +16,7 @@ _EXPORTS = {
     "WarehouseResource": "resources",
     "KafkaShuffleIOManager": "io_manager",
     "FAILED_WINDOWS_TAG": "io_manager",
-    "shuffle_metadata": "shuffle_metadata",
+    "shuffle_metadata": "metadata",
     "shuffle_commit_sensor": "sensors",
     "failed_region_sensor": "sensors",
     "shuffle_asset_checks": "checks",
@@ -25,9 +25,9 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from .checks import shuffle_asset_checks
     from .io_manager import FAILED_WINDOWS_TAG, KafkaShuffleIOManager
+    from .metadata import shuffle_metadata
     from .resources import KafkaResource, WarehouseResource
     from .sensors import failed_region_sensor, shuffle_commit_sensor
-    from .shuffle_metadata import shuffle_metadata
 
 
 def __getattr__(name: str) -> Any:

@@ -51,6 +51,7 @@ from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from orchestration.metadata import ShuffleAsset, shuffle_asset
 from orchestration.resources import KafkaResource
 from orchestration.shuffle import (
     ShuffleError,
@@ -63,7 +64,6 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
 )
-from orchestration.shuffle_metadata import ShuffleAsset, shuffle_asset
 
 # Tag a producer run sets on itself when some windows of its range failed.
 FAILED_WINDOWS_TAG = "shuffle/failed_windows"

@@ -25,9 +25,9 @@ from dagster import (
 )
 
 from orchestration.io_manager import FAILED_WINDOWS_TAG
+from orchestration.metadata import ShuffleAsset, shuffle_asset
 from orchestration.shuffle import ShuffleTopicNotFoundError, shuffle_commits_since
 from orchestration.shuffle.commitlog import from_micros, to_micros
-from orchestration.shuffle_metadata import ShuffleAsset, shuffle_asset
 
 PARTITION_TAG = "dagster/partition"
 RETRY_TAG = "shuffle/retry"
@@ -88,7 +88,8 @@ def shuffle_commit_sensor(
         required_resource_keys={io_key},
         description=f"Launches consumers of {asset.key.to_user_string()} for complete windows.",
     )
-    def _sensor(context: SensorEvaluationContext):
+    def _sensor(context: SensorEvaluationContext, **_resources):
+        # Direct invocation (tests, build_sensor_context) also passes the resources by name.
         kafka = getattr(context.resources, io_key).kafka.config()
         cursor = json.loads(context.cursor) if context.cursor else {}
         offset = int(cursor.get("offset", 0))

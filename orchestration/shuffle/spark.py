@@ -40,9 +40,28 @@ def _registered(spark: SparkSession, name: str) -> bool:
 def register_data_sources(spark: SparkSession) -> None:
     """Registers the project's Python data sources (``kafka-shuffle``, ``kafka-records``)
     with ``spark``. Idempotent: a source already registered is left as it is."""
-    for source in _data_sources():
-        if not _registered(spark, source.name()):
-            spark.dataSource.register(source)
+    from pyspark.errors import AnalysisException
+
+    missing = [s for s in _data_sources() if not _registered(spark, s.name())]
+    if not missing:
+        return
+    # Spark checks a new name against the *active* session's sources; with several sessions
+    # (``newSession()``) that is not always the one given, so make it active meanwhile.
+    jsessions = spark._jvm.org.apache.spark.sql.SparkSession
+    previous = jsessions.getActiveSession()
+    jsessions.setActiveSession(spark._jsparkSession)
+    try:
+        for source in missing:
+            try:
+                spark.dataSource.register(source)
+            except AnalysisException as exc:
+                if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+                    raise
+    finally:
+        if previous.isDefined():
+            jsessions.setActiveSession(previous.get())
+        else:
+            jsessions.clearActiveSession()
 
 
 def spark_session(

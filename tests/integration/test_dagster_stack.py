@@ -25,8 +25,10 @@ def test_definitions_validate():
 
 
 def test_stack_check_asset_materializes(bootstrap, spark):
+    from dagster_pyspark import LazyPySparkResource
+
     from assets.stack_check import STACK_CHECK_ROWS, kafka_stack_check
-    from orchestration.resources import KafkaResource, SparkResource
+    from orchestration.resources import KafkaResource
 
     with instance_for_test() as instance:
         result = materialize(
@@ -34,7 +36,7 @@ def test_stack_check_asset_materializes(bootstrap, spark):
             instance=instance,
             resources={
                 "kafka": KafkaResource(bootstrap_servers=bootstrap),
-                "spark": SparkResource(),
+                "spark": LazyPySparkResource(spark_config={}),
             },
         )
     assert result.success

@@ -127,7 +127,12 @@ def project(bootstrap, spark, tmp_path_factory):
         frame = events_of(day, seed, n)
         path = data / f"day={day}"
         path.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(path / "part-0.parquet", index=False)
+        frame.to_parquet(
+            path / "part-0.parquet",
+            index=False,
+            coerce_timestamps="us",
+            allow_truncated_timestamps=True,
+        )
         return frame
 
     defs = make_project(topic, str(data), str(out), bootstrap)
@@ -210,8 +215,14 @@ def test_user_project_end_to_end(project, kafka_conf):
 
 
 def test_missing_upstream_day_is_a_clear_error(project):
-    result = project["defs"].resolve_job_def("user_clicks_job").execute_in_process(
-        instance=project["instance"], partition_key="2024-03-09", raise_on_error=False
+    project["write_day"](D1, 1)
+    assert run(project, "events_job", partition=D1).success
+    result = (
+        project["defs"]
+        .resolve_job_def("user_clicks_job")
+        .execute_in_process(
+            instance=project["instance"], partition_key="2024-03-09", raise_on_error=False
+        )
     )
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.error
@@ -219,9 +230,9 @@ def test_missing_upstream_day_is_a_clear_error(project):
     assert "2024-03-09" in text and ShuffleWindowNotFoundError.__name__ in text
 
 
-def test_range_without_window_column_is_refused(project, bootstrap, tmp_path):
+def test_shuffle_metadata_errors_name_the_asset_and_key():
+    from orchestration.metadata import shuffle_asset
     from orchestration.shuffle import ShuffleOptionError
-    from orchestration.shuffle_metadata import shuffle_asset
 
     with pytest.raises(ShuffleOptionError, match="'shuffle/num_partitions' is required"):
         shuffle_asset("my_asset", ["my_asset"], {"shuffle/key": "user_id"})
