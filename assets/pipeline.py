@@ -15,6 +15,7 @@ Outputs are Parquet under ``<warehouse>/<asset_name>/day=YYYY-MM-DD/``; re-mater
 day replaces that folder only. :func:`flights_pipeline` builds the definitions for a topic.
 """
 
+import datetime as dt
 import os
 import shutil
 import warnings
@@ -31,6 +32,7 @@ from dagster import (
     BackfillPolicy,
     ConfigurableResource,
     DailyPartitionsDefinition,
+    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -148,7 +150,7 @@ class FlightsPipeline:
     shuffle: object  # the flights_by_tailnum AssetsDefinition
 
 
-def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int):
+def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int, freshness_policy):
     @asset(
         name="flights_by_tailnum",
         deps=[FLIGHTS],
@@ -157,6 +159,7 @@ def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int):
         group_name=PIPELINE_GROUP,
         kinds={"kafka", "spark"},
         io_manager_key=SHUFFLE_IO_MANAGER,
+        freshness_policy=freshness_policy,
         metadata=shuffle_metadata(
             key="tailnum",
             num_partitions=num_partitions,
@@ -354,13 +357,23 @@ def _consumer_asset(name: str, description: str):
     return _consumer
 
 
+# The producer runs daily: a shuffle not materialized for over a day is late.
+DAILY_FRESHNESS = FreshnessPolicy.time_window(
+    fail_window=dt.timedelta(hours=26), warn_window=dt.timedelta(hours=25)
+)
+
+
 def flights_pipeline(
-    topic: str = DEFAULT_TOPIC, *, num_partitions: int = 8, max_parallelism: int = 128
+    topic: str = DEFAULT_TOPIC,
+    *,
+    num_partitions: int = 8,
+    max_parallelism: int = 128,
+    freshness_policy: FreshnessPolicy | None = DAILY_FRESHNESS,
 ) -> FlightsPipeline:
     """The pipeline's assets and checks, with the shuffle in ``topic``."""
     from orchestration import shuffle_asset_checks
 
-    shuffle = _shuffle_asset(topic, num_partitions, max_parallelism)
+    shuffle = _shuffle_asset(topic, num_partitions, max_parallelism, freshness_policy)
     consumers = [
         _consumer_asset(
             "aircraft_daily_utilization",

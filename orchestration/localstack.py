@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestration.shuffle._kafka import check_reachable
@@ -35,15 +36,44 @@ from orchestration.shuffle.errors import ShuffleConnectionError
 
 ROOT = Path(__file__).resolve().parents[1]
 POM = ROOT / "stack" / "kafka" / "pom.xml"
-HOME = Path(os.environ.get("SHUFFLE_LOCAL_KAFKA_DIR", ROOT / ".local" / "kafka"))
-LIBS = HOME / "libs"
-DATA = HOME / "data"
-CONFIG = HOME / "server.properties"
-LOG_CONFIG = HOME / "log4j2.properties"
-LOG = HOME / "broker.log"
-PID = HOME / "broker.pid"
 HOST = "127.0.0.1"
-PORT = int(os.environ.get("SHUFFLE_LOCAL_KAFKA_PORT", "19092"))
+
+
+@dataclass(frozen=True)
+class _Local:
+    """Where the local broker lives and listens; read from the environment when used."""
+
+    home: Path
+    port: int
+
+    @property
+    def libs(self) -> Path:
+        return self.home / "libs"
+
+    @property
+    def data(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def config(self) -> Path:
+        return self.home / "server.properties"
+
+    @property
+    def log_config(self) -> Path:
+        return self.home / "log4j2.properties"
+
+    @property
+    def log(self) -> Path:
+        return self.home / "broker.log"
+
+    @property
+    def pid(self) -> Path:
+        return self.home / "broker.pid"
+
+
+def _local() -> _Local:
+    home = os.environ.get("SHUFFLE_LOCAL_KAFKA_DIR") or ROOT / ".local" / "kafka"
+    return _Local(Path(home), int(os.environ.get("SHUFFLE_LOCAL_KAFKA_PORT", "19092")))
 
 
 class LocalStackError(RuntimeError):
@@ -57,7 +87,7 @@ def external_bootstrap() -> str | None:
 
 
 def local_bootstrap() -> str:
-    return f"{HOST}:{PORT}"
+    return f"{HOST}:{_local().port}"
 
 
 def bootstrap_servers() -> str:
@@ -101,7 +131,7 @@ def resolve_jars(pom: Path, dest: Path) -> Path:
 
 def ensure_jars() -> None:
     """Resolves the broker's jars with Maven, once per version of the pom."""
-    resolve_jars(POM, LIBS)
+    resolve_jars(POM, _local().libs)
 
 
 def _java() -> str:
@@ -113,20 +143,20 @@ def _java() -> str:
 
 
 def _write_configs() -> None:
-    controller = PORT + 1
-    CONFIG.write_text(
+    controller = _local().port + 1
+    _local().config.write_text(
         "\n".join(
             [
                 "# Written by orchestration/localstack.py on every start; edits are overwritten.",
                 "process.roles=broker,controller",
                 "node.id=1",
                 f"controller.quorum.voters=1@{HOST}:{controller}",
-                f"listeners=PLAINTEXT://{HOST}:{PORT},CONTROLLER://{HOST}:{controller}",
-                f"advertised.listeners=PLAINTEXT://{HOST}:{PORT}",
+                f"listeners=PLAINTEXT://{HOST}:{_local().port},CONTROLLER://{HOST}:{controller}",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{_local().port}",
                 "controller.listener.names=CONTROLLER",
                 "inter.broker.listener.name=PLAINTEXT",
                 "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                f"log.dirs={DATA}",
+                f"log.dirs={_local().data}",
                 "num.partitions=1",
                 # A single node can only hold one replica of the internal topics.
                 "offsets.topic.replication.factor=1",
@@ -143,13 +173,13 @@ def _write_configs() -> None:
             ]
         )
     )
-    LOG_CONFIG.write_text(
+    _local().log_config.write_text(
         "\n".join(
             [
                 "status = warn",
                 "appender.file.type = File",
                 "appender.file.name = file",
-                f"appender.file.fileName = {LOG}",
+                f"appender.file.fileName = {_local().log}",
                 "appender.file.layout.type = PatternLayout",
                 "appender.file.layout.pattern = [%d] %p %m (%c)%n",
                 "rootLogger.level = info",
@@ -161,13 +191,13 @@ def _write_configs() -> None:
 
 
 def _classpath() -> str:
-    return str(LIBS / "*")
+    return str(_local().libs / "*")
 
 
 def _ensure_formatted() -> None:
-    if (DATA / "meta.properties").exists():
+    if (_local().data / "meta.properties").exists():
         return
-    DATA.mkdir(parents=True, exist_ok=True)
+    _local().data.mkdir(parents=True, exist_ok=True)
     cmd = [
         _java(),
         "-cp",
@@ -178,7 +208,7 @@ def _ensure_formatted() -> None:
         # tool's argument parser would otherwise take for an option.
         f"--cluster-id={_cluster_id()}",
         "-c",
-        str(CONFIG),
+        str(_local().config),
         # Share groups are on by default in recent releases; say so explicitly anyway.
         "--feature",
         "share.version=1",
@@ -186,7 +216,7 @@ def _ensure_formatted() -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise LocalStackError(
-            f"formatting Kafka storage in {DATA} failed:\n{proc.stdout}{proc.stderr}"
+            f"formatting Kafka storage in {_local().data} failed:\n{proc.stdout}{proc.stderr}"
         )
 
 
@@ -204,7 +234,7 @@ def _cluster_id() -> str:
 
 def _pid() -> int | None:
     try:
-        pid = int(PID.read_text().strip())
+        pid = int(_local().pid.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
     try:
@@ -230,16 +260,18 @@ def _wait_ready(deadline: float, pid: int) -> None:
         if _pid() != pid:
             raise LocalStackError(
                 "the local Kafka broker exited during start-up; "
-                f"see {LOG} and {HOME / 'stdout.log'}"
+                f"see {_local().log} and {_local().home / 'stdout.log'}"
             )
-        if _port_open(HOST, PORT):
+        if _port_open(HOST, _local().port):
             try:
                 check_reachable(conf, timeout=5)
                 return
             except ShuffleConnectionError:
                 pass
         time.sleep(0.5)
-    raise LocalStackError(f"the local Kafka broker did not accept connections in time; see {LOG}")
+    raise LocalStackError(
+        f"the local Kafka broker did not accept connections in time; see {_local().log}"
+    )
 
 
 def start(timeout: float = 120.0) -> str:
@@ -256,9 +288,10 @@ def start(timeout: float = 120.0) -> str:
     if pid is not None:
         _wait_ready(time.monotonic() + timeout, pid)
         return local_bootstrap()
-    if _port_open(HOST, PORT):
+    if _port_open(HOST, _local().port):
         raise LocalStackError(
-            f"port {PORT} is taken by a process this project did not start; stop it, or set "
+            f"port {_local().port} is taken by a process this project did not start; stop it, "
+            "or set "
             "SHUFFLE_LOCAL_KAFKA_PORT, or point KAFKA_BOOTSTRAP_SERVERS at that cluster"
         )
     ensure_jars()
@@ -270,13 +303,13 @@ def start(timeout: float = 120.0) -> str:
         f"-Xmx{heap}",
         f"-Xms{heap}",
         "-XX:+UseG1GC",
-        f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+        f"-Dlog4j2.configurationFile={_local().log_config}",
         "-cp",
         _classpath(),
         "kafka.Kafka",
-        str(CONFIG),
+        str(_local().config),
     ]
-    with open(HOME / "stdout.log", "ab") as out:
+    with open(_local().home / "stdout.log", "ab") as out:
         # A new session so the broker outlives the shell (or test run) that started it.
         proc = subprocess.Popen(
             cmd,
@@ -284,9 +317,9 @@ def start(timeout: float = 120.0) -> str:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            cwd=HOME,
+            cwd=_local().home,
         )
-    PID.write_text(str(proc.pid))
+    _local().pid.write_text(str(proc.pid))
     _wait_ready(time.monotonic() + timeout, proc.pid)
     return local_bootstrap()
 
@@ -299,7 +332,7 @@ def stop(timeout: float = 60.0) -> bool:
     """
     pid = _pid()
     if pid is None:
-        PID.unlink(missing_ok=True)
+        _local().pid.unlink(missing_ok=True)
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -310,7 +343,7 @@ def stop(timeout: float = 60.0) -> bool:
         os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
         _reap(pid)
-    PID.unlink(missing_ok=True)
+    _local().pid.unlink(missing_ok=True)
     return True
 
 
@@ -332,9 +365,9 @@ def status() -> str:
             return f"external cluster {external}: NOT reachable ({exc})"
     pid = _pid()
     if pid is None:
-        return f"local broker: stopped (data in {DATA})"
-    state = "accepting connections" if _port_open(HOST, PORT) else "starting"
-    return f"local broker: running, pid {pid}, {local_bootstrap()}, {state}; log {LOG}"
+        return f"local broker: stopped (data in {_local().data})"
+    state = "accepting connections" if _port_open(HOST, _local().port) else "starting"
+    return f"local broker: running, pid {pid}, {local_bootstrap()}, {state}; log {_local().log}"
 
 
 def main(argv: list[str] | None = None) -> int:
