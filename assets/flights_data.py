@@ -9,7 +9,6 @@ import datetime as dt
 import functools
 import os
 import zipfile
-from zoneinfo import ZoneInfo
 
 import pandas as pd
 import pyarrow as pa
@@ -114,9 +113,3 @@ def flights_of_day(day: str) -> pa.Table:
     return pa.Table.from_pandas(
         part[FLIGHTS_SCHEMA.names], schema=FLIGHTS_SCHEMA, preserve_index=False
     )
-
-
-def day_end_utc(day: str) -> dt.datetime:
-    """The instant a local day ends (midnight of the next day, America/New_York), in UTC."""
-    d = dt.date.fromisoformat(day) + dt.timedelta(days=1)
-    return dt.datetime(d.year, d.month, d.day, tzinfo=ZoneInfo(LOCAL_TZ)).astimezone(dt.UTC)
