@@ -44,9 +44,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from assets.flights_data import END_DAY, FIRST_DAY, LOCAL_TZ, flights_of_day
-from orchestration import WarehouseResource, shuffle_metadata
+from orchestration import KafkaResource, WarehouseResource, shuffle_metadata
 from orchestration.io_manager import DAGSTER_RUN_ATTR
-from orchestration.shuffle import ShuffleRead, apply_per_key, shuffle_log
+from orchestration.shuffle import ShuffleRead, apply_per_key, read_shuffle_stream, shuffle_log
 
 # Single-run backfills (one Spark session for a range of days) are a beta Dagster feature;
 # this pipeline relies on it knowingly.
@@ -363,6 +363,92 @@ DAILY_FRESHNESS = FreshnessPolicy.time_window(
 )
 
 
+RUNNING_TOTALS = "aircraft_running_totals"
+
+
+def running_totals_batch(spark, topic: str, kafka: dict, per_window: str):
+    """The ``foreachBatch`` function of the running totals: each window's aggregates are
+    replaced by those of its newest run (a re-run of a day arrives as new data)."""
+    from orchestration.shuffle import shuffle_log
+
+    def upsert(batch: DataFrame, batch_id: int) -> None:
+        present = batch.select("_window", "_run_id").distinct().collect()
+        if not present:
+            return
+        order = {c.run_id: i for i, c in enumerate(shuffle_log(topic, kafka=kafka).commits)}
+        newest: dict[str, str] = {}
+        for r in present:
+            best = newest.get(r._window)
+            if best is None or order.get(r._run_id, -1) > order.get(best, -1):
+                newest[r._window] = r._run_id
+        rows = batch.filter(F.col("_run_id").isin(list(newest.values())))
+        per_aircraft = rows.groupBy("tailnum", F.col("_window").alias("window")).agg(
+            F.count(F.lit(1)).alias("flights"),
+            F.sum("distance").alias("distance_miles"),
+            F.sum("air_time").alias("air_minutes"),
+        )
+        # Only the windows in this batch are replaced; the others stay as they are.
+        per_aircraft.write.mode("overwrite").option(
+            "partitionOverwriteMode", "dynamic"
+        ).partitionBy("window").parquet(per_window)
+
+    return upsert
+
+
+def _running_totals_asset(topic: str):
+    @asset(
+        name=RUNNING_TOTALS,
+        deps=[FLIGHTS_BY_TAILNUM],
+        group_name=PIPELINE_GROUP,
+        kinds={"spark", "parquet"},
+        description="Per aircraft, totals over every day so far, kept up to date incrementally "
+        "by a streaming query over new commits of the shuffle (Trigger.AvailableNow).",
+    )
+    def aircraft_running_totals(
+        context: AssetExecutionContext,
+        spark: LazyPySparkResource,
+        kafka: KafkaResource,
+        warehouse: WarehouseResource,
+    ) -> MaterializeResult:
+        session = spark.spark_session
+        root = f"{warehouse.root()}/{RUNNING_TOTALS}"
+        per_window = f"{root}/per_window"
+        conf = kafka.config()
+        stream = read_shuffle_stream(session, topic, kafka=conf, with_metadata=True)
+        query = (
+            stream.writeStream.foreachBatch(running_totals_batch(session, topic, conf, per_window))
+            .option("checkpointLocation", f"{root}/_checkpoint")
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(f"{RUNNING_TOTALS}: streaming query failed: {query.exception()}")
+        batches = [p for p in query.recentProgress if p.numInputRows]
+        totals = (
+            session.read.parquet(per_window)
+            .groupBy("tailnum")
+            .agg(
+                F.count(F.lit(1)).alias("days"),
+                F.sum("flights").alias("flights"),
+                F.sum("distance_miles").alias("distance_miles"),
+                F.sum("air_minutes").alias("air_minutes"),
+            )
+        )
+        totals.write.mode("overwrite").parquet(f"{root}/totals")
+        written = session.read.parquet(f"{root}/totals")
+        return MaterializeResult(
+            metadata={
+                "micro_batches": len(batches),
+                "rows_read": sum(p.numInputRows for p in batches),
+                "aircraft": written.count(),
+                "path": f"{root}/totals",
+            }
+        )
+
+    return aircraft_running_totals
+
+
 def flights_pipeline(
     topic: str = DEFAULT_TOPIC,
     *,
@@ -391,8 +477,13 @@ def flights_pipeline(
         ),
     ]
     return FlightsPipeline(
-        assets=[flights, shuffle, flights_missing_tailnum, *consumers],
+        assets=[
+            flights,
+            shuffle,
+            flights_missing_tailnum,
+            *consumers,
+            _running_totals_asset(topic),
+        ],
         checks=[*shuffle_asset_checks(shuffle), _rows_balance_check(shuffle, topic)],
         shuffle=shuffle,
     )
-

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("KAFKA_BOOTSTRAP_SERVERS is not set (scripts/dev main sets it)")
 
     from assets.pipeline import CONSUMERS, FLIGHTS_BY_TAILNUM
-    from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR
+    from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR, RUNNING_TOTALS_JOB
     from orchestration.definitions import defs
     from orchestration.local_runner import LocalRunner
     from orchestration.metadata import shuffle_asset
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"producer backfill {args.start} .. {args.end} (one run), then the sensors:", flush=True)
     runner.run(PRODUCER_JOB, partition_range=(args.start, args.end))
     runner.settle(COMMIT_SENSOR, REGION_SENSOR)
+    totals = runner.run(RUNNING_TOTALS_JOB)
 
     res = defs.resources
     kafka = {"bootstrap.servers": os.environ["KAFKA_BOOTSTRAP_SERVERS"]}
@@ -130,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(log.latest_by_window())} windows)"
     )
     print(f"watermark         {from_micros(wm).isoformat() if wm is not None else 'none'}")
+    if totals.success:
+        md = totals.result.asset_materializations_for_node("aircraft_running_totals")[0].metadata
+        print(
+            f"running totals    {md['aircraft'].value} aircraft, {md['rows_read'].value} rows "
+            f"read in {md['micro_batches'].value} micro-batch(es) -> {md['path'].value}"
+        )
     print(f"outputs           {warehouse.root()}/<asset>/day=YYYY-MM-DD/")
     print(
         f"dagster runs      {len(runner.outcomes)} ({len(failed)} failed, {len(retried)} retries); "

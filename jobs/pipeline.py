@@ -4,13 +4,21 @@ from dataclasses import dataclass
 
 from dagster import build_schedule_from_partitioned_job, define_asset_job
 
-from assets.pipeline import CONSUMERS, FLIGHTS, FLIGHTS_BY_TAILNUM, MISSING_TAILNUM, FlightsPipeline
+from assets.pipeline import (
+    CONSUMERS,
+    FLIGHTS,
+    FLIGHTS_BY_TAILNUM,
+    MISSING_TAILNUM,
+    RUNNING_TOTALS,
+    FlightsPipeline,
+)
 from orchestration import failed_region_sensor, shuffle_commit_sensor
 
 PRODUCER_JOB = "flights_producer_job"
 COMMIT_SENSOR = "flights_shuffle_commit_sensor"
 REGION_SENSOR = "flights_failed_region_sensor"
 CONSUMER_JOBS = [f"{name}_job" for name in CONSUMERS]
+RUNNING_TOTALS_JOB = f"{RUNNING_TOTALS}_job"
 # Dagster's own run retries re-run a failed consumer run: one job, one day.
 MAX_RETRIES_TAG = "dagster/max_retries"
 
@@ -40,8 +48,13 @@ def flights_jobs(pipeline: FlightsPipeline, *, max_retries: int = 2) -> FlightsJ
         )
         for name in CONSUMERS
     ]
+    running_totals_job = define_asset_job(
+        RUNNING_TOTALS_JOB,
+        selection=[RUNNING_TOTALS],
+        description="Brings the per-aircraft running totals up to date with new shuffle commits.",
+    )
     return FlightsJobs(
-        jobs=[producer_job, *consumer_jobs],
+        jobs=[producer_job, *consumer_jobs, running_totals_job],
         schedules=[build_schedule_from_partitioned_job(producer_job, hour_of_day=1)],
         sensors=[
             shuffle_commit_sensor(COMMIT_SENSOR, asset=pipeline.shuffle, jobs=consumer_jobs),

@@ -17,6 +17,7 @@ from ._kafka import (
 from .commitlog import COMMIT_PREFIX, LAYOUT_KEY, Commit, Layout, ShuffleLog, commit_topic
 from .errors import ShuffleConnectionError, ShuffleLayoutError, ShuffleTopicNotFoundError
 from .planning import ReadPlan, plan_read
+from .streamplan import LogRecord
 
 # The data topic keeps every frame until the user says otherwise: a shuffle is a
 # persisted intermediate, and its commit log points into it.
@@ -36,10 +37,10 @@ COMMIT_TOPIC_CONFIG = {
 }
 
 
-def _read_records(
+def read_log_records(
     kafka: Mapping[str, Any], topic: str, offset: int = 0
-) -> tuple[list[tuple[bytes | None, bytes | None]], int]:
-    """(key, value) records of the commit log from ``offset`` on, and the next offset."""
+) -> tuple[list[LogRecord], int]:
+    """The commit log's records from ``offset`` on, with their offsets, and its end offset."""
     ctopic = commit_topic(topic)
     try:
         partition_count(kafka, ctopic)
@@ -50,8 +51,25 @@ def _read_records(
         ) from None
     ((low, high),) = end_offsets(kafka, ctopic, 1)
     with consumer(kafka) as c:
-        records = [(m.key(), m.value()) for m in read_range(c, ctopic, 0, max(offset, low), high)]
+        records = [
+            LogRecord(m.offset(), m.key(), m.value())
+            for m in read_range(c, ctopic, 0, max(offset, low), high)
+        ]
     return records, max(high, offset)
+
+
+def log_end(kafka: Mapping[str, Any], topic: str) -> int:
+    """The commit log's end offset (the offset its next record will get)."""
+    ((_, high),) = end_offsets(kafka, commit_topic(topic), 1)
+    return high
+
+
+def _read_records(
+    kafka: Mapping[str, Any], topic: str, offset: int = 0
+) -> tuple[list[tuple[bytes | None, bytes | None]], int]:
+    """(key, value) records of the commit log from ``offset`` on, and the next offset."""
+    records, high = read_log_records(kafka, topic, offset)
+    return [(r.key, r.value) for r in records], high
 
 
 def read_log(kafka: Mapping[str, Any], topic: str) -> ShuffleLog:

@@ -332,8 +332,9 @@ class ShuffleRead:
     def dataframe(self, *, with_metadata: bool = False) -> DataFrame:
         """The rows, already keyed: Spark partition *i* holds the key groups of split *i*.
 
-        With ``with_metadata``, adds ``_partition``, ``_key_group``, ``_run_id`` and
-        ``_offset``. The key columns carry metadata that :func:`apply_per_key` checks.
+        With ``with_metadata``, adds ``_partition``, ``_key_group``, ``_run_id``,
+        ``_offset`` and ``_window``. The key columns carry metadata that
+        :func:`apply_per_key` checks.
         """
         df = self._reader(with_metadata=str(with_metadata).lower()).load()
         tag = _key_tag(self.topic, self.layout, len(self.plan.splits))
@@ -413,7 +414,8 @@ def read_shuffle(
             either bound may be None.
         parallelism: Spark partitions; default one per Kafka partition. See
             :mod:`orchestration.shuffle.planning` for smaller and larger values.
-        with_metadata: Add ``_partition``, ``_key_group``, ``_run_id``, ``_offset``.
+        with_metadata: Add ``_partition``, ``_key_group``, ``_run_id``, ``_offset``,
+            ``_window``.
         log: The shuffle's commit log if the caller has just read it (saves reading it
             again); by default it is read here.
 
@@ -496,3 +498,66 @@ def shuffle_commits_since(
 def shuffle_watermark(topic: str, *, kafka: Mapping[str, Any]) -> dt.datetime | None:
     """The shuffle's event-time completeness, from its commit log alone (no data scan)."""
     return from_micros(shuffle_log(topic, kafka=kafka).watermark())
+
+
+def read_shuffle_stream(
+    spark: SparkSession,
+    topic: str,
+    *,
+    kafka: Mapping[str, Any],
+    starting_offsets: str = "earliest",
+    starting_timestamp: dt.datetime | None = None,
+    max_runs_per_trigger: int | None = None,
+    max_rows_per_trigger: int | None = None,
+    parallelism: int | None = None,
+    with_metadata: bool = False,
+) -> DataFrame:
+    """A streaming read of a shuffle: each micro-batch holds the runs committed since the
+    previous one, keyed as a batch read is.
+
+    Equal to ``spark.readStream.format("kafka-shuffle")`` with the matching options, plus the
+    key metadata that :func:`apply_per_key` checks (inside ``foreachBatch``). A run that
+    supersedes an earlier run of its window arrives as new data; with ``with_metadata`` its
+    rows carry ``_run_id`` and ``_window``, so a sink can replace that window.
+
+    Example::
+
+        stream = read_shuffle_stream(spark, "flights.by_tailnum", kafka=conf,
+                                     max_runs_per_trigger=1, with_metadata=True)
+        query = (stream.writeStream.foreachBatch(replace_windows)
+                 .option("checkpointLocation", "/chk/flights")
+                 .trigger(availableNow=True).start())
+
+    Args:
+        starting_offsets: ``earliest`` (every visible committed run) or ``latest`` (runs
+            committed after the query starts). A query restarted from its checkpoint goes on
+            from there instead.
+        starting_timestamp: Runs committed at or after this instant (wins over
+            ``starting_offsets``).
+        max_runs_per_trigger / max_rows_per_trigger: Whole runs per micro-batch; at least
+            one run each.
+        parallelism, with_metadata: As for :func:`read_shuffle`.
+    """
+    register_data_sources(spark)
+    conf = client_config(kafka)
+    layout = read_log(conf, topic).require_layout()
+    options: dict[str, str] = {
+        "topic": topic,
+        "startingOffsets": starting_offsets,
+        "with_metadata": str(with_metadata).lower(),
+    }
+    if starting_timestamp is not None:
+        options["startingTimestamp"] = str(to_micros(starting_timestamp) // 1000)
+    for name, value in (
+        ("maxRunsPerTrigger", max_runs_per_trigger),
+        ("maxRowsPerTrigger", max_rows_per_trigger),
+        ("parallelism", parallelism),
+    ):
+        if value is not None:
+            options[name] = str(value)
+    df = spark.readStream.format("kafka-shuffle").options(**options, **kafka_to_options(conf))
+    df = df.load()
+    tag = _key_tag(topic, layout, parallelism or layout.num_partitions)
+    for c in layout.key:
+        df = df.withMetadata(c, tag)
+    return df

@@ -35,6 +35,7 @@ class Segment:
     first: int
     last: int
     tasks: tuple[tuple[int, int], ...]
+    window: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,11 @@ class SplitPlan:
                     r["full"],
                     tuple(
                         Segment(
-                            s["run_id"], s["first"], s["last"], tuple(tuple(t) for t in s["tasks"])
+                            s["run_id"],
+                            s["first"],
+                            s["last"],
+                            tuple(tuple(t) for t in s["tasks"]),
+                            s.get("window"),
                         )
                         for s in r["segments"]
                     ),
@@ -98,7 +103,7 @@ def segments_by_partition(commits: Sequence[Commit], num_partitions: int) -> lis
                 raise ShuffleOptionError(
                     f"commit of run {c.run_id} names partition {p}, outside [0, {num_partitions})"
                 )
-            out[p].append(Segment(c.run_id, rng.first, rng.last, c.tasks))
+            out[p].append(Segment(c.run_id, rng.first, rng.last, c.tasks, c.window))
     return out
 
 

@@ -24,7 +24,19 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from . import aggregation as agg
 from . import frames as fr
@@ -33,7 +45,8 @@ from ._log_io import read_plan
 from ._options import Options
 from .commitlog import Layout
 from .errors import ShuffleFormatError, ShuffleOptionError
-from .planning import PartitionRead, SplitPlan, merged_intervals
+from .planning import PartitionRead, SplitPlan, merged_intervals, plan_splits
+from .streamplan import StreamOffset, admit, starting_offset, stream_commits
 from .watermarks import WatermarkMerger
 
 METADATA_FIELDS = [
@@ -41,6 +54,7 @@ METADATA_FIELDS = [
     pa.field("_key_group", pa.int32()),
     pa.field("_run_id", pa.string()),
     pa.field("_offset", pa.int64()),
+    pa.field("_window", pa.string()),
 ]
 
 
@@ -50,7 +64,12 @@ def output_schema(layout: Layout, with_metadata: bool) -> pa.Schema:
 
 
 class ReadOptions:
-    """The reader's options, parsed and validated once on the driver."""
+    """The reader's options, parsed and validated once on the driver.
+
+    A batch read is planned from the commit log when its splits are first needed (unless
+    :func:`~orchestration.shuffle.plan_shuffle_read` handed a plan over); a streaming read
+    plans each micro-batch itself.
+    """
 
     def __init__(self, options: Mapping[str, str]):
         opts = Options(options, "kafka-shuffle")
@@ -59,23 +78,26 @@ class ReadOptions:
         self.with_metadata = opts.flag("with_metadata")
         self.event_time_start = opts.integer("event_time_start", minimum=-(2**63))
         self.event_time_end = opts.integer("event_time_end", minimum=-(2**63))
+        self.parallelism = opts.integer("parallelism", minimum=1)
+        self.windows = opts.json_list("windows")
+        self.runs = opts.json_list("runs")
+        # Streaming options.
+        self.starting = opts.choice("startingOffsets", ("earliest", "latest"), "earliest")
+        self.starting_timestamp = opts.integer("startingTimestamp")
+        self.max_runs = opts.integer("maxRunsPerTrigger", minimum=1)
+        self.max_rows = opts.integer("maxRowsPerTrigger", minimum=1)
         layout = opts.text("layout")
         plan = opts.text("plan")
+        self._plans: list[SplitPlan] | None = None
         if layout and plan:
             # Planned by plan_shuffle_read on the driver, handed over as strings.
             self.layout = Layout.from_json(layout)
-            self.plans = [SplitPlan.from_json(p) for p in json.loads(plan)]
+            self._plans = [SplitPlan.from_json(p) for p in json.loads(plan)]
         else:
-            read = read_plan(
-                self.kafka,
-                self.topic,
-                windows=opts.json_list("windows"),
-                runs=opts.json_list("runs"),
-                event_time_start=self.event_time_start,
-                event_time_end=self.event_time_end,
-                parallelism=opts.integer("parallelism", minimum=1),
-            )
-            self.layout, self.plans = read.layout, list(read.splits)
+            from ._log_io import read_log
+
+            self._log = read_log(self.kafka, self.topic)
+            self.layout = self._log.require_layout()
         self.aggregate: tuple[agg.Aggregation, ...] = ()
         aggregate = opts.text("aggregate")
         if aggregate:
@@ -86,6 +108,22 @@ class ReadOptions:
             self.aggregate = agg.from_json(
                 aggregate, output_schema(self.layout, False), self.layout.key
             )
+
+    @property
+    def plans(self) -> list[SplitPlan]:
+        if self._plans is None:
+            read = read_plan(
+                self.kafka,
+                self.topic,
+                log=self._log,
+                windows=self.windows,
+                runs=self.runs,
+                event_time_start=self.event_time_start,
+                event_time_end=self.event_time_end,
+                parallelism=self.parallelism,
+            )
+            self._plans = list(read.splits)
+        return self._plans
 
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
@@ -155,6 +193,7 @@ class ShuffleReader(DataSourceReader):
     def _read_partition(self, c: Any, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
         topic = self.opts.topic
         allowed = {s.run_id: set(s.tasks) for s in pr.segments}
+        windows = {s.run_id: s.window for s in pr.segments}
         mergers = {
             s.run_id: WatermarkMerger(
                 {t for t, _ in s.tasks},
@@ -177,7 +216,7 @@ class ShuffleReader(DataSourceReader):
                     batch = frame.batch()
                     counts[0] += batch.num_rows
                     counts[1] += 1
-                    out = self._rows(batch, pr, h.run_id, m.offset(), where)
+                    out = self._rows(batch, pr, h.run_id, windows[h.run_id], m.offset(), where)
                     if out is not None and out.num_rows:
                         yield out
                 elif h.type is fr.FrameType.WATERMARK:
@@ -204,7 +243,13 @@ class ShuffleReader(DataSourceReader):
                     )
 
     def _rows(
-        self, batch: pa.RecordBatch, pr: PartitionRead, run_id: str, offset: int, where: str
+        self,
+        batch: pa.RecordBatch,
+        pr: PartitionRead,
+        run_id: str,
+        window: str | None,
+        offset: int,
+        where: str,
     ) -> pa.RecordBatch | None:
         layout = self.opts.layout
         try:
@@ -244,6 +289,7 @@ class ShuffleReader(DataSourceReader):
                 batch.column(fr.KEY_GROUP_COLUMN).cast(pa.int32()),
                 pa.array([run_id] * n, pa.string()),
                 pa.array([offset] * n, pa.int64()),
+                pa.array([window] * n, pa.string()),
             ]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
@@ -278,3 +324,82 @@ class ShuffleDataSource(DataSource):
 
     def reader(self, schema) -> ShuffleReader:
         return ShuffleReader(self._read_options())
+
+    def streamReader(self, schema) -> ShuffleStreamReader:
+        return ShuffleStreamReader(self._read_options())
+
+
+class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reads of a shuffle: each micro-batch reads the runs committed since the
+    previous one (see :mod:`orchestration.shuffle.streamplan`), keyed as a batch read is."""
+
+    def __init__(self, opts: ReadOptions):
+        self.opts = opts
+        self.batch = ShuffleReader(opts)
+        self._target: int | None = None  # Trigger.AvailableNow: the log's end when it started
+
+    def _records(self, start: StreamOffset) -> tuple[list, int]:
+        from ._log_io import read_log_records
+
+        # Visibility before the snapshot needs the log from its beginning.
+        first = 0 if start.log < start.snapshot else start.log
+        return read_log_records(self.opts.kafka, self.opts.topic, first)
+
+    def initialOffset(self) -> dict:
+        from ._log_io import read_log_records
+
+        records, high = read_log_records(self.opts.kafka, self.opts.topic)
+        return starting_offset(
+            records, high, self.opts.starting, self.opts.starting_timestamp
+        ).to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        # Spark only passes its own limit types: a run stands for a file here.
+        if self.opts.max_runs is not None:
+            return ReadMaxFiles(self.opts.max_runs)
+        if self.opts.max_rows is not None:
+            return ReadMaxRows(self.opts.max_rows)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        from ._log_io import log_end
+
+        self._target = log_end(self.opts.kafka, self.opts.topic)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = StreamOffset.from_dict(start)
+        records, high = self._records(begin)
+        if self._target is not None:
+            high = min(high, self._target)
+        limited = not isinstance(limit, ReadAllAvailable)
+        commits = stream_commits(self.opts.topic, records, begin, high)
+        end = admit(
+            commits,
+            begin,
+            high,
+            max_runs=self.opts.max_runs if limited else None,
+            max_rows=self.opts.max_rows if limited else None,
+        )
+        return end.to_dict()
+
+    def reportLatestOffset(self) -> dict | None:
+        from ._log_io import log_end
+
+        return {"log": log_end(self.opts.kafka, self.opts.topic)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, stop = StreamOffset.from_dict(start), StreamOffset.from_dict(end)
+        if stop.log <= begin.log:
+            return []
+        records, _ = self._records(begin)
+        commits = [c for _, c in stream_commits(self.opts.topic, records, begin, stop.log)]
+        if not commits:
+            return []
+        plans = plan_splits(self.opts.layout, commits, self.opts.parallelism)
+        return [InputPartition(p.to_json()) for p in plans]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self.batch.read(partition)
+
+    def commit(self, end: dict) -> None:
+        pass

@@ -80,10 +80,12 @@ def test_round_trip_columns_types_and_partitions(spark, kafka_conf, unique):
 
 def test_metadata_columns(spark, kafka_conf, unique):
     topic = unique("sh-md")
-    res = write_shuffle(rows_df(spark, 800), spec_for(topic), kafka=kafka_conf)
+    res = write_shuffle(rows_df(spark, 800), spec_for(topic), kafka=kafka_conf, window="d7")
     back = read_shuffle(spark, topic, kafka=kafka_conf, with_metadata=True)
-    assert back.columns[-4:] == ["_partition", "_key_group", "_run_id", "_offset"]
-    for r in back.select("k", "_partition", "_key_group", "_run_id", "_offset").collect():
+    assert back.columns[-5:] == ["_partition", "_key_group", "_run_id", "_offset", "_window"]
+    cols = ("k", "_partition", "_key_group", "_run_id", "_offset", "_window")
+    for r in back.select(*cols).collect():
+        assert r._window == "d7"
         assert r._key_group == key_group_of(r.k, 32)
         assert r._partition == partition_of(r._key_group, 32, 4)
         assert r._run_id == res.run_id

@@ -1,0 +1,129 @@
+"""Streaming reads of a shuffle on the real broker and Spark: each committed run once."""
+
+import pandas as pd
+import pytest
+
+from orchestration.shuffle import (
+    ShuffleSpec,
+    ShuffleWriteError,
+    apply_per_key,
+    read_shuffle_stream,
+    write_shuffle,
+)
+from orchestration.shuffle._testing import fail_write_attempts_below
+
+pytestmark = pytest.mark.integration
+
+
+def rows(spark, n, offset=0):
+    return spark.range(offset, offset + n).selectExpr(
+        "concat('k', cast(id % 13 as string)) as k",
+        "id",
+        "timestamp_seconds(1356998400 + id) as ts",
+    )
+
+
+def spec(topic):
+    return ShuffleSpec(topic=topic, key="k", num_partitions=3, max_parallelism=12, event_time="ts")
+
+
+def run_available_now(spark, topic, kafka_conf, checkpoint, **kw):
+    """Runs the stream with Trigger.AvailableNow; returns one list of rows per micro-batch."""
+    batches: list[list] = []
+
+    def collect(df, batch_id):
+        batches.append([tuple(r) for r in df.select("id", "_run_id", "_window").collect()])
+
+    stream = read_shuffle_stream(spark, topic, kafka=kafka_conf, with_metadata=True, **kw)
+    query = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    return [b for b in batches if b]
+
+
+def test_restart_from_checkpoint_reads_every_run_once(spark, kafka_conf, unique, tmp_path):
+    topic = unique("st-restart")
+    a = write_shuffle(rows(spark, 300), spec(topic), kafka=kafka_conf, window="w1")
+    first = run_available_now(spark, topic, kafka_conf, tmp_path / "chk")
+    assert sorted(r[0] for b in first for r in b) == list(range(300))
+    assert {r[1] for b in first for r in b} == {a.run_id}
+    # Between two starts of the query: a failed run, a new window, a re-run of w1.
+    with pytest.raises(ShuffleWriteError), fail_write_attempts_below(99):
+        write_shuffle(rows(spark, 50, 9000), spec(topic), kafka=kafka_conf, window="w9")
+    b = write_shuffle(rows(spark, 200, 1000), spec(topic), kafka=kafka_conf, window="w2")
+    c = write_shuffle(rows(spark, 100, 2000), spec(topic), kafka=kafka_conf, window="w1")
+    second = run_available_now(spark, topic, kafka_conf, tmp_path / "chk")
+    got = [r for batch in second for r in batch]
+    assert {r[1] for r in got} == {b.run_id, c.run_id}
+    assert sorted(r[0] for r in got) == list(range(1000, 1200)) + list(range(2000, 2100))
+    # The re-run of w1 arrives as new data, marked with its window.
+    assert {r[2] for r in got if r[1] == c.run_id} == {"w1"}
+    # Nothing more to read.
+    assert run_available_now(spark, topic, kafka_conf, tmp_path / "chk") == []
+
+
+def test_max_runs_per_trigger_gives_one_run_per_batch(spark, kafka_conf, unique, tmp_path):
+    topic = unique("st-limit")
+    runs = [
+        write_shuffle(rows(spark, 40 * (i + 1), 100 * i), spec(topic), kafka=kafka_conf,
+                      window=f"w{i}").run_id
+        for i in range(3)
+    ]  # fmt: skip
+    batches = run_available_now(spark, topic, kafka_conf, tmp_path / "one", max_runs_per_trigger=1)
+    assert [{r[1] for r in b} for b in batches] == [{r} for r in runs]
+    # By rows: 40 + 80 fit in 130, then 120 alone.
+    batches = run_available_now(
+        spark, topic, kafka_conf, tmp_path / "rows", max_rows_per_trigger=130
+    )
+    assert [len(b) for b in batches] == [120, 120]
+
+
+def test_latest_skips_earlier_runs_and_earliest_skips_superseded(
+    spark, kafka_conf, unique, tmp_path
+):
+    topic = unique("st-latest")
+    old = write_shuffle(rows(spark, 60), spec(topic), kafka=kafka_conf, window="w1")
+    assert (
+        run_available_now(spark, topic, kafka_conf, tmp_path / "latest", starting_offsets="latest")
+        == []
+    )
+    new = write_shuffle(rows(spark, 70, 500), spec(topic), kafka=kafka_conf, window="w1")
+    got = run_available_now(spark, topic, kafka_conf, tmp_path / "latest")
+    assert {r[1] for b in got for r in b} == {new.run_id}
+    # A new query from earliest sees the visible run of w1 only, not the superseded one.
+    fresh = run_available_now(spark, topic, kafka_conf, tmp_path / "earliest")
+    assert {r[1] for b in fresh for r in b} == {new.run_id} != {old.run_id}
+
+
+def test_micro_batches_are_keyed(spark, kafka_conf, unique, tmp_path):
+    topic = unique("st-keyed")
+    write_shuffle(rows(spark, 500), spec(topic), kafka=kafka_conf, window="w1")
+    results = []
+
+    def per_key(pdf: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame({"k": [pdf["k"].iloc[0]], "n": [len(pdf)]})
+
+    def each(df, batch_id):
+        out = apply_per_key(df, "k", per_key, "k string, n long")
+        plan = out._jdf.queryExecution().executedPlan().toString()
+        results.append(("Exchange" in plan, sorted(map(tuple, out.collect()))))
+
+    stream = read_shuffle_stream(spark, topic, kafka=kafka_conf)
+    assert stream.isStreaming
+    query = (
+        stream.writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(tmp_path / "keyed"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+    ((exchange, got),) = [r for r in results if r[1]]
+    assert not exchange
+    expected = rows(spark, 500).groupBy("k").count().collect()
+    assert got == sorted((r.k, r["count"]) for r in expected)
