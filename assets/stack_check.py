@@ -31,9 +31,9 @@ def kafka_stack_check(
     starting = {str(p): high for p, (_, high) in enumerate(before)}
     back = (
         session.read.format("kafka-records")
-        .option("topic", STACK_CHECK_TOPIC)
+        .option("subscribe", STACK_CHECK_TOPIC)
         .option("kafka.bootstrap.servers", conf["bootstrap.servers"])
-        .option("startingOffsets", json.dumps(starting))
+        .option("startingOffsets", json.dumps({STACK_CHECK_TOPIC: starting}))
         .load()
     )
     read = back.count()

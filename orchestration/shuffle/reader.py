@@ -172,6 +172,8 @@ class ShuffleReader(DataSourceReader):
         return [InputPartition(p.to_json()) for p in self.opts.plans]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if partition.value is None:
+            return  # Spark reads one empty partition when a plan has none
         plan = SplitPlan.from_json(partition.value)
         _bound_worker_memory()
         try:

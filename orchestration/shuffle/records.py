@@ -1,98 +1,404 @@
-"""Plain Kafka records as a Spark Python data source (``kafka-records``), and a bounded reader.
+"""``kafka-records``: any Kafka topic as a Spark data source, batch and streaming, on Arrow.
 
-This is the raw connector under the shuffle: it reads a topic's records between fixed
-offsets, one Spark partition per Kafka partition, with the end offsets fixed when the read
-is planned (a bounded read: records produced later are not seen).
+A drop-in for Spark's own ``kafka`` source (same columns, same option names where Spark has
+them; see :mod:`orchestration.shuffle.recordsplan`), plus what it lacks: starting from a
+consumer group's committed offsets, committing each micro-batch's end offsets back to the
+group (for monitoring: Kafka's own tools then show the query's position and lag; the
+checkpoint stays the source of truth), discovery of partitions and of topics that start
+matching ``subscribePattern``, and records decoded straight into Arrow batches.
 
 Example::
 
     register_data_sources(spark)
     df = (spark.read.format("kafka-records")
-          .option("topic", "events")
+          .option("subscribe", "events")
           .option("kafka.bootstrap.servers", "localhost:9092")
-          .load())   # partition, offset, timestamp, key, value
+          .option("startingOffsets", "earliest")
+          .load())   # key, value, topic, partition, offset, timestamp, timestampType
+
+Data loss (offsets removed by retention or ``delete_records`` before they were read) fails
+the read with ``failOnDataLoss=true`` (the default), naming the topic, partition and missing
+offsets; with ``false`` it is skipped, counted and logged.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+import pyarrow as pa
+from confluent_kafka import TopicPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from ._kafka import (
+    CONNECT_TIMEOUT_S,
+    admin_client,
     client_config,
     consumer,
-    end_offsets,
     kafka_errors,
-    partition_count,
     producer,
     read_range,
 )
-from ._options import Options
-from .errors import ShuffleConnectionError, ShuffleOptionError
+from .errors import ShuffleConnectionError, ShuffleOptionError, ShuffleTopicNotFoundError
+from .recordsplan import (
+    OWNER,
+    Range,
+    RecordsOptions,
+    Subscription,
+    offsets_from_json,
+    offsets_to_json,
+    parse_options,
+    rate_limit,
+    resolve,
+    split,
+)
 
-RECORDS_SCHEMA = "partition int, offset long, timestamp timestamp, key binary, value binary"
+log = logging.getLogger(__name__)
+
+_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_FIELDS = [
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+]
+RECORDS_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
+# Records per Arrow batch a reader yields.
+BATCH_ROWS = 8192
+
+TP = tuple[str, int]
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    return pa.schema(_FIELDS + ([pa.field("headers", _HEADERS)] if include_headers else []))
+
+
+class DataLossError(ShuffleConnectionError):
+    """Offsets a read needs are gone from Kafka (retention, ``delete_records``)."""
+
+
+# --- Kafka look-ups -------------------------------------------------------------------
+
+
+def discover(kafka: Mapping[str, Any], sub: Subscription) -> list[TP]:
+    """The topic partitions a subscription covers now."""
+    with kafka_errors("listing topics", kafka):
+        md = admin_client(kafka).list_topics(timeout=CONNECT_TIMEOUT_S)
+    if sub.assign:
+        missing = sorted({t for t, _ in sub.assign if t not in md.topics})
+        if missing:
+            raise ShuffleTopicNotFoundError(f"{OWNER}: assigned topic(s) {missing} do not exist")
+        return sorted(sub.assign)
+    out = []
+    for name, tmd in md.topics.items():
+        if name.startswith("__") or tmd.error is not None or not sub.matches(name):
+            continue
+        out += [(name, p) for p in tmd.partitions]
+    if sub.topics:
+        missing = sorted(set(sub.topics) - {t for t, _ in out})
+        if missing:
+            raise ShuffleTopicNotFoundError(
+                f"{OWNER}: topic(s) {missing} do not exist on {kafka.get('bootstrap.servers')!r}"
+            )
+    return sorted(out)
+
+
+def bounds(kafka: Mapping[str, Any], tps: list[TP]) -> dict[TP, tuple[int, int]]:
+    """(low, high) offsets of each partition, from the brokers."""
+    out = {}
+    with consumer(kafka) as c:
+        for t, p in tps:
+            with kafka_errors(f"reading the offsets of topic {t!r} partition {p}", kafka):
+                out[(t, p)] = c.get_watermark_offsets(
+                    TopicPartition(t, p), timeout=CONNECT_TIMEOUT_S, cached=False
+                )
+    return out
+
+
+def committed_offsets(kafka: Mapping[str, Any], group: str, tps: list[TP]) -> dict[TP, int]:
+    with (
+        consumer(kafka, **{"group.id": group}) as c,
+        kafka_errors(f"reading the committed offsets of group {group!r}", kafka),
+    ):
+        got = c.committed([TopicPartition(t, p) for t, p in tps], timeout=CONNECT_TIMEOUT_S)
+    return {(tp.topic, tp.partition): tp.offset for tp in got}
+
+
+def offsets_for_times(kafka: Mapping[str, Any], times: Mapping[TP, int]) -> dict[TP, int]:
+    """The first offset at or after each timestamp (-1 where there is none)."""
+    if not times:
+        return {}
+    with consumer(kafka) as c, kafka_errors("looking up offsets by timestamp", kafka):
+        got = c.offsets_for_times(
+            [TopicPartition(t, p, ts) for (t, p), ts in times.items()], timeout=CONNECT_TIMEOUT_S
+        )
+    return {(tp.topic, tp.partition): tp.offset for tp in got}
+
+
+def commit_group_offsets(kafka: Mapping[str, Any], group: str, offsets: Mapping[TP, int]) -> None:
+    with (
+        consumer(kafka, **{"group.id": group}) as c,
+        kafka_errors(f"committing offsets of group {group!r}", kafka),
+    ):
+        c.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+            asynchronous=False,
+        )
+
+
+def _times(position, tps: list[TP]) -> dict[TP, int]:
+    if position.kind == "timestamp":
+        return {tp: position.timestamp for tp in tps}
+    if position.kind == "timestamps":
+        return {
+            (t, p): ts
+            for t, parts in position.values.items()
+            for p, ts in parts.items()
+            if (t, p) in set(tps)
+        }
+    return {}
+
+
+def positions(
+    opts: RecordsOptions, position, tps: list[TP], limits: Mapping[TP, tuple[int, int]], option
+) -> dict[TP, int]:
+    committed = (
+        committed_offsets(opts.kafka, opts.group, tps) if position.kind == "committed" else None
+    )
+    return resolve(
+        position,
+        limits,
+        committed=committed,
+        by_time=offsets_for_times(opts.kafka, _times(position, tps)),
+        reset=opts.reset,
+        option=option,
+    )
+
+
+def check_loss(
+    opts: RecordsOptions, tp: TP, wanted: int, low: int, counters: dict | None = None
+) -> int:
+    """Where a read of ``tp`` from ``wanted`` can start, given the partition's lowest offset."""
+    if wanted >= low:
+        return wanted
+    what = (
+        f"{OWNER}: topic {tp[0]!r} partition {tp[1]}: offsets [{wanted}, {low}) were removed "
+        "(retention or delete_records) before they were read"
+    )
+    if opts.fail_on_data_loss:
+        raise DataLossError(what + "; set failOnDataLoss=false to skip them")
+    log.warning("%s; skipped (failOnDataLoss=false)", what)
+    if counters is not None:
+        counters["records_lost"] = counters.get("records_lost", 0) + (low - wanted)
+    return low
+
+
+# --- reading --------------------------------------------------------------------------
 
 
 @dataclass
-class OffsetRange(InputPartition):
+class RangePartition(InputPartition):
+    topic: str
     partition: int
     start: int
     end: int
+    last_piece: bool = True  # holds the partition's end (commits it with commitOffsets)
+
+
+def read_arrow(opts: RecordsOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(part, RangePartition):
+        return  # Spark reads one empty partition when a plan has none
+    schema = arrow_schema(opts.include_headers)
+    with consumer(opts.kafka) as c:
+        low, _ = c.get_watermark_offsets(
+            TopicPartition(part.topic, part.partition), timeout=CONNECT_TIMEOUT_S, cached=False
+        )
+        start = check_loss(opts, (part.topic, part.partition), part.start, low)
+        cols: dict[str, list] = {f.name: [] for f in schema}
+        for m in read_range(c, part.topic, part.partition, start, part.end):
+            kind, ts = m.timestamp()
+            cols["key"].append(m.key())
+            cols["value"].append(m.value())
+            cols["offset"].append(m.offset())
+            cols["timestamp"].append(ts * 1000 if ts >= 0 else None)
+            # librdkafka: 1 create time, 2 log append time; Spark: 0 and 1.
+            cols["timestampType"].append(kind - 1 if kind > 0 else None)
+            if opts.include_headers:
+                cols["headers"].append([{"key": k, "value": v} for k, v in (m.headers() or [])])
+            if len(cols["offset"]) >= BATCH_ROWS:
+                yield _batch(schema, cols, part)
+                cols = {f.name: [] for f in schema}
+        if cols["offset"]:
+            yield _batch(schema, cols, part)
+    if opts.commit_offsets and part.last_piece:
+        _commit_quietly(opts, {(part.topic, part.partition): part.end})
+
+
+def _batch(schema: pa.Schema, cols: dict[str, list], part: RangePartition) -> pa.RecordBatch:
+    n = len(cols["offset"])
+    cols["topic"] = [part.topic] * n
+    cols["partition"] = [part.partition] * n
+    return pa.RecordBatch.from_pydict(cols, schema=schema)
+
+
+def _commit_quietly(opts: RecordsOptions, offsets: Mapping[TP, int], counters=None) -> bool:
+    """Commits offsets to the group for monitoring; a failure is logged, never fatal."""
+    try:
+        commit_group_offsets(opts.kafka, opts.group, offsets)
+    except Exception as exc:  # noqa: BLE001 - monitoring only: count and log
+        log.warning("%s: committing offsets to group %r failed: %s", OWNER, opts.group, exc)
+        if counters is not None:
+            counters["offset_commits_failed"] = counters.get("offset_commits_failed", 0) + 1
+        return False
+    if counters is not None:
+        counters["offset_commits_succeeded"] = counters.get("offset_commits_succeeded", 0) + 1
+    return True
+
+
+def _partitions(opts: RecordsOptions, start: Mapping[TP, int], end: Mapping[TP, int]) -> list:
+    ranges = [Range(t, p, start.get((t, p), 0), e) for (t, p), e in sorted(end.items())]
+    pieces = split(ranges, opts.min_partitions)
+    last = {(r.topic, r.partition): r.end for r in ranges}
+    return [
+        RangePartition(r.topic, r.partition, r.start, r.end, last[(r.topic, r.partition)] == r.end)
+        for r in pieces
+    ]
 
 
 class KafkaRecordsReader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str]):
-        opts = Options(options, "kafka-records")
-        self.topic = opts.text("topic", required=True)
-        self.kafka = opts.kafka()
-        self.starting = opts.offsets("startingOffsets", "earliest")
-        self.ending = opts.offsets("endingOffsets", "latest")
+    def __init__(self, opts: RecordsOptions):
+        self.opts = opts
 
-    def partitions(self) -> list[OffsetRange]:
-        n = partition_count(self.kafka, self.topic)
-        ranges = []
-        for p, (low, high) in enumerate(end_offsets(self.kafka, self.topic, n)):
-            start = (
-                low if self.starting in ("earliest", None) else max(low, self.starting.get(p, low))
-            )
-            end = high if self.ending in ("latest", None) else min(high, self.ending.get(p, high))
-            ranges.append(OffsetRange(p, start, end))
-        return ranges
+    def partitions(self) -> list[RangePartition]:
+        opts = self.opts
+        tps = discover(opts.kafka, opts.subscription)
+        limits = bounds(opts.kafka, tps)
+        start = positions(opts, opts.starting, tps, limits, "startingOffsets")
+        end = positions(opts, opts.ending, tps, limits, "endingOffsets")
+        if opts.starting.kind == "offsets":
+            for tp, (low, _) in limits.items():
+                given = opts.starting.values.get(tp[0], {}).get(tp[1])
+                if given is not None and given >= 0:
+                    start[tp] = check_loss(opts, tp, given, low)
+        return _partitions(opts, start, {tp: max(e, start[tp]) for tp, e in end.items()})
 
-    def read(self, partition: OffsetRange) -> Iterator[tuple]:
-        with consumer(self.kafka) as c:
-            for m in read_range(c, self.topic, partition.partition, partition.start, partition.end):
-                _, ts = m.timestamp()
-                yield (
-                    m.partition(),
-                    m.offset(),
-                    dt.datetime.fromtimestamp(ts / 1000, tz=dt.UTC) if ts >= 0 else None,
-                    m.key(),
-                    m.value(),
-                )
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        return read_arrow(self.opts, partition)
+
+
+class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of new records. Offsets: ``{"topic": {"partition": next offset}}``."""
+
+    def __init__(self, opts: RecordsOptions):
+        self.opts = opts
+        self._target: dict[TP, int] | None = None
+        self._committed: dict[TP, int] = {}
+        self.counters: dict[str, int] = {}
+
+    def initialOffset(self) -> dict:
+        tps = discover(self.opts.kafka, self.opts.subscription)
+        limits = bounds(self.opts.kafka, tps)
+        return offsets_to_json(
+            positions(self.opts, self.opts.starting, tps, limits, "startingOffsets")
+        )
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = discover(self.opts.kafka, self.opts.subscription)
+        self._target = {tp: high for tp, (_, high) in bounds(self.opts.kafka, tps).items()}
+
+    def _latest(self) -> tuple[dict[TP, int], dict[TP, int]]:
+        tps = discover(self.opts.kafka, self.opts.subscription)
+        limits = bounds(self.opts.kafka, tps)
+        return {tp: low for tp, (low, _) in limits.items()}, {
+            tp: high for tp, (_, high) in limits.items()
+        }
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = offsets_from_json(start)
+        # ``start`` is where the last completed micro-batch ended; Spark's own commit() call
+        # for a batch comes only when the next one starts, so the position is committed here.
+        self._commit(begin)
+        lows, latest = self._latest()
+        if self._target is not None:
+            # Trigger.AvailableNow: what existed when the query started, nothing later.
+            latest = {tp: min(h, self._target.get(tp, lows[tp])) for tp, h in latest.items()}
+        # A partition or topic that appeared since starts at its earliest offset.
+        begin = {tp: begin.get(tp, lows[tp]) for tp in latest}
+        latest = {tp: max(h, begin[tp]) for tp, h in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            latest = rate_limit(begin, latest, limit.max_rows)
+        return offsets_to_json(latest)
+
+    def reportLatestOffset(self) -> dict | None:
+        return offsets_to_json(self._latest()[1])
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        begin, stop = offsets_from_json(start), offsets_from_json(end)
+        lows, _ = self._latest()
+        checked = {}
+        for tp, e in stop.items():
+            low = lows.get(tp, 0)
+            checked[tp] = check_loss(self.opts, tp, begin.get(tp, low), low, self.counters)
+            stop[tp] = max(e, checked[tp])
+        return _partitions(self.opts, checked, stop)
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        # Offsets are committed by the driver after the micro-batch, not by the tasks.
+        opts = self.opts
+        if opts.commit_offsets:
+            opts = RecordsOptions(**{**opts.__dict__, "commit_offsets": False})
+        return read_arrow(opts, partition)
+
+    def _commit(self, offsets: dict[TP, int]) -> None:
+        if self.opts.commit_offsets and offsets and offsets != self._committed:
+            if _commit_quietly(self.opts, offsets, self.counters):
+                self._committed = dict(offsets)
+
+    def commit(self, end: dict) -> None:
+        self._commit(offsets_from_json(end))
 
 
 class KafkaRecordsDataSource(DataSource):
-    """Bounded reads of a Kafka topic's raw records.
-
-    Options: ``topic`` (required); ``kafka.<librdkafka key>`` (``kafka.bootstrap.servers``
-    required); ``startingOffsets`` / ``endingOffsets``: ``earliest`` / ``latest`` (default)
-    or a JSON object ``{"0": 42}`` of partition to offset (end exclusive).
-    """
+    """``kafka-records``: a Kafka topic's records, batch or streaming (see module doc)."""
 
     @classmethod
     def name(cls) -> str:
         return "kafka-records"
 
     def schema(self) -> str:
-        return RECORDS_SCHEMA
+        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return RECORDS_SCHEMA + (HEADERS_DDL if include else "")
 
     def reader(self, schema) -> KafkaRecordsReader:
-        return KafkaRecordsReader(self.options)
+        return KafkaRecordsReader(parse_options(self.options, streaming=False))
+
+    def streamReader(self, schema) -> KafkaRecordsStreamReader:
+        return KafkaRecordsStreamReader(parse_options(self.options, streaming=True))
 
 
 def write_records(

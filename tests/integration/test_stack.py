@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
 )
 
 from orchestration import localstack
+from orchestration.shuffle import register_data_sources
 from orchestration.shuffle._kafka import check_reachable, ensure_topic
 from orchestration.shuffle.errors import ShuffleConnectionError, ShuffleError
 
@@ -71,6 +72,7 @@ def test_spark_reads_records(kafka_conf, spark, unique):
     topic = unique("stack-spark")
     ensure_topic(kafka_conf, topic, partitions=2)
     produce(kafka_conf, topic, 200, partitions=2)
+    register_data_sources(spark)  # by name: registered as a user would
     df = (
         spark.read.format("kafka-records")
         .option("topic", topic)

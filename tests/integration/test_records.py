@@ -1,0 +1,249 @@
+"""kafka-records on the real broker and Spark: positions, group offsets, discovery, data loss."""
+
+import time
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from pyspark.errors import StreamingQueryException
+
+from orchestration.shuffle import register_data_sources
+from orchestration.shuffle.records import commit_group_offsets
+
+pytestmark = pytest.mark.integration
+
+BASE_MS = 1_700_000_000_000
+N = 100
+
+
+def make_topic(conf, topic, partitions=2):
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        tmd = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if tmd and tmd.error is None and all(p.leader >= 0 for p in tmd.partitions.values()):
+            return
+        time.sleep(0.1)
+
+
+def produce(conf, topic, partition, count, first=0, headers=None):
+    p = Producer(conf)
+    for i in range(first, first + count):
+        p.produce(
+            topic,
+            key=f"k{i}".encode(),
+            value=f"v{partition}-{i}".encode(),
+            partition=partition,
+            timestamp=BASE_MS + i * 1000,
+            headers=headers,
+        )
+    assert p.flush(30) == 0
+
+
+@pytest.fixture(scope="module")
+def known(kafka_conf, spark):
+    """A topic of 2 partitions x 100 records, record i at BASE_MS + i seconds."""
+    import uuid
+
+    topic = f"rec-known-{uuid.uuid4().hex[:8]}"
+    make_topic(kafka_conf, topic)
+    for p in (0, 1):
+        produce(kafka_conf, topic, p, N, headers=[("h", b"x")])
+    register_data_sources(spark)
+    return topic
+
+
+def read(spark, kafka_conf, **options):
+    reader = spark.read.format("kafka-records").option(
+        "kafka.bootstrap.servers", kafka_conf["bootstrap.servers"]
+    )
+    return reader.options(**options).load()
+
+
+def spans(df):
+    """{partition: (count, first offset, last offset)}"""
+    rows = df.groupBy("partition").agg({"offset": "min", "*": "count"}).collect()
+    last = {r.partition: r["max(offset)"] for r in df.groupBy("partition").max("offset").collect()}
+    return {r.partition: (r["count(1)"], r["min(offset)"], last[r.partition]) for r in rows}
+
+
+def test_columns_and_types_are_sparks(spark, kafka_conf, known):
+    df = read(spark, kafka_conf, subscribe=known)
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema] == [
+        ("key", "binary"),
+        ("value", "binary"),
+        ("topic", "string"),
+        ("partition", "int"),
+        ("offset", "bigint"),
+        ("timestamp", "timestamp"),
+        ("timestampType", "int"),
+    ]
+    row = df.filter("partition = 1 and offset = 7").first()
+    assert (bytes(row.key), bytes(row.value), row.topic) == (b"k7", b"v1-7", known)
+    assert row.timestamp.timestamp() * 1000 == BASE_MS + 7000 and row.timestampType == 0
+    with_headers = read(spark, kafka_conf, subscribe=known, includeHeaders="true")
+    (h,) = with_headers.select("headers").first().headers
+    assert (h.key, bytes(h.value)) == ("h", b"x")
+
+
+def test_starting_and_ending_positions(spark, kafka_conf, known):
+    assert spans(read(spark, kafka_conf, subscribe=known)) == {0: (N, 0, 99), 1: (N, 0, 99)}
+    got = read(
+        spark,
+        kafka_conf,
+        subscribe=known,
+        startingOffsets=f'{{"{known}": {{"0": 10, "1": -2}}}}',
+        endingOffsets=f'{{"{known}": {{"0": 20, "1": -1}}}}',
+    )
+    assert spans(got) == {0: (10, 10, 19), 1: (N, 0, 99)}
+    got = read(spark, kafka_conf, subscribe=known, startingTimestamp=str(BASE_MS + 50_000))
+    assert spans(got) == {0: (50, 50, 99), 1: (50, 50, 99)}
+    got = read(
+        spark,
+        kafka_conf,
+        subscribe=known,
+        startingOffsetsByTimestamp=f'{{"{known}": {{"0": {BASE_MS + 90_000}}}}}',
+    )
+    assert spans(got) == {0: (10, 90, 99)}
+    got = read(spark, kafka_conf, subscribe=known, endingTimestamp=str(BASE_MS + 30_000))
+    assert spans(got) == {0: (30, 0, 29), 1: (30, 0, 29)}
+    got = read(spark, kafka_conf, assign=f'{{"{known}": [1]}}', startingOffsets="latest")
+    assert got.count() == 0
+    split = read(spark, kafka_conf, subscribe=known, minPartitions="6")
+    assert split.rdd.getNumPartitions() >= 6 and split.count() == 2 * N
+    assert split.select("partition", "offset").distinct().count() == 2 * N
+
+
+def test_committed_offsets_with_each_reset_strategy(spark, kafka_conf, known, unique):
+    group = unique("rec-group")
+    commit_group_offsets(kafka_conf, group, {(known, 0): 40})
+    opts = {"subscribe": known, "startingOffsets": "committed", "kafka.group.id": group}
+    assert spans(read(spark, kafka_conf, **opts)) == {0: (60, 40, 99), 1: (N, 0, 99)}
+    got = read(spark, kafka_conf, offsetResetStrategy="latest", **opts)
+    assert spans(got) == {0: (60, 40, 99)}
+    with pytest.raises(Exception, match=f"{known}-1"):
+        read(spark, kafka_conf, offsetResetStrategy="none", **opts).count()
+
+
+def group_offsets(conf, group, topic):
+    admin = AdminClient(conf)
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    result = admin.list_consumer_group_offsets([req])[group].result(30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+
+def test_commit_offsets_after_a_batch_read(spark, kafka_conf, known, unique):
+    group = unique("rec-commit")
+    df = read(spark, kafka_conf, subscribe=known, commitOffsets="true", **{"kafka.group.id": group})
+    assert df.count() == 2 * N
+    assert group_offsets(kafka_conf, group, known) == {0: N, 1: N}
+
+
+def stream(spark, kafka_conf, name, **options):
+    register_data_sources(spark)
+    df = (
+        spark.readStream.format("kafka-records")
+        .option("kafka.bootstrap.servers", kafka_conf["bootstrap.servers"])
+        .options(**options)
+        .load()
+    )
+    return (
+        df.selectExpr("topic", "partition", "offset")
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
+def test_running_query_discovers_partitions_and_topics_and_commits(
+    spark, kafka_conf, unique, tmp_path
+):
+    prefix = unique("recpat").replace("-", "_")
+    first, later = f"{prefix}-a", f"{prefix}-b"
+    make_topic(kafka_conf, first, partitions=1)
+    produce(kafka_conf, first, 0, 10)
+    group = unique("rec-stream")
+    query = stream(
+        spark,
+        kafka_conf,
+        prefix,
+        subscribePattern=f"{prefix}-.*",
+        startingOffsets="earliest",
+        commitOffsets="true",
+        **{"kafka.group.id": group},
+    )
+    try:
+        query.processAllAvailable()
+        assert spark.table(prefix).count() == 10
+        # A partition added under the running query is read from its earliest offset.
+        admin = AdminClient(kafka_conf)  # kept referenced until its future resolves
+        admin.create_partitions([NewPartitions(first, 2)])[first].result(30)
+        time.sleep(1)
+        produce(kafka_conf, first, 1, 5)
+        # A topic created later that matches the pattern is read too.
+        make_topic(kafka_conf, later, partitions=1)
+        produce(kafka_conf, later, 0, 7)
+        deadline = time.monotonic() + 60
+        while spark.table(prefix).count() < 22 and time.monotonic() < deadline:
+            query.processAllAvailable()
+            time.sleep(0.5)
+        rows = {(r.topic, r.partition) for r in spark.table(prefix).collect()}
+        assert spark.table(prefix).count() == 22
+        assert rows == {(first, 0), (first, 1), (later, 0)}
+        # The group's offsets show the query's position (for monitoring).
+        deadline = time.monotonic() + 30
+        while group_offsets(kafka_conf, group, first) != {0: 10, 1: 5}:
+            assert time.monotonic() < deadline, group_offsets(kafka_conf, group, first)
+            time.sleep(1)
+    finally:
+        query.stop()
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_records_deleted_under_a_query(spark, kafka_conf, unique, tmp_path, fail):
+    topic = unique("rec-loss")
+    make_topic(kafka_conf, topic, partitions=1)
+    produce(kafka_conf, topic, 0, 100)
+    chk = str(tmp_path / "chk")
+    seen: list[int] = []
+
+    def run_once():
+        register_data_sources(spark)
+        df = (
+            spark.readStream.format("kafka-records")
+            .option("kafka.bootstrap.servers", kafka_conf["bootstrap.servers"])
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("failOnDataLoss", str(fail).lower())
+            .load()
+        )
+        seen.clear()
+        q = (
+            df.selectExpr("offset")
+            .writeStream.foreachBatch(lambda b, _: seen.extend(r.offset for r in b.collect()))
+            .option("checkpointLocation", chk)
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            q.awaitTermination(120)
+        except StreamingQueryException:
+            pass  # inspected through q.exception()
+        return q
+
+    assert run_once().exception() is None
+    assert sorted(seen) == list(range(100))
+    produce(kafka_conf, topic, 0, 100, first=100)
+    admin = AdminClient(kafka_conf)
+    for fut in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
+        fut.result(30)
+    q = run_once()
+    if fail:
+        assert q.exception() is not None
+        text = str(q.exception())
+        assert topic in text and "partition 0" in text and "[100, 150)" in text
+    else:
+        assert q.exception() is None
+        assert sorted(seen) == list(range(150, 200))
