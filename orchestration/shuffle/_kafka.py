@@ -182,7 +182,7 @@ def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[t
         return out
 
 
-def read_range(
+def read_chunks(
     c: Consumer,
     topic: str,
     partition: int,
@@ -190,14 +190,14 @@ def read_range(
     end: int,
     poll_timeout: float = 30.0,
     max_batch: int = 1000,
-) -> Iterator[Any]:
-    """Yields the messages of ``topic``/``partition`` with offsets in ``[start, end)``.
+) -> Iterator[list[Any]]:
+    """Yields the messages of ``topic``/``partition`` with offsets in ``[start, end)``, in
+    lists of at most ``max_batch`` (as the client hands them over).
 
     Stops at ``end`` or at the end of the partition, whichever comes first (offsets may
     have gaps, e.g. transaction markers, so the last offset is not always a record).
-    ``max_batch`` bounds how many messages are taken from the client at once: for large
-    messages (shuffle frames) keep it at 1, so that a taken list does not hold the whole
-    prefetch queue while the client fills the queue again.
+    For large messages (shuffle frames) keep ``max_batch`` at 1, so that a taken list does
+    not hold the whole prefetch queue while the client fills the queue again.
     """
     if end <= start:
         return
@@ -222,22 +222,47 @@ def read_range(
                 continue
             idle_since = time.monotonic()
             next_offset = max(next_offset, msgs[-1].offset() + 1)
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return
-                    raise ShuffleConnectionError(
-                        f"reading topic {topic!r} partition {partition} near offset "
-                        f"{next_offset}: {err}"
-                    )
-                if m.offset() >= end:
-                    return
-                yield m
-                if m.offset() >= end - 1:
-                    return
+            good, done = msgs, False
+            if any(m.error() is not None for m in msgs) or msgs[-1].offset() >= end - 1:
+                good = []
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            done = True
+                            break
+                        raise ShuffleConnectionError(
+                            f"reading topic {topic!r} partition {partition} near offset "
+                            f"{next_offset}: {err}"
+                        )
+                    if m.offset() >= end:
+                        done = True
+                        break
+                    good.append(m)
+                    if m.offset() >= end - 1:
+                        done = True
+                        break
+            if good:
+                yield good
+            if done:
+                return
     finally:
         c.unassign()
+
+
+def read_range(
+    c: Consumer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    poll_timeout: float = 30.0,
+    max_batch: int = 1000,
+) -> Iterator[Any]:
+    """Yields the messages of ``topic``/``partition`` with offsets in ``[start, end)``, one
+    at a time (see :func:`read_chunks`)."""
+    for chunk in read_chunks(c, topic, partition, start, end, poll_timeout, max_batch):
+        yield from chunk
 
 
 def ensure_topic(

@@ -50,7 +50,7 @@ from ._kafka import (
     consumer,
     kafka_errors,
     producer,
-    read_range,
+    read_chunks,
 )
 from .errors import ShuffleConnectionError, ShuffleOptionError, ShuffleTopicNotFoundError
 from .recordsplan import (
@@ -225,40 +225,59 @@ class RangePartition(InputPartition):
     last_piece: bool = True  # holds the partition's end (commits it with commitOffsets)
 
 
+# Small records: a deep prefetch queue keeps the reader busy (shuffle frames use a shallow
+# one to bound memory; see _kafka.consumer).
+_RECORDS_CONSUMER = {
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    "queued.max.messages.kbytes": 64 * 1024,
+    "queued.min.messages": 200_000,
+}
+
+
 def read_arrow(opts: RecordsOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(part, RangePartition):
         return  # Spark reads one empty partition when a plan has none
     schema = arrow_schema(opts.include_headers)
-    with consumer(opts.kafka) as c:
+    tp = (part.topic, part.partition)
+    with consumer(opts.kafka, **_RECORDS_CONSUMER) as c:
         low, _ = c.get_watermark_offsets(
-            TopicPartition(part.topic, part.partition), timeout=CONNECT_TIMEOUT_S, cached=False
+            TopicPartition(*tp), timeout=CONNECT_TIMEOUT_S, cached=False
         )
-        start = check_loss(opts, (part.topic, part.partition), part.start, low)
-        cols: dict[str, list] = {f.name: [] for f in schema}
-        for m in read_range(c, part.topic, part.partition, start, part.end):
-            kind, ts = m.timestamp()
-            cols["key"].append(m.key())
-            cols["value"].append(m.value())
-            cols["offset"].append(m.offset())
-            cols["timestamp"].append(ts * 1000 if ts >= 0 else None)
-            # librdkafka: 1 create time, 2 log append time; Spark: 0 and 1.
-            cols["timestampType"].append(kind - 1 if kind > 0 else None)
-            if opts.include_headers:
-                cols["headers"].append([{"key": k, "value": v} for k, v in (m.headers() or [])])
-            if len(cols["offset"]) >= BATCH_ROWS:
-                yield _batch(schema, cols, part)
-                cols = {f.name: [] for f in schema}
-        if cols["offset"]:
-            yield _batch(schema, cols, part)
+        start = check_loss(opts, tp, part.start, low)
+        for chunk in read_chunks(
+            c, part.topic, part.partition, start, part.end, max_batch=BATCH_ROWS
+        ):
+            yield _batch(schema, chunk, part, opts.include_headers)
     if opts.commit_offsets and part.last_piece:
-        _commit_quietly(opts, {(part.topic, part.partition): part.end})
+        _commit_quietly(opts, {tp: part.end})
 
 
-def _batch(schema: pa.Schema, cols: dict[str, list], part: RangePartition) -> pa.RecordBatch:
-    n = len(cols["offset"])
-    cols["topic"] = [part.topic] * n
-    cols["partition"] = [part.partition] * n
-    return pa.RecordBatch.from_pydict(cols, schema=schema)
+def _batch(
+    schema: pa.Schema, msgs: list, part: RangePartition, include_headers: bool
+) -> pa.RecordBatch:
+    n = len(msgs)
+    stamps = [m.timestamp() for m in msgs]
+    columns = [
+        pa.array([m.key() for m in msgs], pa.binary()),
+        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.array([part.topic] * n, pa.string()),
+        pa.array([part.partition] * n, pa.int32()),
+        pa.array([m.offset() for m in msgs], pa.int64()),
+        pa.array([ts * 1000 if ts >= 0 else None for _, ts in stamps], pa.int64()).cast(
+            schema.field("timestamp").type
+        ),
+        # librdkafka: 1 create time, 2 log append time; Spark: 0 and 1.
+        pa.array([kind - 1 if kind > 0 else None for kind, _ in stamps], pa.int32()),
+    ]
+    if include_headers:
+        columns.append(
+            pa.array(
+                [[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in msgs],
+                schema.field("headers").type,
+            )
+        )
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _commit_quietly(opts: RecordsOptions, offsets: Mapping[TP, int], counters=None) -> bool:

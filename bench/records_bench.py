@@ -1,0 +1,196 @@
+"""Benchmark: ``kafka-records`` against Spark's ``kafka`` source, and streaming shuffle reads
+against batch shuffle reads, side by side.
+
+- records: a topic of plain messages (``--value-bytes`` each, 8 partitions) read in full by
+  ``spark.read.format("kafka-records")`` and by ``spark.read.format("kafka")``, one Spark
+  task per partition, every column, into the ``noop`` sink;
+- shuffle stream: the same shuffle read by ``read_shuffle`` (batch) and by
+  ``read_shuffle_stream`` with ``Trigger.AvailableNow`` into the ``noop`` sink, each
+  ``--runs`` committed runs.
+
+Each pair runs ``--repeat`` times, alternating which goes first; medians and every
+measurement go to ``.local/bench/records.json``.
+
+Run::
+
+    scripts/dev bench-records                        # 1M and 10M messages, 3 repeats
+    scripts/dev bench-records --messages 1000000 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestration import localstack  # noqa: E402
+from orchestration.shuffle import (  # noqa: E402
+    ShuffleSpec,
+    read_shuffle,
+    read_shuffle_stream,
+    register_data_sources,
+    write_shuffle,
+)
+from orchestration.shuffle._kafka import ensure_topic  # noqa: E402
+from orchestration.shuffle.spark import spark_session  # noqa: E402
+
+WORK = ROOT / ".local" / "bench"
+# Spark's Kafka connector and what it needs, as resolved from bench/pom.xml.
+BASELINE_JARS = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
+
+
+def produce(kafka: dict, topic: str, messages: int, value_bytes: int, partitions: int) -> None:
+    p = Producer({**kafka, "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4"})
+    value = os.urandom(value_bytes // 2).hex().encode()[:value_bytes]
+    for i in range(messages):
+        while True:
+            try:
+                p.produce(topic, value=value, key=str(i).encode(), partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
+
+
+def timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def side_by_side(pairs, repeat: int, label: str) -> dict:
+    runs: dict[str, list[float]] = {name: [] for name, _ in pairs}
+    for i in range(repeat):
+        order = pairs if i % 2 == 0 else list(reversed(pairs))
+        for name, fn in order:
+            seconds = timed(fn)
+            runs[name].append(seconds)
+            print(f"  {label} repeat={i} {name:<20} {seconds:8.2f}s", flush=True)
+    return {name: {"median_seconds": statistics.median(v), "runs": v} for name, v in runs.items()}
+
+
+def records_pair(spark, kafka: dict, topic: str):
+    def ours():
+        (
+            spark.read.format("kafka-records")
+            .option("kafka.bootstrap.servers", kafka["bootstrap.servers"])
+            .option("subscribe", topic)
+            .load()
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
+
+    def theirs():
+        (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", kafka["bootstrap.servers"])
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest")
+            .load()
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
+
+    return [("kafka_records", ours), ("spark_kafka_source", theirs)]
+
+
+def shuffle_pair(spark, kafka: dict, topic: str):
+    def batch():
+        read_shuffle(spark, topic, kafka=kafka).write.format("noop").mode("overwrite").save()
+
+    def stream():
+        with tempfile.TemporaryDirectory() as chk:
+            q = (
+                read_shuffle_stream(spark, topic, kafka=kafka)
+                .writeStream.format("noop")
+                .option("checkpointLocation", chk)
+                .trigger(availableNow=True)
+                .start()
+            )
+            q.awaitTermination()
+
+    return [("shuffle_batch_read", batch), ("shuffle_stream_read", stream)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", default="1000000,10000000", help="comma-separated sizes")
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=4, help="committed runs of the shuffle")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--out", default=str(WORK / "records.json"))
+    args = parser.parse_args(argv)
+
+    kafka = {"bootstrap.servers": localstack.start()}
+    jars = localstack.resolve_jars(ROOT / "bench" / "pom.xml", WORK / "jars")
+    wanted = [str(p) for p in sorted(jars.glob("*.jar")) if p.name.startswith(BASELINE_JARS)]
+    spark = spark_session(
+        master=args.master,
+        app_name="kafka-records-bench",
+        conf={"spark.jars": ",".join(wanted), "spark.driver.memory": "4g"},
+    )
+    register_data_sources(spark)
+    report: dict = {"master": args.master, "partitions": args.partitions, "sizes": {}}
+    for n in (int(m) for m in args.messages.split(",")):
+        print(f"== {n} messages of {args.value_bytes} bytes", flush=True)
+        topic = f"bench.records.{uuid.uuid4().hex[:8]}"
+        ensure_topic(kafka, topic, args.partitions, {"retention.ms": "-1"})
+        produce(kafka, topic, n, args.value_bytes, args.partitions)
+        records = side_by_side(records_pair(spark, kafka, topic), args.repeat, f"n={n}")
+        shuffle = f"bench.stream.{uuid.uuid4().hex[:8]}"
+        spec = ShuffleSpec(topic=shuffle, key="k", num_partitions=args.partitions)
+        per_run = n // args.runs
+        for r in range(args.runs):
+            df = spark.range(r * per_run, (r + 1) * per_run).selectExpr(
+                "concat('k', cast(id % 100003 as string)) as k", "id", "rand() as x"
+            )
+            write_shuffle(df, spec, kafka=kafka, window=f"w{r}")
+        streams = side_by_side(shuffle_pair(spark, kafka, shuffle), args.repeat, f"n={n}")
+        ratio = (
+            records["spark_kafka_source"]["median_seconds"]
+            / records["kafka_records"]["median_seconds"]
+        )
+        stream_ratio = (
+            streams["shuffle_batch_read"]["median_seconds"]
+            / streams["shuffle_stream_read"]["median_seconds"]
+        )
+        report["sizes"][n] = {
+            **records,
+            **streams,
+            "kafka_records_vs_spark_speedup": ratio,
+            "stream_vs_batch_throughput": stream_ratio,
+        }
+        print(
+            f"{n:>10} kafka-records {records['kafka_records']['median_seconds']:.2f}s vs Spark "
+            f"{records['spark_kafka_source']['median_seconds']:.2f}s ({ratio:.2f}x); shuffle "
+            f"stream {streams['shuffle_stream_read']['median_seconds']:.2f}s vs batch "
+            f"{streams['shuffle_batch_read']['median_seconds']:.2f}s "
+            f"(stream throughput {stream_ratio:.2f} of batch)",
+            flush=True,
+        )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(f"\nall measurements: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
