@@ -16,6 +16,7 @@ day replaces that folder only. :func:`flights_pipeline` builds the definitions f
 """
 
 import datetime as dt
+import json
 import os
 import shutil
 import warnings
@@ -395,6 +396,22 @@ def running_totals_batch(spark, topic: str, kafka: dict, per_window: str):
     return upsert
 
 
+def _stream_position(progress) -> dict:
+    """Where the query stands in the commit log, from its last progress report."""
+    if progress is None or not progress.sources:
+        return {}
+    source = progress.sources[0]
+
+    def log_offset(text) -> int | None:
+        parsed = json.loads(text) if text else None
+        return parsed.get("log") if isinstance(parsed, dict) else None
+
+    end, latest = log_offset(source.endOffset), log_offset(source.latestOffset)
+    if end is None or latest is None:
+        return {}
+    return {"commit_log_offset": end, "commit_records_behind": max(0, latest - end)}
+
+
 def _running_totals_asset(topic: str):
     @asset(
         name=RUNNING_TOTALS,
@@ -425,6 +442,7 @@ def _running_totals_asset(topic: str):
         if query.exception() is not None:
             raise RuntimeError(f"{RUNNING_TOTALS}: streaming query failed: {query.exception()}")
         batches = [p for p in query.recentProgress if p.numInputRows]
+        position = _stream_position(query.lastProgress)
         totals = (
             session.read.parquet(per_window)
             .groupBy("tailnum")
@@ -441,6 +459,7 @@ def _running_totals_asset(topic: str):
             metadata={
                 "micro_batches": len(batches),
                 "rows_read": sum(p.numInputRows for p in batches),
+                **position,
                 "aircraft": written.count(),
                 "path": f"{root}/totals",
             }

@@ -80,9 +80,7 @@ def write_metadata(result: WriteResult) -> dict[str, Any]:
         "rows": result.rows,
         "bytes": result.bytes,
         "frames": result.frames,
-        "offsets": MetadataValue.json(
-            {str(p): list(r) for p, r in sorted(result.offsets.items())}
-        ),
+        "offsets": MetadataValue.json({str(p): list(r) for p, r in sorted(result.offsets.items())}),
     }
     if result.watermark is not None:
         md["shuffle/watermark"] = MetadataValue.timestamp(result.watermark)
@@ -241,6 +239,15 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         )
         context.log.info(
             f"{asset.topic}: reading {len(read.commits)} committed run(s), {read.rows} rows"
+        )
+        context.add_input_metadata(
+            {
+                "shuffle/topic": asset.topic,
+                "shuffle/runs": MetadataValue.json({c.run_id: c.window for c in read.commits}),
+                "rows": read.rows,
+                "bytes": sum(c.bytes for c in read.commits),
+                "frames": sum(c.frames for c in read.commits),
+            }
         )
         if _wants_shuffle_read(context):
             return read

@@ -167,9 +167,7 @@ class LocalRunner:
         number = int(outcome.tags.get(RETRY_NUMBER_TAG, 0))
         if number >= limit:
             return None
-        retry_tags = {
-            k: v for k, v in outcome.tags.items() if k not in (RUN_KEY_TAG, SENSOR_TAG)
-        }
+        retry_tags = {k: v for k, v in outcome.tags.items() if k not in (RUN_KEY_TAG, SENSOR_TAG)}
         retry_tags.update(
             {
                 RETRY_NUMBER_TAG: str(number + 1),

@@ -106,9 +106,7 @@ class Options:
             if k.startswith(KAFKA_OPTION_PREFIX)
         }
         if not conf.get("bootstrap.servers"):
-            raise ShuffleOptionError(
-                f"{self.owner}: option 'kafka.bootstrap.servers' is required"
-            )
+            raise ShuffleOptionError(f"{self.owner}: option 'kafka.bootstrap.servers' is required")
         return conf
 
 

@@ -76,9 +76,7 @@ def stream_commits(
     """The commits a stream reads from ``start`` up to offset ``end`` (exclusive), in log
     order, with their commit-log offsets. ``records`` must hold every record from offset 0
     when ``start.log < start.snapshot`` (visibility is computed from them)."""
-    visible = (
-        visible_runs(topic, records, start.snapshot) if start.log < start.snapshot else set()
-    )
+    visible = visible_runs(topic, records, start.snapshot) if start.log < start.snapshot else set()
     out = []
     for r in records:
         if r.offset < start.log or (end is not None and r.offset >= end):
@@ -136,4 +134,3 @@ def starting_offset(
     if starting == "latest":
         return StreamOffset(high, high)
     return StreamOffset(0, high)
-

@@ -127,9 +127,7 @@ class _Subtask:
     def _produce(self, partition: int, value: bytes) -> None:
         while True:
             try:
-                with kafka_errors(
-                    f"producing to topic {self.opts.topic!r} partition {partition}"
-                ):
+                with kafka_errors(f"producing to topic {self.opts.topic!r} partition {partition}"):
                     self.producer.produce(
                         self.opts.topic,
                         value=value,
