@@ -380,4 +380,5 @@ def test_running_totals_equal_a_batch_computation_over_visible_runs(stack, spark
     assert second.success
     md = second.result.asset_materializations_for_node(RUNNING_TOTALS)[0].metadata
     assert md["micro_batches"].value >= 1
+    assert md["commit_records_behind"].value == 0
     assert got() == expected()
