@@ -103,6 +103,7 @@ def apply_per_key(
     key: str | Sequence[str],
     fn: Callable[[Any], Any],
     schema: T.StructType | str,
+    *,
     order_by: Sequence[str] = (),
     per: str = "key",
     data: str = "pandas",
