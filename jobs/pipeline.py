@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from dagster import build_schedule_from_partitioned_job, define_asset_job
+from dagster import ScheduleDefinition, build_schedule_from_partitioned_job, define_asset_job
 
 from assets.pipeline import (
     CONSUMERS,
@@ -12,13 +12,14 @@ from assets.pipeline import (
     RUNNING_TOTALS,
     FlightsPipeline,
 )
-from orchestration import failed_region_sensor, shuffle_commit_sensor
+from orchestration import failed_region_sensor, shuffle_commit_sensor, shuffle_expiry_job
 
 PRODUCER_JOB = "flights_producer_job"
 COMMIT_SENSOR = "flights_shuffle_commit_sensor"
 REGION_SENSOR = "flights_failed_region_sensor"
 CONSUMER_JOBS = [f"{name}_job" for name in CONSUMERS]
 RUNNING_TOTALS_JOB = f"{RUNNING_TOTALS}_job"
+EXPIRY_JOB = "flights_shuffle_expiry_job"
 # Dagster's own run retries re-run a failed consumer run: one job, one day.
 MAX_RETRIES_TAG = "dagster/max_retries"
 
@@ -53,9 +54,14 @@ def flights_jobs(pipeline: FlightsPipeline, *, max_retries: int = 2) -> FlightsJ
         selection=[RUNNING_TOTALS],
         description="Brings the per-aircraft running totals up to date with new shuffle commits.",
     )
+    # Superseded runs go every night; the daily runs of the last year stay.
+    expiry_job = shuffle_expiry_job(EXPIRY_JOB, asset=pipeline.shuffle, keep_last=366)
     return FlightsJobs(
-        jobs=[producer_job, *consumer_jobs, running_totals_job],
-        schedules=[build_schedule_from_partitioned_job(producer_job, hour_of_day=1)],
+        jobs=[producer_job, *consumer_jobs, running_totals_job, expiry_job],
+        schedules=[
+            build_schedule_from_partitioned_job(producer_job, hour_of_day=1),
+            ScheduleDefinition(job=expiry_job, cron_schedule="0 3 * * *"),
+        ],
         sensors=[
             shuffle_commit_sensor(COMMIT_SENSOR, asset=pipeline.shuffle, jobs=consumer_jobs),
             failed_region_sensor(REGION_SENSOR, jobs=[producer_job], max_retries=max_retries),

@@ -20,11 +20,13 @@ _EXPORTS = {
     "shuffle_commit_sensor": "sensors",
     "failed_region_sensor": "sensors",
     "shuffle_asset_checks": "checks",
+    "shuffle_expiry_job": "maintenance",
 }
 
 if TYPE_CHECKING:
     from .checks import shuffle_asset_checks
     from .io_manager import FAILED_WINDOWS_TAG, KafkaShuffleIOManager
+    from .maintenance import shuffle_expiry_job
     from .metadata import shuffle_metadata
     from .resources import KafkaResource, WarehouseResource
     from .sensors import failed_region_sensor, shuffle_commit_sensor

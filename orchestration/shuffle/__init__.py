@@ -52,6 +52,8 @@ _EXPORTS = {
     "key_group_range": "keygroups",
     "partition_of": "keygroups",
     "apply_per_key": "prekeyed",
+    "ExpiryResult": "expiry",
+    "expire_shuffle": "expiry",
     "register_data_sources": "spark",
     "spark_session": "spark",
 }
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
         ShuffleWindowNotFoundError,
         ShuffleWriteError,
     )
+    from .expiry import ExpiryResult, expire_shuffle
     from .keygroups import key_group_of, key_group_range, partition_of
     from .prekeyed import apply_per_key
     from .spark import register_data_sources, spark_session

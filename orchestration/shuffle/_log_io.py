@@ -14,7 +14,16 @@ from ._kafka import (
     producer,
     read_range,
 )
-from .commitlog import COMMIT_PREFIX, LAYOUT_KEY, Commit, Layout, ShuffleLog, commit_topic
+from .commitlog import (
+    COMMIT_PREFIX,
+    EXPIRED_PREFIX,
+    LAYOUT_KEY,
+    Commit,
+    Expired,
+    Layout,
+    ShuffleLog,
+    commit_topic,
+)
 from .errors import ShuffleConnectionError, ShuffleLayoutError, ShuffleTopicNotFoundError
 from .planning import ReadPlan, plan_read
 from .streamplan import LogRecord
@@ -186,3 +195,30 @@ def read_plan(
     )
     check_partitions(kafka, plan.layout)
     return plan
+
+
+def write_expired(kafka: Mapping[str, Any], topic: str, markers: list[Expired]) -> None:
+    """Marks runs as expired, then deletes their commit records (markers first, so a reader
+    never sees a run vanish without a reason)."""
+    if not markers:
+        return
+    ctopic = commit_topic(topic)
+    errors: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    with producer(kafka, **{"acks": "all", "enable.idempotence": True}) as p:
+        with kafka_errors(f"writing to commit log {ctopic!r}", kafka):
+            for m in markers:
+                key = (EXPIRED_PREFIX + m.run_id).encode()
+                p.produce(ctopic, key=key, value=m.to_json().encode(), on_delivery=on_delivery)
+            for m in markers:
+                key = (COMMIT_PREFIX + m.run_id).encode()
+                p.produce(ctopic, key=key, value=None, on_delivery=on_delivery)
+            remaining = p.flush(30)
+    if remaining or errors:
+        raise ShuffleConnectionError(
+            f"expiring runs in commit log {ctopic!r} failed: {errors or 'timed out'}"
+        )

@@ -5,7 +5,10 @@ Each shuffle has a compacted companion topic (``<topic>__commits``, one partitio
 - key ``layout``: the :class:`Layout` (key columns, key groups, partitions, Arrow schema),
   written once when the shuffle is created;
 - key ``commit/<run_id>``: one :class:`Commit` per successful producer run, written by the
-  Spark driver after every task of the run has finished.
+  Spark driver after every task of the run has finished;
+- key ``expired/<run_id>``: an :class:`Expired` marker for a run that retention removed (its
+  commit record is then deleted), so readers can say why a run is gone and an interrupted
+  expiry knows what it was deleting.
 
 Readers and sensors read this topic only, never the data topic, to know what exists. A
 run is visible only once its commit record is written, and among the runs of one
@@ -30,6 +33,7 @@ from .frames import VERSION as FRAME_VERSION
 
 LAYOUT_KEY = "layout"
 COMMIT_PREFIX = "commit/"
+EXPIRED_PREFIX = "expired/"
 COMMIT_TOPIC_SUFFIX = "__commits"
 
 
@@ -304,6 +308,44 @@ def build_commit(
     )
 
 
+@dataclass(frozen=True)
+class Expired:
+    """A run that retention removed: when, and which offsets its frames occupied."""
+
+    run_id: str
+    window: str | None
+    expired_at: str
+    reason: str
+    partitions: dict[int, PartitionRange]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "type": "expired",
+                "run_id": self.run_id,
+                "window": self.window,
+                "expired_at": self.expired_at,
+                "reason": self.reason,
+                "partitions": {
+                    str(p): [r.first, r.last, r.rows, r.frames]
+                    for p, r in sorted(self.partitions.items())
+                },
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Expired:
+        d = json.loads(text)
+        return cls(
+            run_id=d["run_id"],
+            window=d.get("window"),
+            expired_at=d["expired_at"],
+            reason=d.get("reason", ""),
+            partitions={int(p): PartitionRange(*map(int, v)) for p, v in d["partitions"].items()},
+        )
+
+
 @dataclass
 class ShuffleLog:
     """A shuffle's commit log, as read: its layout and its commits in log order."""
@@ -311,6 +353,7 @@ class ShuffleLog:
     topic: str
     layout: Layout | None = None
     commits: list[Commit] = field(default_factory=list)
+    expired: dict[str, Expired] = field(default_factory=dict)
 
     @classmethod
     def from_records(
@@ -331,6 +374,12 @@ class ShuffleLog:
                 if value is not None:
                     by_run[run] = len(log.commits)
                     log.commits.append(Commit.from_json(value))
+            elif k.startswith(EXPIRED_PREFIX):
+                run = k[len(EXPIRED_PREFIX) :]
+                if value is None:
+                    log.expired.pop(run, None)
+                else:
+                    log.expired[run] = Expired.from_json(value)
             else:
                 raise ShuffleFormatError(
                     f"commit log {commit_topic(topic)!r} has a record with unknown key {k!r}"

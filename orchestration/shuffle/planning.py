@@ -200,6 +200,16 @@ def plan_read(
             )
     if runs is not None:
         missing = sorted(set(runs) - {c.run_id for c in commits})
+        expired = [
+            f"{r} (window {log.expired[r].window!r}, expired {log.expired[r].expired_at}: "
+            f"{log.expired[r].reason})"
+            for r in missing
+            if r in log.expired
+        ]
+        if expired:
+            raise ShuffleWindowNotFoundError(
+                f"shuffle {topic!r}: run(s) {expired} were removed by retention"
+            )
         if missing:
             raise ShuffleWindowNotFoundError(f"shuffle {topic!r} has no committed run(s) {missing}")
     if event_time_start is not None or event_time_end is not None:

@@ -382,3 +382,41 @@ def test_running_totals_equal_a_batch_computation_over_visible_runs(stack, spark
     assert md["micro_batches"].value >= 1
     assert md["commit_records_behind"].value == 0
     assert got() == expected()
+
+
+def test_expiry_job_removes_superseded_runs_only(stack, spark, kafka_conf, unique_module):
+    from jobs.pipeline import EXPIRY_JOB
+
+    # A topic of its own, so that no other test of this module sees runs disappear.
+    topic = unique_module("flights.expiry")
+    defs = build_defs(
+        topic=topic,
+        num_partitions=4,
+        max_parallelism=64,
+        resources={**stack["resources"], "faults": FaultInjection()},
+    )
+    runner = LocalRunner(defs, stack["instance"])
+    shuffle_only = [FLIGHTS_BY_TAILNUM, MISSING_TAILNUM]
+    for day in (D1, D2, D1):  # D1 twice: its first run is superseded
+        assert runner.run(PRODUCER_JOB, partition=day, asset_selection=shuffle_only).success
+    before = shuffle_log(topic, kafka=kafka_conf)
+    superseded = {c.run_id for c in before.commits} - {c.run_id for c in before.visible()}
+    assert len(superseded) == 1
+    visible_rows = read_shuffle(spark, topic, kafka=kafka_conf).count()
+    result = defs.resolve_job_def(EXPIRY_JOB).execute_in_process(
+        instance=stack["instance"],
+        run_config={"ops": {f"{EXPIRY_JOB}_expire": {"config": {"min_age_minutes": 0}}}},
+    )
+    assert result.success
+    (obs,) = [
+        e.event_specific_data.asset_observation
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    ]
+    assert obs.asset_key == FLIGHTS_BY_TAILNUM
+    assert set(obs.metadata["expired"].value) == superseded
+    assert obs.metadata["bytes_freed_total"].value > 0
+    assert obs.metadata["records_deleted"].value
+    after = shuffle_log(topic, kafka=kafka_conf)
+    assert [c.run_id for c in after.commits] == [c.run_id for c in before.visible()]
+    assert read_shuffle(spark, topic, kafka=kafka_conf).count() == visible_rows

@@ -5,7 +5,19 @@ import sys
 from pathlib import Path
 
 ENGINE = Path(__file__).resolve().parents[2] / "orchestration" / "shuffle"
-PURE = ["keygroups", "frames", "watermarks", "commitlog", "planning", "aggregation", "errors"]
+PURE = [
+    "keygroups",
+    "frames",
+    "watermarks",
+    "commitlog",
+    "planning",
+    "aggregation",
+    "errors",
+    "_options",
+    "streamplan",
+    "recordsplan",
+    "retention",
+]
 
 
 def test_engine_imports_no_dagster():
