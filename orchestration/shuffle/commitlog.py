@@ -317,11 +317,15 @@ class Expired:
     expired_at: str
     reason: str
     partitions: dict[int, PartitionRange]
+    rows: int = 0
+    bytes: int = 0
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "type": "expired",
+                "rows": self.rows,
+                "bytes": self.bytes,
                 "run_id": self.run_id,
                 "window": self.window,
                 "expired_at": self.expired_at,
@@ -343,6 +347,8 @@ class Expired:
             expired_at=d["expired_at"],
             reason=d.get("reason", ""),
             partitions={int(p): PartitionRange(*map(int, v)) for p, v in d["partitions"].items()},
+            rows=int(d.get("rows", 0)),
+            bytes=int(d.get("bytes", 0)),
         )
 
 

@@ -19,7 +19,7 @@ from ._kafka import (
     kafka_errors,
 )
 from ._log_io import check_partitions, read_log, write_expired
-from .retention import ExpiryPlan, marker, plan_expiry
+from .retention import bytes_deleted, marker, plan_expiry
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,10 @@ class ExpiryResult:
     windows_expired: list[str | None]
     # Records deleted per partition (offsets below the new start).
     records_deleted: dict[int, int]
-    # Bytes of the expired runs' committed frames per partition (each run's bytes shared
-    # among its partitions by rows); frames of failed attempts deleted with them are extra.
+    # Bytes of expired runs' committed frames that this call deleted, per partition (each
+    # run's bytes shared among its partitions by rows); frames of failed attempts deleted
+    # with them are not counted. Records are deleted from the start of a partition only: a
+    # superseded run above a live one waits until that one expires too.
     bytes_freed: dict[int, int]
     reasons: dict[str, str] = field(default_factory=dict)
 
@@ -47,15 +49,6 @@ def _protect_from(
             [TopicPartition(topic, p, ms) for p in range(partitions)], timeout=CONNECT_TIMEOUT_S
         )
     return {tp.partition: (tp.offset if tp.offset >= 0 else highs[tp.partition]) for tp in found}
-
-
-def _bytes_by_partition(plan: ExpiryPlan) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for c, _ in plan.expire:
-        for p, r in c.partitions.items():
-            share = c.bytes * r.rows // c.rows if c.rows else c.bytes // len(c.partitions)
-            out[p] = out.get(p, 0) + share
-    return out
 
 
 def expire_shuffle(
@@ -96,7 +89,8 @@ def expire_shuffle(
     plan = plan_expiry(
         log, now=now, older_than=older_than, keep_last=keep_last, protect_from=protect
     )
-    write_expired(conf, topic, [marker(c, reason, now) for c, reason in plan.expire])
+    markers = [marker(c, reason, now) for c, reason in plan.expire]
+    write_expired(conf, topic, markers)
     deleted: dict[int, int] = {}
     wanted = [
         TopicPartition(topic, p, off) for p, off in plan.cutoffs.items() if off > before[p][0]
@@ -112,6 +106,10 @@ def expire_shuffle(
         runs_expired=plan.runs,
         windows_expired=[c.window for c, _ in plan.expire],
         records_deleted=deleted,
-        bytes_freed=_bytes_by_partition(plan),
+        bytes_freed=bytes_deleted(
+            [*markers, *log.expired.values()],
+            {p: low for p, (low, _) in enumerate(before)},
+            {p: before[p][0] + n for p, n in deleted.items()},
+        ),
         reasons={c.run_id: reason for c, reason in plan.expire},
     )

@@ -95,4 +95,23 @@ def plan_expiry(
 
 
 def marker(c: Commit, reason: str, now: dt.datetime) -> Expired:
-    return Expired(c.run_id, c.window, now.isoformat(), reason, dict(c.partitions))
+    return Expired(c.run_id, c.window, now.isoformat(), reason, dict(c.partitions), c.rows, c.bytes)
+
+
+def bytes_deleted(
+    runs: list[Expired], lows: Mapping[int, int], cutoffs: Mapping[int, int]
+) -> dict[int, int]:
+    """Bytes of expired runs' committed frames that deleting each partition's records in
+    ``[low, cutoff)`` removes (a run's bytes are shared among its partitions by rows, and a
+    range cut in the middle counts by offsets)."""
+    out: dict[int, int] = {}
+    for r in runs:
+        for p, rng in r.partitions.items():
+            if p not in cutoffs:
+                continue
+            share = r.bytes * rng.rows // r.rows if r.rows else r.bytes // len(r.partitions)
+            span = rng.last + 1 - rng.first
+            gone = min(rng.last + 1, cutoffs[p]) - max(rng.first, lows.get(p, 0))
+            if gone > 0 and span > 0:
+                out[p] = out.get(p, 0) + share * min(gone, span) // span
+    return out

@@ -6,7 +6,7 @@ import pytest
 
 from orchestration.shuffle.commitlog import Commit, PartitionRange, ShuffleLog
 from orchestration.shuffle.errors import ShuffleOptionError
-from orchestration.shuffle.retention import marker, plan_expiry
+from orchestration.shuffle.retention import bytes_deleted, marker, plan_expiry
 
 NOW = dt.datetime(2024, 1, 10, tzinfo=dt.UTC)
 
@@ -76,3 +76,12 @@ def test_an_interrupted_expiry_computes_the_same_cuts_again():
 def test_nothing_to_do():
     plan = plan_expiry(log(B, C), now=NOW)
     assert plan.runs == [] and plan.cutoffs == {}
+
+
+def test_bytes_deleted_counts_what_the_cut_removes():
+    m = marker(A, "superseded", NOW)  # 1000 bytes, 10 rows in p0 (0-9) and 10 in p1 (0-4)
+    assert bytes_deleted([m], {0: 0, 1: 0}, {0: 10, 1: 5}) == {0: 500, 1: 500}
+    # Half of p0's range cut, p1 not cut.
+    assert bytes_deleted([m], {0: 0}, {0: 5}) == {0: 250}
+    # Already gone before this call: nothing counted again.
+    assert bytes_deleted([m], {0: 10}, {0: 10}) == {}
