@@ -373,6 +373,14 @@ def running_totals_batch(spark, topic: str, kafka: dict, per_window: str):
     from orchestration.shuffle import shuffle_log
 
     def upsert(batch: DataFrame, batch_id: int) -> None:
+        # Read the micro-batch once (its runs are looked at, then aggregated).
+        batch = batch.persist()
+        try:
+            _upsert(batch)
+        finally:
+            batch.unpersist()
+
+    def _upsert(batch: DataFrame) -> None:
         present = batch.select("_window", "_run_id").distinct().collect()
         if not present:
             return
