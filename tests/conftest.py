@@ -2,6 +2,7 @@
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,11 @@ def spark():
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
+    else:
+        # On a cluster, executors import the functions the tests define from the tests'
+        # own modules, as a user ships theirs; the project itself is installed in the venv.
+        root = str(Path(__file__).resolve().parents[1])
+        builder = builder.config("spark.executorEnv.PYTHONPATH", root)
     session = (
         builder.appName("kafka-shuffle-tests")
         .config("spark.ui.enabled", "false")
