@@ -34,6 +34,8 @@ from confluent_kafka import Producer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from shuffle_bench import BASELINE_JARS, WORK  # noqa: E402  (the same connector and folder)
+
 from orchestration import localstack  # noqa: E402
 from orchestration.shuffle import (  # noqa: E402
     ShuffleSpec,
@@ -44,10 +46,6 @@ from orchestration.shuffle import (  # noqa: E402
 )
 from orchestration.shuffle._kafka import ensure_topic  # noqa: E402
 from orchestration.shuffle.spark import spark_session  # noqa: E402
-
-WORK = ROOT / ".local" / "bench"
-# Spark's Kafka connector and what it needs, as resolved from bench/pom.xml.
-BASELINE_JARS = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
 
 
 def produce(kafka: dict, topic: str, messages: int, value_bytes: int, partitions: int) -> None:

@@ -8,8 +8,9 @@ Names are imported on first use, so that importing the engine's pure modules doe
 Dagster, Spark or Kafka.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from orchestration.shuffle._lazy import lazy_exports
 
 _EXPORTS = {
     "KafkaResource": "resources",
@@ -32,13 +33,7 @@ if TYPE_CHECKING:
     from .sensors import failed_region_sensor, shuffle_commit_sensor
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 __all__ = sorted(_EXPORTS)

@@ -25,23 +25,16 @@ from assets.stack_check import kafka_stack_check
 from jobs.pipeline import flights_jobs
 from orchestration.io_manager import KafkaShuffleIOManager
 from orchestration.resources import KafkaResource, WarehouseResource
+from orchestration.shuffle.spark import session_settings
 
 
 def spark_resource(master: str = "local[2]", driver_memory: str = "2g") -> LazyPySparkResource:
     """A lazily started SparkSession with settings that suit the pipeline."""
     config = {
-        "spark.master": master,
+        **session_settings(master),
         "spark.app.name": "kafka-shuffle",
         "spark.driver.memory": driver_memory,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.session.timeZone": "UTC",
-        # The default of 200 is sized for clusters; it only adds overhead on a laptop.
-        "spark.sql.shuffle.partitions": "4",
     }
-    if master.startswith("local"):
-        config["spark.driver.host"] = "127.0.0.1"
-        config["spark.driver.bindAddress"] = "127.0.0.1"
     return LazyPySparkResource(spark_config=config)
 
 

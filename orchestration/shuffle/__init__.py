@@ -17,8 +17,9 @@ This package imports no Dagster. Its pure modules (``keygroups``, ``frames``,
 ``watermarks``, ``commitlog``, ``planning``, ``aggregation``) import neither Spark nor Kafka.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 # Names are imported on first use, so that importing a pure module (e.g.
 # ``orchestration.shuffle.keygroups``) does not drag in Spark or Kafka.
@@ -92,13 +93,7 @@ if TYPE_CHECKING:
     from .spark import register_data_sources, spark_session
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 __all__ = sorted(_EXPORTS)

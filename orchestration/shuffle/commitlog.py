@@ -171,6 +171,15 @@ class PartitionRange:
         )
 
 
+def ranges_to_json(ranges: dict[int, PartitionRange]) -> dict[str, list[int]]:
+    """Per-partition ranges as JSON: ``{"partition": [first, last, rows, frames]}``."""
+    return {str(p): [r.first, r.last, r.rows, r.frames] for p, r in sorted(ranges.items())}
+
+
+def ranges_from_json(d: dict[str, list]) -> dict[int, PartitionRange]:
+    return {int(p): PartitionRange(*map(int, v)) for p, v in d.items()}
+
+
 @dataclass(frozen=True)
 class Commit:
     """One committed producer run."""
@@ -207,10 +216,7 @@ class Commit:
                 "window": self.window,
                 "committed_at": self.committed_at,
                 "tasks": [list(t) for t in self.tasks],
-                "partitions": {
-                    str(p): [r.first, r.last, r.rows, r.frames]
-                    for p, r in sorted(self.partitions.items())
-                },
+                "partitions": ranges_to_json(self.partitions),
                 "rows": self.rows,
                 "bytes": self.bytes,
                 "frames": self.frames,
@@ -231,7 +237,7 @@ class Commit:
             window=d.get("window"),
             committed_at=d["committed_at"],
             tasks=tuple((int(s), int(a)) for s, a in d["tasks"]),
-            partitions={int(p): PartitionRange(*map(int, v)) for p, v in d["partitions"].items()},
+            partitions=ranges_from_json(d["partitions"]),
             rows=int(d["rows"]),
             bytes=int(d["bytes"]),
             frames=int(d["frames"]),
@@ -259,15 +265,13 @@ class TaskResult:
 
     def to_json(self) -> str:
         d = dict(self.__dict__)
-        d["partitions"] = {
-            str(p): [r.first, r.last, r.rows, r.frames] for p, r in self.partitions.items()
-        }
+        d["partitions"] = ranges_to_json(self.partitions)
         return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> TaskResult:
         d = json.loads(text)
-        d["partitions"] = {int(p): PartitionRange(*v) for p, v in d["partitions"].items()}
+        d["partitions"] = ranges_from_json(d["partitions"])
         return cls(**d)
 
 
@@ -330,10 +334,7 @@ class Expired:
                 "window": self.window,
                 "expired_at": self.expired_at,
                 "reason": self.reason,
-                "partitions": {
-                    str(p): [r.first, r.last, r.rows, r.frames]
-                    for p, r in sorted(self.partitions.items())
-                },
+                "partitions": ranges_to_json(self.partitions),
             },
             sort_keys=True,
         )
@@ -346,7 +347,7 @@ class Expired:
             window=d.get("window"),
             expired_at=d["expired_at"],
             reason=d.get("reason", ""),
-            partitions={int(p): PartitionRange(*map(int, v)) for p, v in d["partitions"].items()},
+            partitions=ranges_from_json(d["partitions"]),
             rows=int(d.get("rows", 0)),
             bytes=int(d.get("bytes", 0)),
         )

@@ -339,13 +339,21 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.batch = ShuffleReader(opts)
         self._target: int | None = None  # Trigger.AvailableNow: the log's end when it started
+        self._last_read: tuple[int, list, int] | None = None  # (from, records, end offset)
 
-    def _records(self, start: StreamOffset) -> tuple[list, int]:
+    def _records(self, start: StreamOffset, needed_until: int | None = None) -> tuple[list, int]:
+        """Commit-log records from ``start`` on. Planning a micro-batch reuses what
+        ``latestOffset`` just read when it reaches ``needed_until``."""
         from ._log_io import read_log_records
 
         # Visibility before the snapshot needs the log from its beginning.
         first = 0 if start.log < start.snapshot else start.log
-        return read_log_records(self.opts.kafka, self.opts.topic, first)
+        cached = self._last_read
+        if needed_until is not None and cached and cached[0] == first and cached[2] >= needed_until:
+            return cached[1], cached[2]
+        records, high = read_log_records(self.opts.kafka, self.opts.topic, first)
+        self._last_read = (first, records, high)
+        return records, high
 
     def initialOffset(self) -> dict:
         from ._log_io import read_log_records
@@ -393,7 +401,7 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = StreamOffset.from_dict(start), StreamOffset.from_dict(end)
         if stop.log <= begin.log:
             return []
-        records, _ = self._records(begin)
+        records, _ = self._records(begin, needed_until=stop.log)
         commits = [c for _, c in stream_commits(self.opts.topic, records, begin, stop.log)]
         if not commits:
             return []

@@ -237,7 +237,11 @@ _RECORDS_CONSUMER = {
 }
 
 
-def read_arrow(opts: RecordsOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
+def read_arrow(
+    opts: RecordsOptions, part: InputPartition, *, commit: bool
+) -> Iterator[pa.RecordBatch]:
+    """A range's records as Arrow batches; with ``commit``, its end offset is then committed
+    to the group (the task holding a partition's last piece does it)."""
     if not isinstance(part, RangePartition):
         return  # Spark reads one empty partition when a plan has none
     schema = arrow_schema(opts.include_headers)
@@ -251,7 +255,7 @@ def read_arrow(opts: RecordsOptions, part: InputPartition) -> Iterator[pa.Record
             c, part.topic, part.partition, start, part.end, max_batch=BATCH_ROWS
         ):
             yield _batch(schema, chunk, part, opts.include_headers)
-    if opts.commit_offsets and part.last_piece:
+    if commit and part.last_piece:
         _commit_quietly(opts, {tp: part.end})
 
 
@@ -329,7 +333,7 @@ class KafkaRecordsReader(DataSourceReader):
         return _partitions(opts, start, {tp: max(e, start[tp]) for tp, e in end.items()})
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
-        return read_arrow(self.opts, partition)
+        return read_arrow(self.opts, partition, commit=self.opts.commit_offsets)
 
 
 class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -395,10 +399,7 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         # Offsets are committed by the driver after the micro-batch, not by the tasks.
-        opts = self.opts
-        if opts.commit_offsets:
-            opts = RecordsOptions(**{**opts.__dict__, "commit_offsets": False})
-        return read_arrow(opts, partition)
+        return read_arrow(self.opts, partition, commit=False)
 
     def _commit(self, offsets: dict[TP, int]) -> None:
         if self.opts.commit_offsets and offsets and offsets != self._committed:

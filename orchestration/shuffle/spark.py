@@ -64,6 +64,25 @@ def register_data_sources(spark: SparkSession) -> None:
             jsessions.clearActiveSession()
 
 
+def session_settings(master: str, *, ui: bool = False) -> dict[str, str]:
+    """Spark settings that suit the shuffle on one machine or a small cluster."""
+    settings = {
+        "spark.master": master,
+        "spark.ui.enabled": str(ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        # Render instants in UTC unless told otherwise (they are stored as UTC either way).
+        "spark.sql.session.timeZone": "UTC",
+        # The default of 200 is sized for clusters; it only adds overhead on a laptop.
+        "spark.sql.shuffle.partitions": "4",
+    }
+    if master.startswith("local"):
+        # Local mode talks to itself only; binding to loopback also avoids Spark's warning
+        # about the host name resolving to a loopback address.
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    return settings
+
+
 def spark_session(
     master: str = DEFAULT_MASTER,
     app_name: str = "kafka-shuffle",
@@ -89,21 +108,9 @@ def spark_session(
     # PySpark reads this when the session starts (a Spark setting would not reach local
     # workers); a value the user set is kept.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings: dict[str, str] = {
-        "spark.ui.enabled": str(ui).lower(),
-        "spark.ui.showConsoleProgress": "false",
-        # Render instants in UTC unless told otherwise (they are stored as UTC either way).
-        "spark.sql.session.timeZone": "UTC",
-        # The default of 200 is sized for clusters; it only adds overhead on a laptop.
-        "spark.sql.shuffle.partitions": "4",
-    }
-    if master.startswith("local"):
-        # Local mode talks to itself only; binding to loopback also avoids Spark's warning
-        # about the host name resolving to a loopback address.
-        settings["spark.driver.host"] = "127.0.0.1"
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    settings = session_settings(master, ui=ui)
     settings.update({k: str(v) for k, v in (conf or {}).items()})
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
