@@ -166,6 +166,12 @@ def _write_configs() -> None:
                 "share.coordinator.state.topic.min.isr=1",
                 # Tests create many short-lived groups; waiting for more members only slows them.
                 "group.initial.rebalance.delay.ms=0",
+                # Share-group members get their assignment on a heartbeat: a 1 s heartbeat lets
+                # a queue start working in about a second instead of five. Short record locks
+                # (1 s minimum) let tests see a killed consumer's records come back quickly.
+                "group.share.heartbeat.interval.ms=1000",
+                "group.share.min.heartbeat.interval.ms=1000",
+                "group.share.min.record.lock.duration.ms=1000",
                 # Shuffle topics set their own retention; keep the broker default generous.
                 "log.retention.hours=-1",
                 "auto.create.topics.enable=false",

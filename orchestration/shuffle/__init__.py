@@ -57,6 +57,13 @@ _EXPORTS = {
     "expire_shuffle": "expiry",
     "register_data_sources": "spark",
     "spark_session": "spark",
+    "QueueGroupError": "queue",
+    "QueueResult": "queue",
+    "QueueSchemaError": "queue",
+    "feed_queue": "queue",
+    "process_queue": "queue",
+    "read_queue_output": "queue",
+    "QueueCounts": "queueplan",
 }
 
 if TYPE_CHECKING:
@@ -90,6 +97,15 @@ if TYPE_CHECKING:
     from .expiry import ExpiryResult, expire_shuffle
     from .keygroups import key_group_of, key_group_range, partition_of
     from .prekeyed import apply_per_key
+    from .queue import (
+        QueueGroupError,
+        QueueResult,
+        QueueSchemaError,
+        feed_queue,
+        process_queue,
+        read_queue_output,
+    )
+    from .queueplan import QueueCounts
     from .spark import register_data_sources, spark_session
 
 

@@ -254,17 +254,27 @@ def read_arrow(
         for chunk in read_chunks(
             c, part.topic, part.partition, start, part.end, max_batch=BATCH_ROWS
         ):
-            yield _batch(schema, chunk, part, opts.include_headers)
+            yield records_batch(schema, chunk, part, opts.include_headers)
     if commit and part.last_piece:
         _commit_quietly(opts, {tp: part.end})
 
 
-def _batch(
-    schema: pa.Schema, msgs: list, part: RangePartition, include_headers: bool
+def records_batch(
+    schema: pa.Schema, msgs: list, part: RangePartition | None, include_headers: bool
 ) -> pa.RecordBatch:
+    """Messages as a record batch of ``schema``; with ``part`` None they may come from any
+    topics and partitions (a share consumer's poll), else all are from ``part``."""
     # One pass of C calls per field (map over the unbound methods), then numpy: the Python
     # work per record is what bounds this reader.
     n = len(msgs)
+    if part is None:
+        topics = pa.array(list(map(Message.topic, msgs)), pa.string())
+        partitions = pa.array(list(map(Message.partition, msgs)), pa.int32())
+    else:
+        topics = pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, dtype=np.int32)), pa.array([part.topic], pa.string())
+        ).cast(pa.string())
+        partitions = pa.array(np.full(n, part.partition, dtype=np.int32))
     stamps = np.fromiter(
         itertools.chain.from_iterable(map(Message.timestamp, msgs)), dtype=np.int64, count=2 * n
     ).reshape(n, 2)
@@ -272,10 +282,8 @@ def _batch(
     columns = [
         pa.array(list(map(Message.key, msgs)), pa.binary()),
         pa.array(list(map(Message.value, msgs)), pa.binary()),
-        pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(n, dtype=np.int32)), pa.array([part.topic], pa.string())
-        ).cast(pa.string()),
-        pa.array(np.full(n, part.partition, dtype=np.int32)),
+        topics,
+        partitions,
         pa.array(list(map(Message.offset, msgs)), pa.int64()),
         pa.array(millis * 1000, mask=millis < 0).cast(schema.field("timestamp").type),
         # librdkafka: 1 create time, 2 log append time; Spark: 0 and 1.

@@ -12,6 +12,7 @@ PURE = [
     "commitlog",
     "planning",
     "aggregation",
+    "queueplan",
     "errors",
     "_options",
     "streamplan",
