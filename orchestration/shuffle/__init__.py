@@ -57,9 +57,9 @@ _EXPORTS = {
     "expire_shuffle": "expiry",
     "register_data_sources": "spark",
     "spark_session": "spark",
-    "QueueGroupError": "queue",
+    "QueueGroupError": "errors",
     "QueueResult": "queue",
-    "QueueSchemaError": "queue",
+    "QueueSchemaError": "errors",
     "feed_queue": "queue",
     "process_queue": "queue",
     "read_queue_output": "queue",
@@ -82,6 +82,8 @@ if TYPE_CHECKING:
     )
     from .commitlog import Commit, Layout, ShuffleLog
     from .errors import (
+        QueueGroupError,
+        QueueSchemaError,
         ShuffleConnectionError,
         ShuffleError,
         ShuffleFormatError,
@@ -98,9 +100,7 @@ if TYPE_CHECKING:
     from .keygroups import key_group_of, key_group_range, partition_of
     from .prekeyed import apply_per_key
     from .queue import (
-        QueueGroupError,
         QueueResult,
-        QueueSchemaError,
         feed_queue,
         process_queue,
         read_queue_output,

@@ -50,3 +50,11 @@ class ShuffleWatermarkError(ShuffleError, RuntimeError):
 
 class ShuffleWriteError(ShuffleError, RuntimeError):
     """Producing to Kafka failed; the run is not committed."""
+
+
+class QueueSchemaError(ShuffleSchemaError):
+    """A queue function returned rows that do not fit the declared schema."""
+
+
+class QueueGroupError(ShuffleError, ValueError):
+    """A share group cannot be used: its id is a classic group's, or a config is refused."""

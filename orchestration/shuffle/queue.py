@@ -94,6 +94,8 @@ from ._kafka import (
 from ._log_io import read_log
 from .commitlog import ShuffleLog, commit_topic, schema_from_b64, schema_to_b64
 from .errors import (
+    QueueGroupError,
+    QueueSchemaError,
     ShuffleConnectionError,
     ShuffleError,
     ShuffleOptionError,
@@ -102,9 +104,11 @@ from .errors import (
 )
 from .queueplan import (
     FED_PREFIX,
+    SOURCE_FIELDS,
     Outcome,
     QueueCounts,
     WorkItem,
+    conform,
     contiguous,
     error_text,
     narrow,
@@ -119,24 +123,11 @@ from .records import records_batch
 
 log = logging.getLogger(__name__)
 
-SOURCE_FIELDS = [
-    pa.field("_topic", pa.string()),
-    pa.field("_partition", pa.int32()),
-    pa.field("_offset", pa.int64()),
-]
 DELIVERY_FIELD = pa.field("_delivery", pa.int32())
 META_FILE = "_queue.json"
 # Before its first record a consumer waits at least this long: joining a share group and
 # getting an assignment takes a heartbeat or two.
 JOIN_GRACE_S = 10.0
-
-
-class QueueSchemaError(ShuffleSchemaError):
-    """``fn`` returned rows that do not fit the declared schema (names the column)."""
-
-
-class QueueGroupError(ShuffleError, ValueError):
-    """The share group cannot be used: taken by a classic group, or a config is refused."""
 
 
 @dataclass
@@ -191,64 +182,6 @@ class _Spec:
 
 class _Fatal(Exception):
     """Stops every consumer of a task; the records in hand are released first."""
-
-
-def _to_table(out: Any, what: str) -> pa.Table:
-    if out is None:
-        return pa.table({})
-    if isinstance(out, pa.RecordBatch):
-        return pa.Table.from_batches([out])
-    if isinstance(out, pa.Table):
-        return out
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        pd = None
-    if pd is not None and isinstance(out, pd.DataFrame):
-        return pa.Table.from_pandas(out, preserve_index=False)
-    raise QueueSchemaError(
-        f"{what}: fn returned {type(out).__name__}; expected a pyarrow Table or RecordBatch "
-        "or a pandas DataFrame (or None for no rows)"
-    )
-
-
-def conform(out: Any, schema: pa.Schema, given: pa.Table, what: str) -> pa.Table:
-    """``fn``'s output as ``schema`` plus the source columns, or a :class:`QueueSchemaError`.
-
-    Rows keep the ``_topic``/``_partition``/``_offset`` they return; when ``fn`` drops those
-    columns but returns one row per input row, they are taken from the input in order.
-    """
-    table = _to_table(out, what)
-    if table.num_rows == 0 and table.num_columns == 0:
-        return pa.Table.from_batches([], schema=pa.schema(list(schema) + SOURCE_FIELDS))
-    columns = []
-    for f in schema:
-        if f.name not in table.column_names:
-            raise QueueSchemaError(
-                f"{what}: fn returned no column {f.name!r} (type {f.type}); it returned "
-                f"{table.column_names}, the schema is {schema.names}"
-            )
-        col = table.column(f.name)
-        try:
-            columns.append(col.cast(f.type) if col.type != f.type else col)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise QueueSchemaError(
-                f"{what}: fn returned column {f.name!r} as {col.type}, which cannot be "
-                f"cast to the schema's {f.type}: {exc}"
-            ) from None
-    names = [f.name for f in SOURCE_FIELDS]
-    if all(n in table.column_names for n in names):
-        for f in SOURCE_FIELDS:
-            columns.append(table.column(f.name).cast(f.type))
-    elif table.num_rows == given.num_rows:
-        columns.extend(given.column(n) for n in names)
-    else:
-        raise QueueSchemaError(
-            f"{what}: fn returned {table.num_rows} rows for {given.num_rows} input rows "
-            f"without the columns {names}; return those columns (they are in fn's input) so "
-            "each output row names its source record"
-        )
-    return pa.Table.from_arrays(columns, schema=pa.schema(list(schema) + SOURCE_FIELDS))
 
 
 def _write_durably(path: Path, table: pa.Table) -> None:
@@ -375,7 +308,10 @@ class _Consumer:
                 idle_limit = spec.idle_timeout if got_any else max(spec.idle_timeout, JOIN_GRACE_S)
                 if now - last >= idle_limit:
                     break
-                msgs = sc.poll(0.5)
+                try:
+                    msgs = sc.poll(0.5)
+                except KafkaException as exc:
+                    raise _group_error(exc, spec) from None
                 if not msgs:
                     continue
                 got_any = True
@@ -384,6 +320,8 @@ class _Consumer:
         finally:
             try:
                 sc.close()
+            except KafkaException as exc:
+                log.warning("closing a share consumer of group %r: %s", spec.group, exc)
             finally:
                 if self.source is not None:
                     self.source.close()
@@ -427,7 +365,13 @@ class _Consumer:
             )
 
     def _inputs(self, msgs: list[Message]) -> tuple[pa.Table, np.ndarray, set[int]]:
-        """The units fn runs over, the message index of each unit, and the skipped messages."""
+        """The units fn runs over (with ``_delivery``, the delivery count of each unit's
+        record), the message index of each unit, and the skipped messages."""
+        table, owner, skipped = self._units(msgs)
+        counts = np.fromiter((m.delivery_count() or 1 for m in msgs), np.int32, len(msgs))
+        return table.append_column(DELIVERY_FIELD, pa.array(counts[owner])), owner, skipped
+
+    def _units(self, msgs: list[Message]) -> tuple[pa.Table, np.ndarray, set[int]]:
         spec = self.spec
         if not spec.shuffle:
             batch = records_batch(self.records_schema, msgs, None, include_headers=True)
@@ -437,7 +381,7 @@ class _Consumer:
                 .append_column(SOURCE_FIELDS[1], table.column("partition"))
                 .append_column(SOURCE_FIELDS[2], table.column("offset"))
             )
-            return table, np.arange(len(msgs)), set()
+            return table, np.arange(len(msgs), dtype=np.int64), set()
         items: dict[int, WorkItem] = {}
         skipped: set[int] = set()
         for i, m in enumerate(msgs):
@@ -524,7 +468,7 @@ class _Consumer:
                 [msgs[i].delivery_count() or 1 for i in owners_np[keep]], np.int32
             )
             chosen = out.filter(pa.array(keep))
-            kept.append(chosen.append_column(DELIVERY_FIELD, pa.array(deliveries)))
+            kept.append(chosen.append_column(DELIVERY_FIELD, pa.array(deliveries, pa.int32())))
         if kept:
             rows = pa.concat_tables(kept).cast(self.out_schema)
             name = f"part-{self.task:05d}-{self.index:03d}-{uuid.uuid4().hex}.parquet"
@@ -628,6 +572,15 @@ class _Consumer:
                 f"failed ({remaining} not delivered): {errors[:3]}; the records are released"
             )
         self.counts.dead_lettered += sent
+
+
+def _group_error(exc: KafkaException, spec: _Spec) -> BaseException:
+    if error_code(exc) in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.INCONSISTENT_GROUP_PROTOCOL):
+        return QueueGroupError(
+            f"share group {spec.group!r}: the broker refused it ({exc.args[0].str()}); "
+            "the id may belong to a classic consumer group: a share group needs its own id"
+        )
+    return translate(exc, f"share group {spec.group!r} reading topic {spec.topic!r}", spec.kafka)
 
 
 def run_consumers(spec: _Spec, task: int) -> list[tuple[int, QueueCounts]]:
@@ -791,16 +744,24 @@ def _set_group_configs(kafka: Mapping[str, Any], group: str, configs: Mapping[st
 
 
 def _check_group_free(kafka: Mapping[str, Any], group: str) -> None:
-    """Refuses a group id a classic (or consumer-protocol) group holds."""
-    with kafka_errors("listing consumer groups", kafka):
-        listing = admin_client(kafka).list_consumer_groups(request_timeout=30).result()
-    for g in listing.valid:
-        if g.group_id == group and "DEAD" not in str(g.state).upper():
-            raise QueueGroupError(
-                f"group {group!r} is a {str(g.type).rsplit('.', 1)[-1].lower()} consumer group "
-                f"({str(g.state).rsplit('.', 1)[-1].lower()}); a share group needs a group id "
-                "of its own"
-            )
+    """Refuses a group id a classic (or consumer-protocol) group holds.
+
+    A share group, or an id nobody uses, describes as an empty ("dead") consumer group.
+    """
+    admin = admin_client(kafka)  # held until the answer is in: the request is its own
+    try:
+        found = admin.describe_consumer_groups([group], request_timeout=30)[group].result(35)
+    except KafkaException as exc:
+        if error_code(exc) in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.INVALID_GROUP_ID):
+            return
+        raise translate(exc, f"describing group {group!r}", kafka) from None
+    state = str(found.state).rsplit(".", 1)[-1].lower()
+    if state not in ("dead", "unknown"):
+        kind = str(found.type).rsplit(".", 1)[-1].lower()
+        raise QueueGroupError(
+            f"group {group!r} is a {kind} consumer group ({state}, {len(found.members)} "
+            "members); a share group needs a group id of its own"
+        )
 
 
 def _output_schema(spark: Any, schema: Any) -> tuple[str, pa.Schema]:

@@ -12,7 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Generic, TypeVar
 
+import pyarrow as pa
+
 from .commitlog import Commit, ShuffleLog
+from .errors import QueueSchemaError
 
 WORK_TOPIC_SUFFIX = ".queue"
 # Keys of the records in a work topic: a work item's key is its run id; the record that
@@ -20,6 +23,13 @@ WORK_TOPIC_SUFFIX = ".queue"
 FED_PREFIX = "fed/"
 
 T = TypeVar("T")
+
+# Every unit given to fn, and every output row, names its source record with these.
+SOURCE_FIELDS = [
+    pa.field("_topic", pa.string()),
+    pa.field("_partition", pa.int32()),
+    pa.field("_offset", pa.int64()),
+]
 
 
 def work_topic(topic: str) -> str:
@@ -178,3 +188,61 @@ def _jsonable(value: Any) -> Any:
 def row_json(row: dict[str, Any]) -> bytes:
     """A row as JSON for a dead-letter message; values JSON cannot hold become strings."""
     return json.dumps({k: _jsonable(v) for k, v in row.items()}, sort_keys=False).encode()
+
+
+def _to_table(out: Any, what: str) -> pa.Table:
+    if out is None:
+        return pa.table({})
+    if isinstance(out, pa.RecordBatch):
+        return pa.Table.from_batches([out])
+    if isinstance(out, pa.Table):
+        return out
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas is a dependency
+        pd = None
+    if pd is not None and isinstance(out, pd.DataFrame):
+        return pa.Table.from_pandas(out, preserve_index=False)
+    raise QueueSchemaError(
+        f"{what}: fn returned {type(out).__name__}; expected a pyarrow Table or RecordBatch "
+        "or a pandas DataFrame (or None for no rows)"
+    )
+
+
+def conform(out: Any, schema: pa.Schema, given: pa.Table, what: str) -> pa.Table:
+    """``fn``'s output as ``schema`` plus the source columns, or a :class:`QueueSchemaError`.
+
+    Rows keep the ``_topic``/``_partition``/``_offset`` they return; when ``fn`` drops those
+    columns but returns one row per input row, they are taken from the input in order.
+    """
+    table = _to_table(out, what)
+    if table.num_rows == 0 and table.num_columns == 0:
+        return pa.Table.from_batches([], schema=pa.schema(list(schema) + SOURCE_FIELDS))
+    columns = []
+    for f in schema:
+        if f.name not in table.column_names:
+            raise QueueSchemaError(
+                f"{what}: fn returned no column {f.name!r} (type {f.type}); it returned "
+                f"{table.column_names}, the schema is {schema.names}"
+            )
+        col = table.column(f.name)
+        try:
+            columns.append(col.cast(f.type) if col.type != f.type else col)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise QueueSchemaError(
+                f"{what}: fn returned column {f.name!r} as {col.type}, which cannot be "
+                f"cast to the schema's {f.type}: {exc}"
+            ) from None
+    names = [f.name for f in SOURCE_FIELDS]
+    if all(n in table.column_names for n in names):
+        for f in SOURCE_FIELDS:
+            columns.append(table.column(f.name).cast(f.type))
+    elif table.num_rows == given.num_rows:
+        columns.extend(given.column(n) for n in names)
+    else:
+        raise QueueSchemaError(
+            f"{what}: fn returned {table.num_rows} rows for {given.num_rows} input rows "
+            f"without the columns {names}; return those columns (they are in fn's input) so "
+            "each output row names its source record"
+        )
+    return pa.Table.from_arrays(columns, schema=pa.schema(list(schema) + SOURCE_FIELDS))
