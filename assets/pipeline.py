@@ -75,6 +75,11 @@ class FaultInjection(ConfigurableResource):
     """
 
     fail: list[str] = Field(default_factory=list)
+    poison_flights: list[str] = Field(
+        default_factory=list,
+        description="Flights (``UA1545@2013-01-01``) the queue-mode enrichment fails on, "
+        "every delivery: they end in its dead-letter topic.",
+    )
 
     def fails(self, asset_name: str, day: str) -> bool:
         return f"{asset_name}:{day}" in self.fail
@@ -484,6 +489,7 @@ def flights_pipeline(
     freshness_policy: FreshnessPolicy | None = DAILY_FRESHNESS,
 ) -> FlightsPipeline:
     """The pipeline's assets and checks, with the shuffle in ``topic``."""
+    from assets.enrichment import enrichment_assets
     from orchestration import shuffle_asset_checks
 
     shuffle = _shuffle_asset(topic, num_partitions, max_parallelism, freshness_policy)
@@ -510,6 +516,7 @@ def flights_pipeline(
             flights_missing_tailnum,
             *consumers,
             _running_totals_asset(topic),
+            *enrichment_assets(topic),
         ],
         checks=[*shuffle_asset_checks(shuffle), _rows_balance_check(shuffle, topic)],
         shuffle=shuffle,

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from dagster import ScheduleDefinition, build_schedule_from_partitioned_job, define_asset_job
 
+from assets.enrichment import DEAD_LETTERS, ENRICHED
 from assets.pipeline import (
     CONSUMERS,
     FLIGHTS,
@@ -20,6 +21,7 @@ REGION_SENSOR = "flights_failed_region_sensor"
 CONSUMER_JOBS = [f"{name}_job" for name in CONSUMERS]
 RUNNING_TOTALS_JOB = f"{RUNNING_TOTALS}_job"
 EXPIRY_JOB = "flights_shuffle_expiry_job"
+ENRICHED_JOB = f"{ENRICHED}_job"
 # Dagster's own run retries re-run a failed consumer run: one job, one day.
 MAX_RETRIES_TAG = "dagster/max_retries"
 
@@ -54,10 +56,17 @@ def flights_jobs(pipeline: FlightsPipeline, *, max_retries: int = 2) -> FlightsJ
         selection=[RUNNING_TOTALS],
         description="Brings the per-aircraft running totals up to date with new shuffle commits.",
     )
+    enriched_job = define_asset_job(
+        ENRICHED_JOB,
+        selection=[ENRICHED, DEAD_LETTERS],
+        tags={MAX_RETRIES_TAG: str(max_retries)},
+        description="Enriches one day of the shuffle flight by flight through a Kafka share "
+        "group, and reports that day's dead letters.",
+    )
     # Superseded runs go every night; the daily runs of the last year stay.
     expiry_job = shuffle_expiry_job(EXPIRY_JOB, asset=pipeline.shuffle, keep_last=366)
     return FlightsJobs(
-        jobs=[producer_job, *consumer_jobs, running_totals_job, expiry_job],
+        jobs=[producer_job, *consumer_jobs, running_totals_job, enriched_job, expiry_job],
         schedules=[
             build_schedule_from_partitioned_job(producer_job, hour_of_day=1),
             ScheduleDefinition(job=expiry_job, cron_schedule="0 3 * * *"),

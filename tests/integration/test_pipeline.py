@@ -431,3 +431,86 @@ def test_expiry_job_removes_superseded_runs_only(stack, spark, kafka_conf, uniqu
     after = shuffle_log(topic, kafka=kafka_conf)
     assert [c.run_id for c in after.commits] == [c.run_id for c in before.visible()]
     assert read_shuffle(spark, topic, kafka=kafka_conf).count() == visible_rows
+
+
+def _as_tuples(df, columns):
+    out = []
+    for row in df[columns].itertuples(index=False):
+        out.append(
+            tuple(None if pd.isna(v) else (round(v, 6) if isinstance(v, float) else v) for v in row)
+        )
+    return sorted(out, key=repr)
+
+
+def test_queue_mode_enrichment_equals_a_batch_computation(stack, spark, kafka_conf):
+    from assets.enrichment import (
+        DEAD_LETTERS,
+        ENRICHED,
+        dead_letter_topic,
+        enrich,
+        flight_id,
+    )
+    from jobs.pipeline import ENRICHED_JOB
+    from orchestration.shuffle import read_queue_output
+    from orchestration.shuffle._kafka import consumer, end_offsets, read_range
+
+    topic = stack["topic"]
+    rows = read_shuffle(spark, topic, kafka=kafka_conf, windows=[D1]).toPandas()
+    rows["sched_dep"] = pd.to_datetime(rows["sched_dep"]).dt.tz_localize("UTC")
+    victim = rows.sort_values(["carrier", "flight"]).iloc[0]
+    poison = flight_id(victim["carrier"], victim["flight"], D1)
+    hit = (rows["carrier"] == victim["carrier"]) & (rows["flight"] == victim["flight"])
+    defs = build_defs(
+        topic=topic,
+        num_partitions=4,
+        max_parallelism=64,
+        resources={**stack["resources"], "faults": FaultInjection(poison_flights=[poison])},
+    )
+    out = LocalRunner(defs, stack["instance"]).run(ENRICHED_JOB, partition=D1)
+    assert out.success
+    (mat,) = [m for m in out.result.asset_materializations_for_node(ENRICHED) if m.partition == D1]
+    md = {k: v.value for k, v in mat.metadata.items()}
+    # More consumers than the shuffle's partitions, all of them counted.
+    assert md["consumers"] == 8 > 4
+    assert md["rows_out"] == len(rows) - int(hit.sum()) and md["dead_lettered"] == hit.sum()
+    assert md["rejected"] >= 1 and md["accepted"] > 0
+    assert sum(md["records_per_task"].values()) == md["accepted"]
+    # What read_queue_output returns equals the plain batch computation over the day's
+    # committed rows, without the flight made to fail.
+    got = read_queue_output(spark, md["path"]).toPandas()
+    want = enrich(rows[~hit])
+    columns = [
+        "tailnum",
+        "carrier",
+        "flight",
+        "origin_name",
+        "dest_name",
+        "dest_tz_hours",
+        "manufacturer",
+        "seats",
+        "plane_age_years",
+        "distance_km",
+        "late_arrival",
+    ]
+    assert len(got) == len(want)
+    assert _as_tuples(got, columns) == _as_tuples(want, columns)
+    assert not ((got["carrier"] == victim["carrier"]) & (got["flight"] == victim["flight"])).any()
+    # The flight is in the dead-letter topic, and nowhere else; the check warns.
+    dlq = dead_letter_topic(topic)
+    dead = []
+    with consumer(kafka_conf) as c:
+        for p, (lo, hi) in enumerate(end_offsets(kafka_conf, dlq, 1)):
+            dead.extend(read_range(c, dlq, p, lo, hi))
+    import json
+
+    values = [json.loads(m.value()) for m in dead]
+    assert len(values) == hit.sum()
+    assert all(
+        v["carrier"] == victim["carrier"] and v["flight"] == victim["flight"] for v in values
+    )
+    assert all(dict(m.headers())["queue.error"].startswith(b"ValueError: injected") for m in dead)
+    (check,) = [
+        e for e in out.result.get_asset_check_evaluations() if e.check_name == "no_dead_letters"
+    ]
+    assert not check.passed and check.severity.value == "WARN"
+    assert check.asset_key.path == [DEAD_LETTERS]
