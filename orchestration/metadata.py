@@ -33,6 +33,7 @@ def shuffle_metadata(
     event_time: str | None = None,
     topic: str | None = None,
     window_column: str | None = None,
+    replication_factor: int | None = None,
 ) -> dict[str, Any]:
     """The definition metadata that makes an asset stored by ``KafkaShuffleIOManager`` a
     shuffle (a typo-proof way to write the ``shuffle/*`` keys)."""
@@ -41,7 +42,12 @@ def shuffle_metadata(
         f"{PREFIX}num_partitions": num_partitions,
         f"{PREFIX}max_parallelism": max_parallelism,
     }
-    optional = {"event_time": event_time, "topic": topic, "window_column": window_column}
+    optional = {
+        "event_time": event_time,
+        "topic": topic,
+        "window_column": window_column,
+        "replication_factor": replication_factor,
+    }
     md.update({f"{PREFIX}{k}": v for k, v in optional.items() if v is not None})
     return md
 
@@ -124,6 +130,9 @@ def shuffle_asset(asset: str, path: Sequence[str], metadata: Mapping[str, Any]) 
             max_parallelism=integer("max_parallelism", 128),
             event_time=column("event_time"),
             max_out_of_orderness=dt.timedelta(0),
+            replication_factor=(
+                integer("replication_factor") if md.get("replication_factor") is not None else None
+            ),
         )
     except ShuffleOptionError as exc:
         raise ShuffleOptionError(f"asset {asset}: {exc}") from None

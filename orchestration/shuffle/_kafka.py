@@ -273,21 +273,38 @@ def read_range(
         yield from chunk
 
 
+def replication_for(kafka: Mapping[str, Any], requested: int | None = None) -> int:
+    """The replication factor a new topic gets: ``requested``, or min(3, brokers)."""
+    brokers = check_reachable(kafka)
+    if requested is None:
+        return max(1, min(3, brokers))
+    if requested < 1 or requested > brokers:
+        raise ShuffleOptionError(
+            f"replication_factor={requested} needs between 1 and {brokers} brokers "
+            f"(the cluster at {kafka.get('bootstrap.servers')!r} has {brokers})"
+        )
+    return requested
+
+
 def ensure_topic(
     kafka: Mapping[str, Any],
     topic: str,
     partitions: int,
     config: Mapping[str, str] | None = None,
-    replication_factor: int = -1,
+    replication_factor: int | None = None,
     timeout: float = 30.0,
 ) -> bool:
     """Creates ``topic`` unless it exists. Returns True if this call created it.
 
-    ``replication_factor=-1`` takes the broker's ``default.replication.factor``.
+    ``replication_factor`` None: min(3, brokers). ``min.insync.replicas`` is set to one less
+    than the replication factor (at least 1) unless ``config`` says otherwise, so with
+    ``acks=all`` a write survives one broker down and is on two replicas when acknowledged.
     """
+    rf = replication_for(kafka, replication_factor)
+    conf = {"min.insync.replicas": str(max(1, rf - 1)), **dict(config or {})}
     admin = admin_client(kafka)
     fut = admin.create_topics(
-        [NewTopic(topic, partitions, replication_factor, config=dict(config or {}))],
+        [NewTopic(topic, partitions, rf, config=conf)],
         operation_timeout=timeout,
         request_timeout=timeout,
     )[topic]

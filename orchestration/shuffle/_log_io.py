@@ -111,8 +111,13 @@ def write_commit(kafka: Mapping[str, Any], topic: str, commit: Commit) -> None:
     _produce_one(kafka, commit_topic(topic), COMMIT_PREFIX + commit.run_id, commit.to_json())
 
 
-def create_or_check(kafka: Mapping[str, Any], layout: Layout) -> tuple[Layout, bool]:
+def create_or_check(
+    kafka: Mapping[str, Any], layout: Layout, replication_factor: int | None = None
+) -> tuple[Layout, bool]:
     """Creates the shuffle's topics and layout record, or checks an existing layout.
+
+    New topics get ``replication_factor`` replicas (None: min(3, brokers)) and
+    ``min.insync.replicas`` one less (at least 1).
 
     Returns:
         The recorded layout and whether this call created the shuffle.
@@ -123,10 +128,10 @@ def create_or_check(kafka: Mapping[str, Any], layout: Layout) -> tuple[Layout, b
             topic's partition count changed behind its back.
     """
     topic = layout.topic
-    ensure_topic(kafka, commit_topic(topic), 1, COMMIT_TOPIC_CONFIG)
+    ensure_topic(kafka, commit_topic(topic), 1, COMMIT_TOPIC_CONFIG, replication_factor)
     log = read_log(kafka, topic)
     if log.layout is None:
-        ensure_topic(kafka, topic, layout.num_partitions, DATA_TOPIC_CONFIG)
+        ensure_topic(kafka, topic, layout.num_partitions, DATA_TOPIC_CONFIG, replication_factor)
         check_partitions(kafka, layout)
         _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
         return layout, True

@@ -53,6 +53,9 @@ class ShuffleSpec:
         event_time: Optional timestamp column that watermarks are computed from.
         max_out_of_orderness: How late an event may arrive behind the largest event time a
             producer subtask has seen.
+        replication_factor: Replicas of the data topic and commit log when they are
+            created (None: min(3, brokers)); ``min.insync.replicas`` is one less (at
+            least 1), and producers write with ``acks=all``.
     """
 
     topic: str
@@ -61,6 +64,7 @@ class ShuffleSpec:
     max_parallelism: int = 128
     event_time: str | None = None
     max_out_of_orderness: dt.timedelta = dt.timedelta(0)
+    replication_factor: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.key, str):
@@ -196,6 +200,7 @@ def write_shuffle(
             event_time=spec.event_time,
             max_out_of_orderness_us=spec.max_out_of_orderness // dt.timedelta(microseconds=1),
         ),
+        spec.replication_factor,
     )
     run_id = str(uuid.uuid4())
     keyed = df.select(*layout.schema.names).withColumn(
