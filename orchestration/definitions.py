@@ -11,6 +11,11 @@ The environment is read here and nowhere else:
 | ``SHUFFLE_FLIGHTS_TOPIC`` | the topic of ``flights_by_tailnum`` | ``flights.by_tailnum`` |
 | ``SHUFFLE_MAX_RETRIES`` | retries of a failed consumer run / producer day | ``2`` |
 | ``SHUFFLE_INJECT_FAILURES`` | the ``faults`` resource (``asset:YYYY-MM-DD,...``) | none |
+| ``KAFKA_SECURITY_PROTOCOL`` | ``kafka``'s ``security_protocol`` (e.g. SASL_SSL) | none |
+| ``KAFKA_SASL_MECHANISM`` | ``sasl_mechanism`` (e.g. SCRAM-SHA-512) | none |
+| ``KAFKA_SASL_USERNAME`` | ``sasl_username`` | none |
+| ``KAFKA_SASL_PASSWORD`` | ``sasl_password`` (read by Dagster when used, never stored) | none |
+| ``KAFKA_SSL_CA_LOCATION`` | ``ssl_ca_location``: the CA's PEM file | none |
 """
 
 import os
@@ -38,6 +43,22 @@ def spark_resource(master: str = "local[2]", driver_memory: str = "2g") -> LazyP
     return LazyPySparkResource(spark_config=config)
 
 
+KAFKA_SECURITY_ENV = {
+    "security_protocol": "KAFKA_SECURITY_PROTOCOL",
+    "sasl_mechanism": "KAFKA_SASL_MECHANISM",
+    "sasl_username": "KAFKA_SASL_USERNAME",
+    "sasl_password": "KAFKA_SASL_PASSWORD",
+    "ssl_ca_location": "KAFKA_SSL_CA_LOCATION",
+}
+
+
+def kafka_resource(env: Mapping[str, str]) -> KafkaResource:
+    """The ``kafka`` resource: each setting an ``EnvVar`` when its variable is set, so values
+    (the password above all) are read by Dagster at run time and never stored."""
+    fields = {f: EnvVar(var) for f, var in KAFKA_SECURITY_ENV.items() if env.get(var)}
+    return KafkaResource(bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS"), **fields)
+
+
 def build_defs(
     *,
     topic: str = DEFAULT_TOPIC,
@@ -51,7 +72,7 @@ def build_defs(
         topic, num_partitions=num_partitions, max_parallelism=max_parallelism
     )
     jobs = flights_jobs(pipeline, max_retries=max_retries)
-    kafka = KafkaResource(bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS"))
+    kafka = kafka_resource(os.environ)
     merged = {
         "kafka": kafka,
         "spark": spark_resource(),

@@ -28,6 +28,9 @@ class KafkaResource(ConfigurableResource):
     sasl_username: str | None = None
     # Secrets: never part of a printed resource.
     sasl_password: str | None = Field(default=None, repr=False)
+    ssl_ca_location: str | None = Field(
+        default=None, description="PEM file of the CA that signed the brokers' certificates"
+    )
     extra: dict[str, str] = Field(
         default_factory=dict,
         repr=False,
@@ -42,6 +45,7 @@ class KafkaResource(ConfigurableResource):
             "sasl.mechanism": self.sasl_mechanism,
             "sasl.username": self.sasl_username,
             "sasl.password": self.sasl_password,
+            "ssl.ca.location": self.ssl_ca_location,
         }
         conf.update({k: v for k, v in optional.items() if v})
         conf.update(self.extra)

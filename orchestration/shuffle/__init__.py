@@ -64,9 +64,12 @@ _EXPORTS = {
     "process_queue": "queue",
     "read_queue_output": "queue",
     "QueueCounts": "queueplan",
+    "grant_shuffle_access": "access",
+    "shuffle_acls": "access",
 }
 
 if TYPE_CHECKING:
+    from .access import grant_shuffle_access, shuffle_acls
     from .api import (
         ShuffleRead,
         ShuffleSpec,

@@ -9,6 +9,7 @@ that fits and names what was being done (topic, partition, offset). Clients are 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -107,13 +108,20 @@ def producer(kafka: Mapping[str, Any], **overrides: Any) -> Producer:
     return Producer(client_config(kafka, **overrides))
 
 
+# librdkafka needs a group id even for assigned reads; no group API is ever used with it, but
+# the client looks its coordinator up, so a cluster with ACLs should let readers READ it.
+READER_GROUP = "kafka-shuffle-reader"
+# Errors a reader of assigned partitions may see and ignore: they concern the group only.
+_GROUP_ONLY = {KafkaError.GROUP_AUTHORIZATION_FAILED}
+
+
 def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
     """A consumer for assigned (not subscribed) reads: no group offsets are committed."""
     conf = client_config(
         kafka,
         **{
             # Reads are planned by offsets, never by a group's position.
-            "group.id": overrides.pop("group.id", "kafka-shuffle-reader"),
+            "group.id": overrides.pop("group.id", READER_GROUP),
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
@@ -136,31 +144,81 @@ def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
 def check_reachable(kafka: Mapping[str, Any] | None, timeout: float = CONNECT_TIMEOUT_S) -> int:
     """Fails fast with :class:`ShuffleConnectionError` when no broker answers.
 
+    The error says why when the client knows: authentication refused (wrong user or
+    password), a TLS handshake that failed (e.g. no ``ssl.ca.location``), a PLAINTEXT client
+    at a TLS listener, or nothing listening.
+
     Returns:
         The number of brokers in the cluster's metadata.
     """
-    conf = client_config(kafka)
+    return len(metadata(kafka, timeout=timeout).brokers)
+
+
+def metadata(
+    kafka: Mapping[str, Any] | None,
+    topic: str | None = None,
+    timeout: float = CONNECT_TIMEOUT_S,
+    what: str = "",
+) -> Any:
+    """The cluster's metadata (of one topic, if given), or an error that says why not."""
+    seen: list[KafkaError] = []
+    logged = _ClientLog()
+    conf = client_config(kafka, error_cb=seen.append, logger=logged.logger)
+    admin = AdminClient(conf)
     try:
-        md = AdminClient(conf).list_topics(timeout=timeout)
+        return admin.list_topics(topic=topic, timeout=timeout)
     except KafkaException as exc:
+        admin.poll(0)  # serves the error and log callbacks: why the connection failed
+        why = _why(seen, logged.lines, conf) or (exc.args[0] if exc.args else exc)
         raise ShuffleConnectionError(
-            f"cannot reach Kafka at bootstrap.servers={conf['bootstrap.servers']!r} "
-            f"within {timeout:.0f}s: {exc.args[0] if exc.args else exc}"
+            f"cannot reach Kafka at bootstrap.servers={conf['bootstrap.servers']!r}{what} "
+            f"within {timeout:.0f}s: {why}"
         ) from None
-    return len(md.brokers)
+
+
+class _ClientLog(logging.Handler):
+    """Keeps a client's log lines (they name a wrong ``security.protocol``, for one)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.logger = logging.getLogger(f"{__name__}.client.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _why(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) -> str | None:
+    """The most telling of the errors the client reported while connecting."""
+    for err in errors:
+        if err.code() == KafkaError._AUTHENTICATION:
+            return f"authentication failed: {err.str()}"
+    for err in errors:
+        if err.code() == KafkaError._SSL or "SSL" in err.str():
+            return f"TLS failed: {err.str()}"
+    protocol = str(conf.get("security.protocol", "plaintext")).lower()
+    for line in [*(e.str() for e in errors), *lines]:
+        if "security.protocol" in line or (
+            protocol == "plaintext" and "in state APIVERSION_QUERY" in line
+        ):
+            return (
+                "the broker closed the connection at its first request: the listener probably "
+                "needs security.protocol SSL or SASL_SSL (this client speaks PLAINTEXT)"
+                if protocol == "plaintext"
+                else line
+            )
+    telling = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+    return (telling or errors)[-1].str() if errors else None
 
 
 def partition_count(
     kafka: Mapping[str, Any], topic: str, timeout: float = CONNECT_TIMEOUT_S
 ) -> int:
     """The number of partitions of ``topic``; errors name the topic and the cluster."""
-    try:
-        md = admin_client(kafka).list_topics(topic=topic, timeout=timeout)
-    except KafkaException as exc:
-        raise ShuffleConnectionError(
-            f"cannot reach Kafka at bootstrap.servers={kafka.get('bootstrap.servers')!r} "
-            f"to describe topic {topic!r}: {exc.args[0] if exc.args else exc}"
-        ) from None
+    md = metadata(kafka, topic, timeout, what=f" to describe topic {topic!r}")
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None:
         raise ShuffleTopicNotFoundError(
@@ -227,8 +285,14 @@ def read_chunks(
                         f"{poll_timeout:.0f}s while reading offsets [{start}, {end})"
                     )
                 continue
+            if any(m.error() is not None and m.error().code() in _GROUP_ONLY for m in msgs):
+                msgs = [m for m in msgs if m.error() is None or m.error().code() not in _GROUP_ONLY]
+                if not msgs:
+                    continue
             idle_since = time.monotonic()
-            next_offset = max(next_offset, msgs[-1].offset() + 1)
+            offsets = [m.offset() for m in msgs if m.error() is None]
+            if offsets:
+                next_offset = max(next_offset, offsets[-1] + 1)
             good, done = msgs, False
             # (map over the unbound method: a C-level pass, no Python loop per message)
             if any(map(Message.error, msgs)) or msgs[-1].offset() >= end - 1:
@@ -239,10 +303,8 @@ def read_chunks(
                         if err.code() == KafkaError._PARTITION_EOF:
                             done = True
                             break
-                        raise ShuffleConnectionError(
-                            f"reading topic {topic!r} partition {partition} near offset "
-                            f"{next_offset}: {err}"
-                        )
+                        what = f"reading topic {topic!r} partition {partition} near offset"
+                        raise translate(KafkaException(err), f"{what} {next_offset}")
                     if m.offset() >= end:
                         done = True
                         break

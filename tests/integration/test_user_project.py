@@ -63,7 +63,7 @@ def clicks_per_user(pdf: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def make_project(topic: str, data: str, out: str, bootstrap: str):
+def make_project(topic: str, data: str, out: str, bootstrap: str, kafka=None):
     daily = DailyPartitionsDefinition(start_date=D1, end_date="2024-03-10")
 
     @asset(
@@ -108,7 +108,9 @@ def make_project(topic: str, data: str, out: str, bootstrap: str):
             failed_region_sensor("events_failed_days", jobs=[producer_job]),
         ],
         resources={
-            "shuffle_io": KafkaShuffleIOManager(kafka=KafkaResource(bootstrap_servers=bootstrap))
+            "shuffle_io": KafkaShuffleIOManager(
+                kafka=kafka or KafkaResource(bootstrap_servers=bootstrap)
+            )
         },
     )
     return defs

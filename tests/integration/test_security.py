@@ -1,0 +1,198 @@
+"""The whole path over SASL_SSL (SCRAM-SHA-512 users, TLS made with keytool) with ACLs, on
+a local stack of its own: who may write, who may only read, and what is refused."""
+
+import contextlib
+import io
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from dagster import build_sensor_context, instance_for_test
+
+from orchestration import localstack
+from orchestration.definitions import KAFKA_SECURITY_ENV, kafka_resource
+from orchestration.shuffle import (
+    ShuffleConnectionError,
+    ShuffleError,
+    ShuffleSpec,
+    aggregate_shuffle,
+    grant_shuffle_access,
+    read_shuffle,
+    shuffle_commits_since,
+    write_shuffle,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+PORT = 30092
+
+
+@contextlib.contextmanager
+def secure_env():
+    keys = (
+        "SHUFFLE_LOCAL_KAFKA_SECURITY",
+        "SHUFFLE_LOCAL_KAFKA_DIR",
+        "SHUFFLE_LOCAL_KAFKA_PORT",
+        "SHUFFLE_LOCAL_KAFKA_NODES",
+        "KAFKA_BOOTSTRAP_SERVERS",
+    )
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(
+        SHUFFLE_LOCAL_KAFKA_SECURITY="sasl_ssl",
+        SHUFFLE_LOCAL_KAFKA_DIR=str(ROOT / ".local" / "test-kafka-sasl"),
+        SHUFFLE_LOCAL_KAFKA_PORT=str(PORT),
+        SHUFFLE_LOCAL_KAFKA_NODES="1",
+    )
+    os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def users():
+    with secure_env():
+        localstack.start()
+        confs = {u: localstack.client_config(u) for u in localstack.USERS}
+    yield confs
+    with secure_env():
+        localstack.stop()
+
+
+def rows(spark, n=3000):
+    return spark.range(n).selectExpr("concat('k', cast(id % 41 as string)) as k", "id")
+
+
+def spec_for(topic):
+    return ShuffleSpec(topic=topic, key="k", num_partitions=3, max_parallelism=24)
+
+
+def explained(df) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain(True)
+    return out.getvalue()
+
+
+def refused_quickly(call, *match):
+    started = time.monotonic()
+    with pytest.raises(ShuffleError) as failure:
+        call()
+    took = time.monotonic() - started
+    text = str(failure.value)
+    assert took < 20, (took, text)
+    for m in match:
+        assert m in text, text
+    return text
+
+
+def test_writer_writes_reader_reads_and_nothing_else(spark, users, unique):
+    admin, producer, consumer = users["admin"], users["producer"], users["consumer"]
+    topic = unique("secure")
+    assert (
+        grant_shuffle_access(
+            topic, kafka=admin, writers=["User:producer"], readers=["User:consumer"]
+        )
+        > 0
+    )
+    res = write_shuffle(rows(spark), spec_for(topic), kafka=producer, window="d1")
+    assert res.rows == 3000
+    # The reader reads, aggregates and follows commits.
+    got = read_shuffle(spark, topic, kafka=consumer)
+    assert got.count() == 3000
+    agg = aggregate_shuffle(spark, topic, kafka=consumer, aggregations={"n": ("*", "count")})
+    assert sum(r.n for r in agg.collect()) == 3000
+    commits, _ = shuffle_commits_since(topic, kafka=consumer)
+    assert [c.run_id for c in commits] == [res.run_id]
+    # ... but may not write it.
+    text = refused_quickly(
+        lambda: write_shuffle(rows(spark, 10), spec_for(topic), kafka=consumer, window="d2"),
+        "not authorized",
+    )
+    # The writer may not write another shuffle it was not granted.
+    refused_quickly(
+        lambda: write_shuffle(rows(spark, 10), spec_for(unique("other")), kafka=producer),
+        "not authorized",
+    )
+    # No password in errors or plans.
+    for conf in users.values():
+        assert conf["sasl.password"] not in text
+        assert conf["sasl.password"] not in explained(got)
+
+
+def test_unauthenticated_and_wrong_passwords_are_refused_in_seconds(spark, users, unique):
+    consumer = users["consumer"]
+    plain = {"bootstrap.servers": consumer["bootstrap.servers"]}
+    refused_quickly(lambda: read_shuffle(spark, unique("t"), kafka=plain), "security.protocol")
+    wrong = {**consumer, "sasl.password": "not-the-password"}
+    text = refused_quickly(
+        lambda: read_shuffle(spark, unique("t"), kafka=wrong), "authentication failed"
+    )
+    assert "not-the-password" not in text
+    no_ca = {k: v for k, v in consumer.items() if k != "ssl.ca.location"}
+    refused_quickly(lambda: read_shuffle(spark, unique("t"), kafka=no_ca), "TLS failed")
+    with pytest.raises(ShuffleConnectionError):
+        write_shuffle(rows(spark, 10), spec_for(unique("t")), kafka=wrong)
+
+
+def test_dagster_project_through_env_vars_never_shows_the_password(
+    spark, users, unique, tmp_path, monkeypatch
+):
+    from tests.integration.test_user_project import D1, events_of, make_project
+
+    producer, admin = users["producer"], users["admin"]
+    topic = unique("user.events.secure")
+    grant_shuffle_access(topic, kafka=admin, writers=["User:producer"])
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": producer["bootstrap.servers"],
+        "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "KAFKA_SASL_MECHANISM": producer["sasl.mechanism"],
+        "KAFKA_SASL_USERNAME": "producer",
+        "KAFKA_SASL_PASSWORD": producer["sasl.password"],
+        "KAFKA_SSL_CA_LOCATION": producer["ssl.ca.location"],
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    kafka = kafka_resource(os.environ)
+    assert set(KAFKA_SECURITY_ENV.values()) <= set(env)
+    data, out = tmp_path / "data", tmp_path / "out"
+    out.mkdir()
+    (data / f"day={D1}").mkdir(parents=True)
+    events_of(D1, 1).to_parquet(
+        data / f"day={D1}" / "part-0.parquet",
+        index=False,
+        coerce_timestamps="us",
+        allow_truncated_timestamps=True,
+    )
+    defs = make_project(topic, str(data), str(out), env["KAFKA_BOOTSTRAP_SERVERS"], kafka=kafka)
+    password = env["KAFKA_SASL_PASSWORD"]
+    with instance_for_test() as instance:
+        for job in ("events_job", "user_clicks_job"):
+            result = defs.resolve_job_def(job).execute_in_process(
+                instance=instance, partition_key=D1
+            )
+            assert result.success
+        sensor = defs.resolve_sensor_def("events_commits")
+        with build_sensor_context(
+            instance=instance, resources=defs.resources, definitions=defs
+        ) as ctx:
+            tick = sensor(ctx)
+        assert [r.partition_key for r in tick.run_requests] == [D1]
+        # Nothing Dagster recorded (run logs, metadata, run configs) holds the password.
+        runs = instance.get_runs()
+        assert len(runs) == 2
+        dumped = "\n".join(str(e) for run in runs for e in instance.all_logs(run.run_id))
+        assert "events_by_user" in dumped and "shuffle/run_id" in dumped
+        assert password not in dumped
+        for run in runs:
+            assert password not in json.dumps(run.run_config, default=str)
+            assert password not in str(run.tags)
+    assert json.loads((out / f"{D1}.json").read_text())
