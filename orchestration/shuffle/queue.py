@@ -340,7 +340,7 @@ class _Consumer:
                 continue
             if err.code() in (KafkaError._PARTITION_EOF, KafkaError._NO_OFFSET):
                 continue
-            self._release_all(sc, good + [x for x in msgs if x.error() is None])
+            self._release_all(sc, [x for x in msgs if x.error() is None])
             what = f"share group {self.spec.group!r} polling topic {m.topic() or self.spec.topic!r}"
             raise _Fatal(str(translate(KafkaException(err), what, self.spec.kafka)))
         if not good:
