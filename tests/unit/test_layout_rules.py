@@ -12,6 +12,7 @@ PURE = [
     "commitlog",
     "planning",
     "aggregation",
+    "grouping",
     "errors",
     "_options",
     "streamplan",
