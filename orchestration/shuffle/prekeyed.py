@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -185,6 +186,7 @@ def in_reader(
     from .spark import register_data_sources
 
     register_data_sources(spark)
+    options = _balanced(spark, options)
     extra = {
         "per_key": base64.b64encode(cloudpickle.dumps(kf)).decode("ascii"),
         "per_key_schema": schema_to_b64(kf.schema),
@@ -192,6 +194,29 @@ def in_reader(
     if pass_rows is not None:
         extra["pass_rows"] = str(pass_rows)
     return spark.read.format("kafka-shuffle").options(**options, **extra).load()
+
+
+def _balanced(spark: Any, options: dict[str, str]) -> dict[str, str]:
+    """``options`` with a read planned one split per Kafka partition (the default) regrouped
+    into one task per core (see :func:`~orchestration.shuffle.planning.balance_splits`):
+    per-key results are not keyed rows, so nothing needs a task per partition."""
+    from .commitlog import Layout
+    from .planning import SplitPlan, balance_splits
+    from .spark import task_slots
+
+    names = {k.lower(): k for k in options}
+    slots = task_slots(spark)
+    if not slots or "plan" not in names or "layout" not in names or "parallelism" in names:
+        return options
+    layout = Layout.from_json(options[names["layout"]])
+    splits = [SplitPlan.from_json(p) for p in json.loads(options[names["plan"]])]
+    default = len(splits) == layout.num_partitions and all(
+        len(s.reads) == 1 and s.reads[0].full and s.reads[0].partition == s.index for s in splits
+    )
+    if not default:
+        return options
+    balanced = balance_splits(splits, slots, layout.max_parallelism, layout.num_partitions)
+    return {**options, names["plan"]: json.dumps([s.to_json() for s in balanced])}
 
 
 # Options of a plain shuffle read that change what it returns: such a read is no row scan.

@@ -391,7 +391,6 @@ class ShuffleReader(DataSourceReader):
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
-
 class ShuffleDataSource(DataSource):
     """``kafka-shuffle``: read a shuffle's committed runs.
 

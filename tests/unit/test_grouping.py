@@ -15,8 +15,7 @@ OUT = pa.schema([("k", pa.string()), ("j", pa.int64()), ("n", pa.int64()), ("vs"
 def make_table(seed: int, rows: int = 3000) -> pa.Table:
     rnd = random.Random(seed)
     ks = [
-        None if rnd.random() < 0.05 else f"k{int(rnd.paretovariate(1.1)) % 40}"
-        for _ in range(rows)
+        None if rnd.random() < 0.05 else f"k{int(rnd.paretovariate(1.1)) % 40}" for _ in range(rows)
     ]
     js = [None if rnd.random() < 0.05 else rnd.randint(0, 2) for _ in range(rows)]
     ts = [None if rnd.random() < 0.1 else rnd.randint(0, 50) for _ in range(rows)]

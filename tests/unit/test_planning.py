@@ -7,6 +7,7 @@ from orchestration.shuffle.keygroups import key_group_range
 from orchestration.shuffle.planning import (
     Segment,
     SplitPlan,
+    balance_splits,
     merged_intervals,
     overlaps,
     plan_splits,
@@ -126,3 +127,22 @@ def test_passes_of_a_split_key_group_range_cover_it_exactly():
         assert len(passes) == 2  # half the partition's groups: 450 rows estimated
         covered = [g for r in passes for g in range(r.key_group_start, r.key_group_end)]
         assert covered == list(range(read.key_group_start, read.key_group_end))
+
+
+def test_balanced_tasks_read_whole_partitions_and_share_rows_evenly():
+    rows = {0: 100, 1: 900, 2: 300, 3: 600}
+    c = Commit(
+        "r", None, "x", ((0, 0),),
+        {p: PartitionRange(0, 9, rows=n) for p, n in rows.items()}, sum(rows.values()), 0, 4,
+    )  # fmt: skip
+    splits = plan_splits(LAYOUT, [c])
+    two = balance_splits(splits, 2, 16, 4)
+    assert [s.index for s in two] == [0, 1]
+    assert sorted(r.partition for s in two for r in s.reads) == [0, 1, 2, 3]  # each once, whole
+    assert all(r.full for s in two for r in s.reads)
+    loads = sorted(sum(rows[r.partition] for r in s.reads) for s in two)
+    assert loads == [900, 1000]  # {1} and {3, 2, 0}: largest first onto the least loaded
+    assert balance_splits(splits, 4, 16, 4) == splits
+    assert balance_splits(splits, 9, 16, 4) == splits
+    one = balance_splits(splits, 1, 16, 4)
+    assert len(one) == 1 and [r.partition for r in one[0].reads] == [0, 1, 2, 3]
