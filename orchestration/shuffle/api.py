@@ -476,7 +476,10 @@ def aggregate_shuffle(
     Equal to ``read_shuffle(...).groupBy(*key).agg(...)``, but the rows are aggregated
     as their frames are decoded (see :mod:`orchestration.shuffle.aggregation`): they never
     cross from Python to the JVM, no Spark shuffle runs, and a reader's memory follows
-    the number of keys in its partition, not the number of rows.
+    the number of keys in its partition (plus one chunk of rows), not the number of rows.
+    Frames decode only the key and the aggregated columns. Without ``parallelism``, the
+    read runs one task per core, each aggregating whole Kafka partitions balanced by their
+    committed rows.
 
     Example::
 
