@@ -127,6 +127,11 @@ def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
             # With a small queue the queue is often full; librdkafka then postpones the next
             # fetch by this much (1 s by default), which made a reader wait more than it read.
             "fetch.queue.backoff.ms": 5,
+            # A read ends at a committed offset, often the partition's end, where the broker
+            # holds a fetch until this passes (500 ms by default). The next range read with
+            # the same consumer (another partition, another pass) waited behind it: half a
+            # second per partition for a task reading several.
+            "fetch.wait.max.ms": 10,
             **overrides,
         },
     )
