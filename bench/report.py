@@ -10,6 +10,7 @@ Run::
 
     python bench/report.py                      # results.json -> README.md
     python bench/report.py --check              # exit 1 if README.md is not up to date
+    python bench/report.py --results a.json b.json --chart .local/bench/results.png
 """
 
 from __future__ import annotations
@@ -34,27 +35,27 @@ def _rows(n: str) -> str:
 
 def targets_table(report: dict) -> str:
     lines = [
-        "| target | rows | ours | baseline | ratio | wanted | |",
-        "|---|---|---|---|---|---|---|",
+        "| target | rows | runs | ours | baseline | ratio | wanted | |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for size, summary in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
         for name, t in summary.get("targets", {}).items():
+            runs = t.get("runs") or len(summary.get(t["ours"], {}).get("runs", [])) or "?"
             if t["kind"] == "speedup":
                 ratio, wanted = f"{t['ratio']:.2f}x faster", f">= {t['bound']:g}x"
             else:
                 ratio, wanted = f"{t['ratio']:.3f} of the baseline", f"<= {t['bound']:g}"
             lines.append(
-                f"| {name}: {t['title']} | {_rows(size)} | `{t['ours']}` "
+                f"| {name}: {t['title']} | {_rows(size)} | {runs} | `{t['ours']}` "
                 f"{_seconds(t['ours_seconds'])} | `{t['baseline']}` "
                 f"{_seconds(t['baseline_seconds'])} | {ratio} | {wanted} | "
                 f"{'met' if t['met'] else '**missed**'} |"
             )
-    runs = report.get("repeat")
     lines.append("")
     lines.append(
-        f"Medians of {runs} run(s) of each phase, each pair side by side in one invocation "
-        f"(alternating which goes first), `{report['master']}` on a {report.get('cores', '?')}"
-        f"-core machine, {report['partitions']} Kafka partitions."
+        "Medians of the runs counted, each pair side by side in one invocation (alternating "
+        f"which goes first), `{report['master']}` on a {report.get('cores', '?')}-core "
+        f"machine, {report['partitions']} Kafka partitions."
     )
     return "\n".join(lines)
 
@@ -110,6 +111,24 @@ def memory_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(reports: list[dict]) -> dict:
+    """Several runs' results as one: per size, phases and targets of later runs are added
+    (a phase measured in two runs keeps the later run's); the run settings must agree."""
+    merged = json.loads(json.dumps(reports[0]))
+    for other in reports[1:]:
+        for key in ("master", "partitions", "cores"):
+            if other.get(key) != merged.get(key):
+                raise SystemExit(f"results differ in {key}: {merged.get(key)} / {other.get(key)}")
+        if other.get("repeat") != merged.get("repeat"):
+            merged["repeat"] = f"{merged.get('repeat')} / {other.get('repeat')}"
+        for size, summary in other["sizes"].items():
+            mine = merged["sizes"].setdefault(size, {})
+            targets = {**mine.get("targets", {}), **summary.get("targets", {})}
+            mine.update(summary)
+            mine["targets"] = targets
+    return merged
+
+
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 
 
@@ -127,11 +146,22 @@ def render(readme: str, report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", default=str(ROOT / ".local" / "bench" / "results.json"))
+    parser.add_argument(
+        "--results",
+        nargs="+",
+        default=[str(ROOT / ".local" / "bench" / "results.json")],
+        help="results files; several are merged (a later file adds phases and sizes)",
+    )
     parser.add_argument("--readme", default=str(ROOT / "README.md"))
+    parser.add_argument("--chart", help="also draw the targets chart (PNG) of the merged results")
     parser.add_argument("--check", action="store_true", help="fail if README is out of date")
     args = parser.parse_args(argv)
-    report = json.loads(Path(args.results).read_text())
+    report = merge([json.loads(Path(p).read_text()) for p in args.results])
+    if args.chart:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from shuffle_bench import chart
+
+        chart(report, Path(args.chart))
     readme = Path(args.readme)
     before = readme.read_text()
     after = render(before, report)

@@ -27,7 +27,7 @@ RESULTS = {
             "targets": {
                 "T3": {"title": "agg", "ours": "a", "baseline": "b", "ours_seconds": 0.5,
                        "baseline_seconds": 1.25, "kind": "speedup", "ratio": 2.5, "bound": 2.0,
-                       "met": True},
+                       "met": True, "runs": 3},
                 "T8-tick": {"title": "tick", "ours": "c", "baseline": "d", "ours_seconds": 0.012,
                             "baseline_seconds": 0.01, "kind": "ratio", "ratio": 1.2345,
                             "bound": 1.2, "met": False},
@@ -47,7 +47,7 @@ def test_tables_replace_only_what_stands_between_the_markers():
     out = report.render(readme, RESULTS)
     assert out.startswith("intro\n<!-- bench:targets:start -->\n| target |")
     assert "old" not in out and "\nmiddle\n" in out and out.endswith("end\n")
-    assert "| T3: agg | 1M | `a` 0.50 s | `b` 1.25 s | 2.50x faster | >= 2x | met |" in out
+    assert "| T3: agg | 1M | 3 | `a` 0.50 s | `b` 1.25 s | 2.50x faster | >= 2x | met |" in out
     assert "1.234 of the baseline | <= 1.2 | **missed** |" in out
     assert "| 1M | 2.00 s / 8.00 s (4.0x) | not run | not run |" in out
     assert "| 1M | 240 MiB | not run |" in out
@@ -57,3 +57,20 @@ def test_tables_replace_only_what_stands_between_the_markers():
 def test_missing_markers_are_an_error():
     with pytest.raises(SystemExit, match="bench:targets"):
         load_report().render("no markers here\n", RESULTS)
+
+
+def test_results_of_several_runs_merge_by_size():
+    report = load_report()
+    other = {
+        "master": "local[2]", "partitions": 8, "repeat": 1, "cores": 2,
+        "sizes": {"1000000": {"x": {"median_seconds": 1.0},
+                              "targets": {"T1": {"title": "t1"}}},
+                  "10000000": {"targets": {}}},
+    }  # fmt: skip
+    merged = report.merge([RESULTS, other])
+    assert set(merged["sizes"]["1000000"]["targets"]) == {"T3", "T8-tick", "T1"}
+    assert "x" in merged["sizes"]["1000000"] and "shuffle_write" in merged["sizes"]["1000000"]
+    assert "10000000" in merged["sizes"]
+    assert RESULTS["sizes"]["1000000"]["targets"].keys() == {"T3", "T8-tick"}  # not mutated
+    with pytest.raises(SystemExit, match="partitions"):
+        report.merge([RESULTS, {**other, "partitions": 4}])
