@@ -119,7 +119,7 @@ class KeyFunction:
                 table, _ = sort_by_key(table, self.keys, self.order_by)
             yield from self.conform([self.fn(self._frame(table))])
             return
-        table, starts = sort_by_key(table, self.keys, self.order_by)
+        table, starts = sort_by_key(table, self.keys, self.order_by)  # drops the rows as read
         yield from self.apply_sorted(table, starts)
 
     def apply_sorted(self, table: pa.Table, starts: np.ndarray) -> Iterator[pa.RecordBatch]:

@@ -173,6 +173,7 @@ class ReadOptions:
 # and as much again once converted to pandas).
 DEFAULT_PASS_ROWS = 2_000_000
 
+
 @functools.cache
 def _libc() -> Any:
     try:
@@ -272,13 +273,12 @@ class ShuffleReader(DataSourceReader):
             for piece in split_passes(
                 read, layout.max_parallelism, layout.num_partitions, self.opts.pass_rows
             ):
-                batches = list(self._read_partition(c, piece))
-                if not batches:
-                    continue
-                table = pa.Table.from_batches(batches, schema=self.schema)
-                del batches
-                yield from kf.apply(table)
-                del table
+                # Not bound to a name here: the function's pass owns the rows, and drops
+                # them as read once they are sorted by key.
+                yield from kf.apply(self._pass_rows(c, piece))
+
+    def _pass_rows(self, c: Any, read: PartitionRead) -> pa.Table:
+        return pa.Table.from_batches(list(self._read_partition(c, read)), schema=self.schema)
 
     def _read_partition(self, c: Any, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
         topic = self.opts.topic
