@@ -74,23 +74,22 @@ def rows(df):
     return sorted((r.k, r.j, r.n, round(r.sx, 6), r.order) for r in df.collect())
 
 
-@pytest.mark.parametrize("parallelism,pass_rows", [(None, None), (None, 500), (7, 900)])
-def test_in_reader_equals_group_by_apply_in_pandas(
-    spark, kafka_conf, unique, parallelism, pass_rows
-):
+def test_in_reader_equals_group_by_apply_in_pandas(spark, kafka_conf, unique):
     topic = unique("pk-reader")
     src = skewed(spark)
     write(src, topic, kafka_conf)
-    back = read_shuffle(spark, topic, kafka=kafka_conf, parallelism=parallelism)
-    out = apply_per_key(
-        back, ["k", "j"], ordered_stats, OUT, order_by=["t", "id"], pass_rows=pass_rows
-    )
-    assert in_reader(out)
-    want = src.groupBy("k", "j").applyInPandas(unordered_stats, OUT)
-    got = rows(out)
-    assert got == rows(want)
-    hot = [r for r in got if r[0] == "hot"]
+    want = rows(src.groupBy("k", "j").applyInPandas(unordered_stats, OUT))
+    hot = [r for r in want if r[0] == "hot"]
     assert sum(r[2] for r in hot) == ROWS * 2 // 5  # the hot key's rows, whole, per (k, j)
+    # One pass per partition; several passes (500 rows each); key-group ranges split over
+    # 7 tasks, in passes.
+    for parallelism, pass_rows in [(None, None), (None, 500), (7, 900)]:
+        back = read_shuffle(spark, topic, kafka=kafka_conf, parallelism=parallelism)
+        out = apply_per_key(
+            back, ["k", "j"], ordered_stats, OUT, order_by=["t", "id"], pass_rows=pass_rows
+        )
+        assert in_reader(out)
+        assert rows(out) == want, (parallelism, pass_rows)
 
 
 def test_in_reader_matches_the_sorting_path_including_null_order_values(spark, kafka_conf, unique):
