@@ -75,6 +75,8 @@ def io_table(report: dict) -> str:
             return f"{_seconds(x)} / {_seconds(y)} ({y / x:.1f}x)"
 
         handover = s.get("arrow_handover")
+        if not ({"shuffle_write", "shuffle_read", "arrow_handover"} & s.keys()):
+            continue
         lines.append(
             f"| {_rows(size)} | {pair('shuffle_write', 'spark_write')} | "
             f"{pair('shuffle_read', 'spark_read')} | "
@@ -102,6 +104,8 @@ def memory_table(report: dict) -> str:
         cells = [
             f"{s[p]['worker_peak_rss_mib']:.0f} MiB" if p in s else "not run" for p in MEMORY_PHASES
         ]
+        if cells.count("not run") == len(cells):
+            continue
         lines.append(f"| {_rows(size)} | " + " | ".join(cells) + " |")
     reuse = "reused" if report.get("python_worker_reuse", True) else "fresh for each task"
     lines.append("")
