@@ -194,6 +194,22 @@ def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[t
         return out
 
 
+def quick_end_offsets(
+    c: Consumer, topic: str, partition: int, kafka: Mapping[str, Any] | None = None
+) -> tuple[int, int] | None:
+    """(low, high) offsets of one partition with ``c``, in one round trip; None when the
+    topic is unknown or the partition has no leader yet (missing, or just created), so the
+    caller can find out which with :func:`partition_count`."""
+    try:
+        tp = TopicPartition(topic, partition)
+        return c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False)
+    except KafkaException as exc:
+        if error_code(exc) in _TRANSIENT | _NOT_FOUND:
+            return None
+        what = f"reading the offsets of topic {topic!r} partition {partition}"
+        raise translate(exc, what, kafka) from None
+
+
 def read_chunks(
     c: Consumer,
     topic: str,
