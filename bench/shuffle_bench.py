@@ -1,26 +1,38 @@
-"""Benchmark: the shuffle against Spark's own Kafka sink and source, side by side.
+"""Benchmark: the shuffle against Spark's own Kafka sink and source and against Spark's
+``groupBy``, side by side.
 
-For each size (default 1M and 10M rows) the script generates synthetic rows once (a
-Zipf-skewed string key, a timestamp, five numeric columns) into Parquet, then, ``--repeat``
-times and alternating which goes first:
+For each size (default 1M and 10M rows; ``--quick``: 1M rows, one run) the script generates
+synthetic rows once (a Zipf-skewed string key over 100k keys, "bench keys", and a second
+source over 200k keys; a timestamp, five numeric columns) into Parquet, then, ``--repeat``
+times and alternating which of each pair goes first:
 
 - write: ``write_shuffle`` (Arrow frames) vs Spark's ``kafka`` sink, one JSON message per
   row keyed by the key column (Kafka partitions by key: the same keyed layout);
 - read: ``read_shuffle`` vs Spark's ``kafka`` source parsing the JSON back into columns;
   both end in Spark's ``noop`` sink so every row is materialized;
-- per-key aggregation: ``apply_per_key`` over the shuffle read (no Exchange) vs
-  ``groupBy(...).agg(...)`` over the Parquet source (Spark's own shuffle);
-- the same aggregation done inside the reader (``aggregate_shuffle``), against the same
-  ``groupBy`` measurement;
 - the floor under any writer that runs in Python: the same rows, with their key group,
   handed to an empty ``mapInArrow`` that only counts them;
 
-and samples the resident memory of Spark's Python worker processes during each phase.
-It prints medians and writes every measurement to a JSON file.
+and the targets, each against its own baseline:
+
+- T1: ``apply_per_key`` with a per-key pandas function (200k keys) vs
+  ``groupBy(key).applyInPandas`` with the same function over the Parquet source;
+- T2: ``apply_per_key(per="batch")`` with a vectorized pandas aggregation vs
+  ``groupBy(key).agg(...)`` over the Parquet source;
+- T3: ``aggregate_shuffle`` vs the same ``groupBy(key).agg(...)``, bench keys and 200k keys;
+- T8: a commit-sensor tick (``shuffle_commits_since`` from the cursor it kept, one new
+  commit) on a shuffle of 30 committed windows vs one of 1; reading 1 of the 30 windows vs
+  all 30.
+
+It samples the resident memory of Spark's Python worker processes during each phase,
+prints a line per phase and the medians, writes every measurement to
+``.local/bench/results.json`` and draws ``.local/bench/results.png`` (one panel per target).
+``bench/report.py`` turns the JSON into the README's tables.
 
 Run::
 
     scripts/dev bench                          # 1M and 10M rows, 3 repeats
+    scripts/dev bench --quick                  # 1M rows, one run: a smoke test
     scripts/dev bench --rows 1000000 --repeat 5
 """
 
@@ -49,9 +61,11 @@ from orchestration.shuffle import (  # noqa: E402
     aggregate_shuffle,
     apply_per_key,
     read_shuffle,
+    shuffle_commits_since,
     write_shuffle,
 )
 from orchestration.shuffle._kafka import ensure_topic  # noqa: E402
+from orchestration.shuffle._log_io import log_end  # noqa: E402
 from orchestration.shuffle.commitlog import commit_topic  # noqa: E402
 from orchestration.shuffle.spark import spark_session  # noqa: E402
 
@@ -65,7 +79,34 @@ PHASES = (
     "shuffle_per_key",
     "spark_group_by",
     "shuffle_aggregate",
+    "spark_group_by_agg",
+    "shuffle_per_key_200k",
+    "spark_apply_in_pandas_200k",
+    "shuffle_aggregate_200k",
+    "spark_group_by_200k",
+    "tick_30_windows",
+    "tick_1_window",
+    "read_1_of_30_windows",
+    "read_30_windows",
 )
+# (target, title, ours, baseline, kind, bound): "speedup" is baseline / ours and must be at
+# least the bound; "ratio" is ours / baseline and must be at most the bound.
+TARGETS = (
+    ("T1", "apply_per_key / applyInPandas, per key, 200k keys",
+     "shuffle_per_key_200k", "spark_apply_in_pandas_200k", "speedup", 15.0),
+    ("T2", "apply_per_key(per=batch) / groupBy.agg",
+     "shuffle_per_key", "spark_group_by", "speedup", 1.0),
+    ("T3", "aggregate_shuffle / groupBy.agg, bench keys",
+     "shuffle_aggregate", "spark_group_by_agg", "speedup", 2.0),
+    ("T3-200k", "aggregate_shuffle / groupBy.agg, 200k keys",
+     "shuffle_aggregate_200k", "spark_group_by_200k", "speedup", 2.0),
+    ("T8-tick", "sensor tick, 30 windows / 1 window",
+     "tick_30_windows", "tick_1_window", "ratio", 1.2),
+    ("T8-read", "read 1 of 30 windows / all 30",
+     "read_1_of_30_windows", "read_30_windows", "ratio", 0.1),
+)  # fmt: skip
+WINDOWS = 30
+TICKS = 15  # ticks timed per run (a tick takes milliseconds); their median is the run's time
 BASELINE_JARS = (
     "spark-sql-kafka-0-10_2.13",
     "spark-token-provider-kafka-0-10_2.13",
@@ -116,13 +157,14 @@ def timed(fn) -> tuple[float, int, object]:
     return seconds, mem.peak, out
 
 
-def generate(spark, rows: int, path: Path) -> None:
+def generate(spark, rows: int, path: Path, keys: int = 100_000) -> None:
     if (path / "_SUCCESS").exists():
         return
-    # Zipf-like key: rank = floor(u^(-1/0.2)), folded into 100k keys: a heavy head
+    # Zipf-like key: rank = floor(u^(-1/0.2)), folded into `keys` keys: a heavy head
     # (~13% of rows on one key) and a long tail.
+    rank = "pmod(floor(least(pow(rand(7), -5.0), 1e15)), " + str(keys) + ")"
     spark.range(rows).selectExpr(
-        "concat('key-', cast(pmod(floor(least(pow(rand(7), -5.0), 1e15)), 100000) as string)) as k",
+        f"concat('key-', cast({rank} as string)) as k",
         "timestamp_seconds(1356998400 + id % 86400) as ts",
         "cast(id as double) * 0.5 as a",
         "rand(11) * 100 as b",
@@ -148,8 +190,47 @@ def drop_topics(kafka: dict, topics: list[str]) -> None:
             pass
 
 
+def per_key_stats(pdf):
+    """T1's function, one key at a time: what applyInPandas users write."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {"k": [pdf["k"].iat[0]], "n": [len(pdf)], "sa": [pdf["a"].sum()], "mc": [pdf["c"].max()]}
+    )
+
+
+PER_KEY_SCHEMA = "k string, n long, sa double, mc long"
+
+
+def batch_stats(pdf):
+    """T2's function over whole keys at once: a vectorized pandas aggregation."""
+    g = pdf.groupby("k", as_index=False)
+    return g.agg(n=("a", "size"), sa=("a", "sum"), mb=("b", "mean"), mc=("c", "max"))
+
+
+BATCH_SCHEMA = "k string, n long, sa double, mb double, mc long"
+AGGREGATIONS = {"n": ("a", "count"), "sa": ("a", "sum"), "mb": ("b", "mean"), "mc": ("c", "max")}
+
+
+def noop(df) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
+def group_by(df) -> None:
+    from pyspark.sql import functions as F
+
+    noop(
+        df.groupBy("k").agg(
+            F.count("a").alias("n"),
+            F.sum("a").alias("sa"),
+            F.avg("b").alias("mb"),
+            F.max("c").alias("mc"),
+        )
+    )
+
+
 def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: str) -> list:
-    """The three pairs of phases: (ours name, ours fn, baseline name, baseline fn)."""
+    """Pairs of phases on this run's topics: (ours name, ours fn, baseline name, baseline fn)."""
     ours = spec.topic
 
     def w_ours():
@@ -165,12 +246,12 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
         )
 
     def r_ours():
-        read_shuffle(spark, ours, kafka=kafka).write.format("noop").mode("overwrite").save()
+        noop(read_shuffle(spark, ours, kafka=kafka))
 
     def r_theirs():
         from pyspark.sql import functions as F
 
-        (
+        noop(
             spark.read.format("kafka")
             .option("kafka.bootstrap.servers", kafka["bootstrap.servers"])
             .option("subscribe", theirs)
@@ -179,38 +260,11 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
             .load()
             .select(F.from_json(F.col("value").cast("string"), json_schema).alias("r"))
             .select("r.*")
-            .write.format("noop")
-            .mode("overwrite")
-            .save()
         )
-
-    def agg(pdf):
-        g = pdf.groupby("k", as_index=False)
-        return g.agg(n=("a", "size"), sa=("a", "sum"), mb=("b", "mean"), mc=("c", "max"))
-
-    agg_schema = "k string, n long, sa double, mb double, mc long"
 
     def k_ours():
-        out = apply_per_key(
-            read_shuffle(spark, ours, kafka=kafka), "k", agg, agg_schema, per="batch"
-        )
-        out.write.format("noop").mode("overwrite").save()
-
-    def k_theirs():
-        from pyspark.sql import functions as F
-
-        (
-            df.groupBy("k")
-            .agg(
-                F.count("a").alias("n"),
-                F.sum("a").alias("sa"),
-                F.avg("b").alias("mb"),
-                F.max("c").alias("mc"),
-            )
-            .write.format("noop")
-            .mode("overwrite")
-            .save()
-        )
+        read = read_shuffle(spark, ours, kafka=kafka)
+        noop(apply_per_key(read, "k", batch_stats, BATCH_SCHEMA, per="batch"))
 
     def handover():
         from pyspark.sql import functions as F
@@ -223,28 +277,115 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
         return keyed.mapInArrow(count, "rows long").collect()
 
     def a_ours():
-        aggs = {"n": ("a", "count"), "sa": ("a", "sum"), "mb": ("b", "mean"), "mc": ("c", "max")}
-        aggregate_shuffle(spark, ours, kafka=kafka, aggregations=aggs).write.format("noop").mode(
-            "overwrite"
-        ).save()
+        noop(aggregate_shuffle(spark, ours, kafka=kafka, aggregations=AGGREGATIONS))
 
     return [
         # The writer's floor: Spark -> Python hand-over alone, no Kafka.
         ("arrow_handover", handover, None, None),
         ("shuffle_write", w_ours, "spark_write", w_theirs),
         ("shuffle_read", r_ours, "spark_read", r_theirs),
-        ("shuffle_per_key", k_ours, "spark_group_by", k_theirs),
-        # Compared with the spark_group_by measurement above.
-        ("shuffle_aggregate", a_ours, None, None),
+        ("shuffle_per_key", k_ours, "spark_group_by", lambda: group_by(df)),
+        ("shuffle_aggregate", a_ours, "spark_group_by_agg", lambda: group_by(df)),
     ]
 
 
-def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int, mp: int) -> dict:
+class Fixtures:
+    """Shuffles written once per size, outside the timings: the 200k-key one (T1, T3) and
+    the windowed ones (T8)."""
+
+    def __init__(
+        self, spark, kafka: dict, rows: int, partitions: int, mp: int, windows: bool = True
+    ):
+        from pyspark.sql import functions as F
+
+        self.kafka = kafka
+        tag = uuid.uuid4().hex[:8]
+        src = WORK / f"source-{rows}-k200000.parquet"
+        generate(spark, rows, src, keys=200_000)
+        self.source_200k = spark.read.parquet(str(src))
+        self.topic_200k = f"bench.k200k.{tag}"
+        self.topic_30 = f"bench.w30.{tag}"
+        self.topic_1 = f"bench.w1.{tag}"
+
+        def spec(topic: str) -> ShuffleSpec:
+            return ShuffleSpec(
+                topic=topic, key=("k",), num_partitions=partitions, max_parallelism=mp,
+                event_time="ts",
+            )  # fmt: skip
+
+        print(f"  preparing: 200k-key shuffle and {WINDOWS} windows of {rows // WINDOWS} rows")
+        write_shuffle(self.source_200k, spec(self.topic_200k), kafka=kafka, window="bench")
+        self.cursor = {}
+        if not windows:
+            return
+        bench_keys = spark.read.parquet(str(WORK / f"source-{rows}.parquet"))
+        window_of = F.pmod(F.hash("a"), F.lit(WINDOWS))
+        for w in range(WINDOWS):
+            part = bench_keys.where(window_of == w)
+            write_shuffle(part, spec(self.topic_30), kafka=kafka, window=f"w{w:02d}")
+            if w == 0:
+                write_shuffle(part, spec(self.topic_1), kafka=kafka, window=f"w{w:02d}")
+        # A sensor's cursor just before the newest commit: each tick reads one new commit.
+        self.cursor = {t: log_end(kafka, t) - 1 for t in (self.topic_30, self.topic_1)}
+
+    def topics(self) -> list[str]:
+        return [self.topic_200k] + ([self.topic_30, self.topic_1] if self.cursor else [])
+
+    def tick(self, topic: str) -> float:
+        """The median of TICKS sensor ticks (shuffle_commits_since from the kept cursor)."""
+        times = []
+        for _ in range(TICKS):
+            start = time.perf_counter()
+            commits, _ = shuffle_commits_since(topic, kafka=self.kafka, offset=self.cursor[topic])
+            times.append(time.perf_counter() - start)
+            assert len(commits) == 1, commits
+        return statistics.median(times)
+
+    def pairs(self, spark) -> list:
+        kafka = self.kafka
+
+        def t1_ours():
+            read = read_shuffle(spark, self.topic_200k, kafka=kafka)
+            noop(apply_per_key(read, "k", per_key_stats, PER_KEY_SCHEMA))
+
+        def t1_theirs():
+            noop(self.source_200k.groupBy("k").applyInPandas(per_key_stats, PER_KEY_SCHEMA))
+
+        def t3_ours():
+            noop(aggregate_shuffle(spark, self.topic_200k, kafka=kafka, aggregations=AGGREGATIONS))
+
+        def read_one():
+            noop(read_shuffle(spark, self.topic_30, kafka=kafka, windows=["w07"]))
+
+        def read_all():
+            noop(read_shuffle(spark, self.topic_30, kafka=kafka))
+
+        return [
+            ("shuffle_per_key_200k", t1_ours, "spark_apply_in_pandas_200k", t1_theirs),
+            ("shuffle_aggregate_200k", t3_ours, "spark_group_by_200k",
+             lambda: group_by(self.source_200k)),
+            ("tick_30_windows", lambda: self.tick(self.topic_30),
+             "tick_1_window", lambda: self.tick(self.topic_1)),
+            ("read_1_of_30_windows", read_one, "read_30_windows", read_all),
+        ]  # fmt: skip
+
+
+def run_size(
+    spark, kafka: dict, rows: int, repeat: int, partitions: int, mp: int, skip: set[str]
+) -> dict:
     src = WORK / f"source-{rows}.parquet"
     generate(spark, rows, src)
     bpr = logical_bytes_per_row(src)
     df = spark.read.parquet(str(src))
     json_schema = df.schema
+    fixtures = Fixtures(
+        spark,
+        kafka,
+        rows,
+        partitions,
+        mp,
+        windows=not {"tick_30_windows", "read_1_of_30_windows"} <= skip,
+    )
     results: dict[str, list[dict]] = {k: [] for k in PHASES}
     for i in range(repeat):
         ours = f"bench.shuffle.{uuid.uuid4().hex[:8]}"
@@ -256,25 +397,35 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int, mp: in
 
         # Create both topics outside the timings: the baseline's topic is made up front too.
         write_shuffle(df.limit(0), spec, kafka=kafka, window="setup")
-        pairs = make_phases(spark, kafka, df, json_schema, spec, theirs)
+        if "shuffle_write" in skip:
+            # The per-key and aggregation phases read what the write phase writes.
+            write_shuffle(df, spec, kafka=kafka, window="bench")
+        pairs = make_phases(spark, kafka, df, json_schema, spec, theirs) + fixtures.pairs(spark)
         for a_name, a_fn, b_name, b_fn in pairs:
+            if a_name in skip:
+                continue
             order = [(a_name, a_fn)] + ([(b_name, b_fn)] if b_fn else [])
             if i % 2:
                 order.reverse()
             for name, fn in order:
                 seconds, peak, out = timed(fn)
+                if name.startswith("tick_"):
+                    seconds = out  # the median tick, not the TICKS of them
                 entry = {"seconds": seconds, "worker_peak_rss": peak}
                 if name == "shuffle_write":
                     entry["kafka_bytes"] = out.bytes
                 results[name].append(entry)
                 print(
-                    f"  rows={rows:>9} repeat={i} {name:<16} {seconds:8.2f}s "
+                    f"  rows={rows:>9} repeat={i} {name:<27} {seconds:9.3f}s "
                     f"{rows / seconds / 1e3:9.0f}k rows/s  worker peak {peak / 2**20:6.0f} MiB",
                     flush=True,
                 )
         drop_topics(kafka, [ours, commit_topic(ours), theirs])
-    summary = {}
+    drop_topics(kafka, [t for x in fixtures.topics() for t in (x, commit_topic(x))])
+    summary: dict = {}
     for name, entries in results.items():
+        if not entries:
+            continue
         med = statistics.median(e["seconds"] for e in entries)
         summary[name] = {
             "median_seconds": med,
@@ -286,19 +437,98 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int, mp: in
     for a, b in (
         ("shuffle_write", "spark_write"),
         ("shuffle_read", "spark_read"),
-        ("shuffle_per_key", "spark_group_by"),
-        ("shuffle_aggregate", "spark_group_by"),
         ("arrow_handover", "spark_write"),
     ):
-        summary[f"{a}_vs_{b}_speedup"] = summary[b]["median_seconds"] / summary[a]["median_seconds"]
+        if a in summary and b in summary:
+            speedup = summary[b]["median_seconds"] / summary[a]["median_seconds"]
+            summary[f"{a}_vs_{b}_speedup"] = speedup
+    summary["targets"] = targets(summary)
     summary["logical_bytes_per_row"] = bpr
     return summary
 
 
+def targets(summary: dict) -> dict:
+    """Each target's medians side by side, its ratio and whether it is met."""
+    out = {}
+    for name, title, ours, base, kind, bound in TARGETS:
+        if ours not in summary or base not in summary:
+            continue
+        o, b = summary[ours]["median_seconds"], summary[base]["median_seconds"]
+        ratio = b / o if kind == "speedup" else o / b
+        met = ratio >= bound if kind == "speedup" else ratio <= bound
+        out[name] = {
+            "title": title,
+            "ours": ours,
+            "baseline": base,
+            "ours_seconds": o,
+            "baseline_seconds": b,
+            "kind": kind,
+            "ratio": ratio,
+            "bound": bound,
+            "met": met,
+            "runs": len(summary[ours]["runs"]),
+        }
+    return out
+
+
+def chart(report: dict, path: Path) -> None:
+    """One panel per target: ours and the baseline (median seconds) per size, and the time
+    ours must stay under to meet the target (dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [t[0] for t in TARGETS]
+    sizes = sorted(report["sizes"], key=int)
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        rows = [(size, report["sizes"][size]["targets"].get(name)) for size in sizes]
+        rows = [(size, t) for size, t in rows if t]
+        ax.set_title(name, fontsize=10)
+        if not rows:
+            ax.text(0.5, 0.5, "not run", ha="center", transform=ax.transAxes)
+            continue
+        x = list(range(len(rows)))
+        ours = [t["ours_seconds"] for _, t in rows]
+        base = [t["baseline_seconds"] for _, t in rows]
+        ax.bar([i - 0.2 for i in x], ours, 0.4, label="ours", color="#2a7ab9")
+        ax.bar([i + 0.2 for i in x], base, 0.4, label="baseline", color="#b0b0b0")
+        for i, (_, t) in enumerate(rows):
+            limit = (
+                t["baseline_seconds"] / t["bound"]
+                if t["kind"] == "speedup"
+                else t["baseline_seconds"] * t["bound"]
+            )
+            ax.hlines(limit, i - 0.45, i + 0.05, colors="#c0392b", linestyles="dashed",
+                      label="target" if i == 0 else None)  # fmt: skip
+            mark = "met" if t["met"] else "missed"
+            ratio = f"{t['ratio']:.2f}x" if t["kind"] == "speedup" else f"{t['ratio']:.3f}"
+            ax.annotate(f"{ratio}\n{mark}", (i, max(t["ours_seconds"], t["baseline_seconds"])),
+                        ha="center", va="bottom", fontsize=8)  # fmt: skip
+        ax.set_xticks(x, [f"{int(size) / 1e6:g}M rows" for size, _ in rows])
+        ax.set_ylabel("seconds (median)")
+        ax.margins(y=0.25)
+        ax.set_xlabel(rows[0][1]["title"], fontsize=7)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1000000,10000000", help="comma-separated sizes")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rows", default=None, help="comma-separated sizes (default 1M,10M)")
+    parser.add_argument("--repeat", type=int, default=None, help="runs per phase (default 3)")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 1M rows, one run of each phase"
+    )
+    parser.add_argument(
+        "--skip", default="", help="comma-separated phases (the first of a pair) to leave out"
+    )
+    parser.add_argument(
+        "--only", default="", help="comma-separated phases (the first of a pair): only these"
+    )
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--max-parallelism", type=int, default=128)
     parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"))
@@ -309,6 +539,12 @@ def main(argv: list[str] | None = None) -> int:
         help="fresh Python worker per task, so worker peak memory is per phase, not cumulative",
     )
     args = parser.parse_args(argv)
+    rows_arg = args.rows or ("1000000" if args.quick else "1000000,10000000")
+    repeat = args.repeat or (1 if args.quick else 3)
+    skip = {p for p in args.skip.split(",") if p}
+    only = {p for p in args.only.split(",") if p}
+    if only:
+        skip |= {p for p in PHASES if p not in only}
 
     kafka = {"bootstrap.servers": localstack.start()}
     jars = localstack.resolve_jars(ROOT / "bench" / "pom.xml", WORK / "jars")
@@ -326,36 +562,44 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "master": args.master,
         "partitions": args.partitions,
+        "repeat": repeat,
         "python_worker_reuse": not args.no_worker_reuse,
+        "cores": os.cpu_count(),
         "sizes": {},
     }
-    for rows in (int(r) for r in args.rows.split(",")):
-        print(f"== {rows} rows", flush=True)
-        report["sizes"][rows] = run_size(
-            spark, kafka, rows, args.repeat, args.partitions, args.max_parallelism
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for rows in (int(r) for r in rows_arg.split(",")):
+        print(f"== {rows} rows, {repeat} run(s) of each phase", flush=True)
+        report["sizes"][str(rows)] = run_size(
+            spark, kafka, rows, repeat, args.partitions, args.max_parallelism, skip
         )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+        out.write_text(json.dumps(report, indent=2))  # what is measured so far survives
+    png = out.with_suffix(".png")
+    chart(report, png)
     print("\nmedians (side by side in this run):")
     print(
-        f"{'rows':>10} {'phase':<16} {'seconds':>8} {'k rows/s':>9} {'MB/s':>7} {'worker MiB':>10}"
+        f"{'rows':>10} {'phase':<27} {'seconds':>9} {'k rows/s':>9} {'MB/s':>7} {'worker MiB':>10}"
     )
     for rows, s in report["sizes"].items():
         for name in PHASES:
+            if name not in s:
+                continue
             e = s[name]
             print(
-                f"{rows:>10} {name:<16} {e['median_seconds']:8.2f} {e['rows_per_s'] / 1e3:9.0f} "
-                f"{e['logical_mb_per_s']:7.1f} {e['worker_peak_rss_mib']:10.0f}"
+                f"{rows:>10} {name:<27} {e['median_seconds']:9.3f} "
+                f"{e['rows_per_s'] / 1e3:9.0f} {e['logical_mb_per_s']:7.1f} "
+                f"{e['worker_peak_rss_mib']:10.0f}"
             )
-        print(
-            f"{rows:>10} speedups: write {s['shuffle_write_vs_spark_write_speedup']:.2f}x, "
-            f"read {s['shuffle_read_vs_spark_read_speedup']:.2f}x, per-key vs groupBy "
-            f"{s['shuffle_per_key_vs_spark_group_by_speedup']:.2f}x, aggregate in the reader "
-            f"vs groupBy {s['shuffle_aggregate_vs_spark_group_by_speedup']:.2f}x; "
-            f"Spark sink / Arrow hand-over alone (a Python writer's ceiling) "
-            f"{s['arrow_handover_vs_spark_write_speedup']:.2f}x"
-        )
-    print(f"\nall measurements: {args.out}")
+        for name, t in s["targets"].items():
+            kind = "faster" if t["kind"] == "speedup" else "of the baseline's time"
+            want = ">=" if t["kind"] == "speedup" else "<="
+            print(
+                f"{rows:>10} {name:<8} {t['ours_seconds']:8.3f}s vs {t['baseline_seconds']:8.3f}s"
+                f": {t['ratio']:.3f}x {kind} (target {want} {t['bound']}): "
+                f"{'met' if t['met'] else 'MISSED'}"
+            )
+    print(f"\nall measurements: {out}\nchart: {png}")
     return 0
 
 

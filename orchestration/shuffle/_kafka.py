@@ -135,6 +135,11 @@ def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
             # With a small queue the queue is often full; librdkafka then postpones the next
             # fetch by this much (1 s by default), which made a reader wait more than it read.
             "fetch.queue.backoff.ms": 5,
+            # A read ends at a committed offset, often the partition's end, where the broker
+            # holds a fetch until this passes (500 ms by default). The next range read with
+            # the same consumer (another partition, another pass) waited behind it: half a
+            # second per partition for a task reading several.
+            "fetch.wait.max.ms": 10,
             **overrides,
         },
     )
@@ -245,6 +250,22 @@ def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[t
                     what = f"reading the offsets of topic {topic!r} partition {p}"
                     raise translate(exc, what) from None
         return out
+
+
+def quick_end_offsets(
+    c: Consumer, topic: str, partition: int, kafka: Mapping[str, Any] | None = None
+) -> tuple[int, int] | None:
+    """(low, high) offsets of one partition with ``c``, in one round trip; None when the
+    topic is unknown or the partition has no leader yet (missing, or just created), so the
+    caller can find out which with :func:`partition_count`."""
+    try:
+        tp = TopicPartition(topic, partition)
+        return c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False)
+    except KafkaException as exc:
+        if error_code(exc) in _TRANSIENT | _NOT_FOUND:
+            return None
+        what = f"reading the offsets of topic {topic!r} partition {partition}"
+        raise translate(exc, what, kafka) from None
 
 
 def read_chunks(

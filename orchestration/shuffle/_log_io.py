@@ -12,6 +12,7 @@ from ._kafka import (
     kafka_errors,
     partition_count,
     producer,
+    quick_end_offsets,
     read_range,
 )
 from .commitlog import (
@@ -51,15 +52,22 @@ def read_log_records(
 ) -> tuple[list[LogRecord], int]:
     """The commit log's records from ``offset`` on, with their offsets, and its end offset."""
     ctopic = commit_topic(topic)
-    try:
-        partition_count(kafka, ctopic)
-    except ShuffleTopicNotFoundError:
-        raise ShuffleTopicNotFoundError(
-            f"shuffle {topic!r} does not exist on {kafka.get('bootstrap.servers')!r} "
-            f"(no commit-log topic {ctopic!r})"
-        ) from None
-    ((low, high),) = end_offsets(kafka, ctopic, 1)
     with consumer(kafka) as c:
+        # One consumer and one round trip for the offsets in the common case: a metadata
+        # request from a fresh client (what partition_count makes) took 2 ms or 53 ms at
+        # random here, which made a sensor tick 6 ms or 58 ms.
+        offsets = quick_end_offsets(c, ctopic, 0, kafka)
+        if offsets is None:
+            try:
+                partition_count(kafka, ctopic)
+            except ShuffleTopicNotFoundError:
+                raise ShuffleTopicNotFoundError(
+                    f"shuffle {topic!r} does not exist on {kafka.get('bootstrap.servers')!r} "
+                    f"(no commit-log topic {ctopic!r})"
+                ) from None
+            ((low, high),) = end_offsets(kafka, ctopic, 1)  # exists: waits for its leader
+        else:
+            low, high = offsets
         records = [
             LogRecord(m.offset(), m.key(), m.value())
             for m in read_range(c, ctopic, 0, max(offset, low), high)

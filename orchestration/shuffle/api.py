@@ -28,10 +28,10 @@ from .errors import (
     ShuffleWriteError,
 )
 from .keygroups import validate_layout
-from .planning import ReadPlan
+from .planning import ReadPlan, SplitPlan, balance_splits
 from .prekeyed import KEY_METADATA
 from .reader import output_schema
-from .spark import register_data_sources
+from .spark import register_data_sources, task_slots
 from .writer import DEFAULT_FRAME_ROWS, ProducerTask, WriteOptions, commit_run
 
 
@@ -291,11 +291,19 @@ class ShuffleRead:
         keyed = read.dataframe()                      # the rows, already keyed
     """
 
-    def __init__(self, spark: SparkSession, topic: str, kafka: Mapping[str, Any], plan: ReadPlan):
+    def __init__(
+        self,
+        spark: SparkSession,
+        topic: str,
+        kafka: Mapping[str, Any],
+        plan: ReadPlan,
+        parallelism: int | None = None,
+    ):
         self.spark = spark
         self.topic = topic
         self._kafka = dict(kafka)  # may hold credentials: never printed
         self.plan = plan
+        self.parallelism = parallelism  # as asked: None is one split per Kafka partition
 
     def __repr__(self) -> str:
         return (
@@ -321,13 +329,13 @@ class ShuffleRead:
     def windows(self) -> list[str | None]:
         return [c.window for c in self.commits]
 
-    def _reader(self, **options: str) -> Any:
+    def _reader(self, splits: Sequence[SplitPlan] | None = None, **options: str) -> Any:
         register_data_sources(self.spark)
         plan = self.plan
         return self.spark.read.format("kafka-shuffle").options(
             topic=self.topic,
             layout=plan.layout.to_json(),
-            plan=json.dumps([p.to_json() for p in plan.splits]),
+            plan=json.dumps([p.to_json() for p in (plan.splits if splits is None else splits)]),
             event_time_start="" if plan.event_time_start is None else str(plan.event_time_start),
             event_time_end="" if plan.event_time_end is None else str(plan.event_time_end),
             **options,
@@ -348,9 +356,20 @@ class ShuffleRead:
         return df
 
     def aggregate(self, aggregations: Mapping[str, tuple[str, str]]) -> DataFrame:
-        """Aggregates the rows per key inside the reader (see :func:`aggregate_shuffle`)."""
+        """Aggregates the rows per key inside the reader (see :func:`aggregate_shuffle`).
+
+        Without a ``parallelism`` asked for, the read runs as one task per core, each
+        aggregating whole Kafka partitions (see :func:`~orchestration.shuffle.planning.
+        balance_splits`): the output is one row per key, not keyed rows, so nothing needs
+        a task per partition.
+        """
         aggs = agg.parse(aggregations, output_schema(self.layout, False), self.layout.key)
-        return self._reader(aggregate=agg.to_json(aggs)).load()
+        splits = self.plan.splits
+        slots = task_slots(self.spark)
+        if self.parallelism is None and slots:
+            layout = self.layout
+            splits = balance_splits(splits, slots, layout.max_parallelism, layout.num_partitions)
+        return self._reader(splits, aggregate=agg.to_json(aggs)).load()
 
 
 def _micros_range(
@@ -387,7 +406,7 @@ def plan_shuffle_read(
         event_time_end=end_us,
         parallelism=parallelism,
     )
-    return ShuffleRead(spark, topic, conf, plan)
+    return ShuffleRead(spark, topic, conf, plan, parallelism)
 
 
 def read_shuffle(
@@ -462,7 +481,10 @@ def aggregate_shuffle(
     Equal to ``read_shuffle(...).groupBy(*key).agg(...)``, but the rows are aggregated
     as their frames are decoded (see :mod:`orchestration.shuffle.aggregation`): they never
     cross from Python to the JVM, no Spark shuffle runs, and a reader's memory follows
-    the number of keys in its partition, not the number of rows.
+    the number of keys in its partition (plus one chunk of rows), not the number of rows.
+    Frames decode only the key and the aggregated columns. Without ``parallelism``, the
+    read runs one task per core, each aggregating whole Kafka partitions balanced by their
+    committed rows.
 
     Example::
 

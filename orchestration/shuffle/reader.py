@@ -12,13 +12,22 @@ log itself; options ``windows`` / ``runs`` (JSON lists), ``event_time_start`` /
 ``event_time_end`` (epoch microseconds), ``parallelism`` and ``with_metadata`` select what
 to read; ``aggregate`` (JSON ``{"name": ["column", "function"]}``, see
 :mod:`orchestration.shuffle.aggregation`) returns per-key aggregates instead of rows.
+
+``per_key`` (set by :func:`orchestration.shuffle.apply_per_key`: a pickled
+:class:`~orchestration.shuffle.grouping.KeyFunction`, base64, with its output schema in
+``per_key_schema``) runs a function over whole keys inside the reader and returns its
+results instead of rows: a key never spans two Kafka partitions, so a pass over a partition's
+key groups holds every row of its keys. ``pass_rows`` bounds the rows of one pass (see
+:func:`~orchestration.shuffle.planning.split_passes`).
 """
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import functools
 import json
+import pickle
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -40,12 +49,13 @@ from pyspark.sql.streaming.datasource import (
 
 from . import aggregation as agg
 from . import frames as fr
+from . import grouping
 from ._kafka import consumer, read_range
 from ._log_io import read_plan
 from ._options import Options
-from .commitlog import Layout
+from .commitlog import Layout, schema_from_b64
 from .errors import ShuffleFormatError, ShuffleOptionError
-from .planning import PartitionRead, SplitPlan, merged_intervals, plan_splits
+from .planning import PartitionRead, SplitPlan, merged_intervals, plan_splits, split_passes
 from .streamplan import StreamOffset, admit, starting_offset, stream_commits
 from .watermarks import WatermarkMerger
 
@@ -108,6 +118,39 @@ class ReadOptions:
             self.aggregate = agg.from_json(
                 aggregate, output_schema(self.layout, False), self.layout.key
             )
+        # Unpickled by the task that reads (the function may only import there).
+        self.per_key = opts.text("per_key")
+        self.per_key_schema: pa.Schema | None = None
+        self.pass_rows = opts.integer("pass_rows", default=DEFAULT_PASS_ROWS, minimum=1)
+        if self.per_key:
+            if self.aggregate:
+                raise ShuffleOptionError(
+                    "kafka-shuffle: options 'aggregate' and 'per_key' cannot be combined"
+                )
+            schema = opts.text("per_key_schema", required=True)
+            try:
+                self.per_key_schema = schema_from_b64(schema)
+            except (ValueError, pa.ArrowInvalid):
+                raise ShuffleOptionError(
+                    "kafka-shuffle: option 'per_key_schema' is not a base64 Arrow schema"
+                ) from None
+
+    def key_function(self) -> grouping.KeyFunction:
+        """The per-key function of option ``per_key``."""
+        cached = getattr(self, "_key_function", None)
+        if cached is None:
+            cached = pickle.loads(base64.b64decode(self.per_key))
+            if not isinstance(cached, grouping.KeyFunction):
+                raise ShuffleOptionError(
+                    "kafka-shuffle: option 'per_key' does not hold a per-key function"
+                )
+            self._key_function = cached
+        return cached
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_key_function", None)  # shipped as the option's bytes
+        return state
 
     @property
     def plans(self) -> list[SplitPlan]:
@@ -126,7 +169,9 @@ class ReadOptions:
         return self._plans
 
 
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+# Rows one pass of per-key work holds by default (about 120 MiB of Arrow at 60 bytes a row,
+# and as much again once converted to pandas).
+DEFAULT_PASS_ROWS = 2_000_000
 
 
 @functools.cache
@@ -139,20 +184,19 @@ def _libc() -> Any:
 
 @functools.cache
 def _bound_worker_memory() -> None:
-    """Keeps a Python worker's memory flat however many frames it decodes.
+    """Keeps a Python worker's memory bounded however many frames it decodes.
 
     A frame arrives as a ~1 MiB message and is decoded into a few MiB of Arrow buffers.
-    Measured on a 10M-row shuffle read split after split in one process: with Arrow's
-    default (mimalloc) pool and glibc's adaptive mmap threshold, resident memory crept up
-    by 5-10 MiB per split (117 -> 167 MiB); with the system pool, a fixed 128 KiB mmap
-    threshold (large blocks are unmapped when freed instead of fragmenting the heap) and a
-    trim after each split, it stayed at 90 MiB. Both settings are process-wide and only
-    choose where memory comes from; they are applied once, in the worker that reads.
+    Measured on a 10M-row shuffle read split after split in one process (24 splits): with
+    Arrow's default (mimalloc) pool resident memory crept up from 126 to 183 MiB; with the
+    system pool and a trim after each split (:func:`_release_memory`) it stays at 100-125
+    MiB. A fixed 128 KiB mmap threshold on top (every large buffer unmapped when freed)
+    kept it at 96 MiB but made decoding about 1.6x slower (4.0-4.6 s against 2.7-3.9 s
+    for the 24 splits): every frame's buffers were fresh pages to fault in. The setting is
+    process-wide and only chooses where memory comes from; it is applied once, in the
+    worker that reads.
     """
     pa.set_memory_pool(pa.system_memory_pool())
-    libc = _libc()
-    if libc is not None:
-        libc.mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
 
 
 def _release_memory() -> None:
@@ -167,6 +211,28 @@ class ShuffleReader(DataSourceReader):
     def __init__(self, opts: ReadOptions):
         self.opts = opts
         self.schema = output_schema(opts.layout, opts.with_metadata)
+        # The columns decoded from frames (None: all): aggregations and per-key functions
+        # read only the columns they use.
+        self.columns: list[str] | None = None
+        self._decoded: set[str] | None = None  # what frames decode: columns and key group
+        self._layout_names = set(opts.layout.schema.names)
+        if opts.aggregate:
+            self._use_columns(
+                agg.PartialAggregator(opts.layout.key, opts.aggregate, self.schema).columns()
+            )
+
+    def _use_columns(self, wanted: list[str]) -> None:
+        layout = self.opts.layout
+        names = set(wanted)
+        if layout.event_time and (
+            self.opts.event_time_start is not None or self.opts.event_time_end is not None
+        ):
+            names.add(layout.event_time)
+        fields = [f for f in layout.schema if f.name in names]
+        self.columns = [f.name for f in fields]
+        self._decoded = {*self.columns, fr.KEY_GROUP_COLUMN}
+        meta = METADATA_FIELDS if self.opts.with_metadata else []
+        self.schema = pa.schema(fields + [f for f in meta if f.name in names])
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(p.to_json()) for p in self.opts.plans]
@@ -178,6 +244,9 @@ class ShuffleReader(DataSourceReader):
         _bound_worker_memory()
         try:
             with consumer(self.opts.kafka) as c:
+                if self.opts.per_key:
+                    yield from self._per_key(c, plan)
+                    return
                 for pr in plan.reads:
                     batches = self._read_partition(c, pr)
                     yield from self._aggregated(batches) if self.opts.aggregate else batches
@@ -191,6 +260,25 @@ class ShuffleReader(DataSourceReader):
         for batch in batches:
             partial.add(batch)
         yield from partial.finish().to_batches()
+
+    def _per_key(self, c: Any, plan: SplitPlan) -> Iterator[pa.RecordBatch]:
+        """The per-key function over each pass: the rows of a contiguous range of one Kafka
+        partition's key groups, so every row of each of its keys (see
+        :func:`~orchestration.shuffle.planning.split_passes` for what bounds a pass)."""
+        kf = self.opts.key_function()
+        if kf.columns is not None:
+            self._use_columns(list(kf.columns))
+        layout = self.opts.layout
+        for read in plan.reads:
+            for piece in split_passes(
+                read, layout.max_parallelism, layout.num_partitions, self.opts.pass_rows
+            ):
+                # Not bound to a name here: the function's pass owns the rows, and drops
+                # them as read once they are sorted by key.
+                yield from kf.apply(self._pass_rows(c, piece))
+
+    def _pass_rows(self, c: Any, read: PartitionRead) -> pa.Table:
+        return pa.Table.from_batches(list(self._read_partition(c, read)), schema=self.schema)
 
     def _read_partition(self, c: Any, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
         topic = self.opts.topic
@@ -215,7 +303,7 @@ class ShuffleReader(DataSourceReader):
                     continue
                 counts = seen.setdefault((h.run_id, h.subtask), [0, 0])
                 if h.type is fr.FrameType.DATA:
-                    batch = frame.batch()
+                    batch = frame.batch(self._decoded)
                     counts[0] += batch.num_rows
                     counts[1] += 1
                     out = self._rows(batch, pr, h.run_id, windows[h.run_id], m.offset(), where)
@@ -276,7 +364,9 @@ class ShuffleReader(DataSourceReader):
         if mask is not None:
             batch = batch.filter(mask)
         columns = []
-        for f in layout.schema:
+        for f in self.schema:
+            if f.name not in self._layout_names:
+                break  # the metadata columns come last
             try:
                 col = batch.column(f.name)
             except KeyError:
@@ -286,13 +376,14 @@ class ShuffleReader(DataSourceReader):
             columns.append(col if col.type.equals(f.type) else col.cast(f.type))
         if self.opts.with_metadata:
             n = batch.num_rows
-            columns += [
-                pa.array([pr.partition] * n, pa.int32()),
-                batch.column(fr.KEY_GROUP_COLUMN).cast(pa.int32()),
-                pa.array([run_id] * n, pa.string()),
-                pa.array([offset] * n, pa.int64()),
-                pa.array([window] * n, pa.string()),
-            ]
+            meta = {
+                "_partition": lambda: pa.array([pr.partition] * n, pa.int32()),
+                "_key_group": lambda: batch.column(fr.KEY_GROUP_COLUMN).cast(pa.int32()),
+                "_run_id": lambda: pa.array([run_id] * n, pa.string()),
+                "_offset": lambda: pa.array([offset] * n, pa.int64()),
+                "_window": lambda: pa.array([window] * n, pa.string()),
+            }
+            columns += [meta[f.name]() for f in self.schema if f.name in meta]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
@@ -320,6 +411,8 @@ class ShuffleDataSource(DataSource):
 
         opts = self._read_options()
         schema = output_schema(opts.layout, opts.with_metadata)
+        if opts.per_key_schema is not None:
+            return from_arrow_schema(opts.per_key_schema)
         if opts.aggregate:
             schema = agg.PartialAggregator(opts.layout.key, opts.aggregate, schema).output_schema()
         return from_arrow_schema(schema)

@@ -64,6 +64,14 @@ def register_data_sources(spark: SparkSession) -> None:
             jsessions.clearActiveSession()
 
 
+def task_slots(spark: SparkSession) -> int | None:
+    """How many tasks the session runs at once (``defaultParallelism``), if it says."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # noqa: BLE001 - e.g. Spark Connect has no SparkContext
+        return None
+
+
 def session_settings(master: str, *, ui: bool = False) -> dict[str, str]:
     """Spark settings that suit the shuffle on one machine or a small cluster."""
     settings = {

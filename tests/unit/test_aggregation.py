@@ -46,18 +46,20 @@ def _rows(count: int, seed: int) -> list[dict]:
     ]
 
 
-def _aggregate(rows: list[dict], key: list[str], batch_rows: int, merge_at: int) -> pd.DataFrame:
+def _aggregate(
+    rows: list[dict], key: list[str], batch_rows: int, merge_at: int, chunk: int = 10**9
+) -> pd.DataFrame:
     aggs = agg.parse(AGGS, SCHEMA, key)
     partial = agg.PartialAggregator(key, aggs, SCHEMA)
     schema = partial.output_schema()
-    old = agg.MERGE_AT_ROWS
-    agg.MERGE_AT_ROWS = merge_at
+    old = agg.MERGE_AT_ROWS, agg.CHUNK_ROWS
+    agg.MERGE_AT_ROWS, agg.CHUNK_ROWS = merge_at, chunk
     try:
         for i in range(0, len(rows), batch_rows):
             partial.add(pa.RecordBatch.from_pylist(rows[i : i + batch_rows], schema=SCHEMA))
         out = partial.finish()
     finally:
-        agg.MERGE_AT_ROWS = old
+        agg.MERGE_AT_ROWS, agg.CHUNK_ROWS = old
     assert out.schema == schema
     return out.to_pandas().sort_values(key).reset_index(drop=True)
 
@@ -79,10 +81,13 @@ def _expected(rows: list[dict], key: list[str]) -> pd.DataFrame:
     return out.sort_values(key).reset_index(drop=True)
 
 
-@pytest.mark.parametrize("batch_rows,merge_at", [(50, 10**9), (50, 1), (997, 64), (5000, 10**9)])
-def test_matches_pandas_however_batches_and_merges_fall(batch_rows, merge_at):
+@pytest.mark.parametrize(
+    "batch_rows,merge_at,chunk",
+    [(50, 10**9, 10**9), (50, 1, 1), (997, 64, 1000), (5000, 10**9, 10**9), (50, 64, 120)],
+)
+def test_matches_pandas_however_batches_chunks_and_merges_fall(batch_rows, merge_at, chunk):
     rows = _rows(5000, seed=batch_rows)
-    got = _aggregate(rows, ["k"], batch_rows, merge_at)
+    got = _aggregate(rows, ["k"], batch_rows, merge_at, chunk)
     want = _expected(rows, ["k"])
     assert list(got["k"]) == list(want["k"])
     for col in ("rows", "x_n"):
@@ -162,3 +167,8 @@ def test_reserved_prefix_is_refused():
     schema = pa.schema([("k", pa.string()), ("__agg_x", pa.int64())])
     with pytest.raises(ShuffleOptionError, match="reserved prefix"):
         agg.parse({"s": ("__agg_x", "sum")}, schema, ["k"])
+
+
+def test_reads_only_the_columns_it_aggregates():
+    aggs = agg.parse({"x_mean": ("x", "mean"), "rows": ("*", "count")}, SCHEMA, ["k", "g"])
+    assert agg.PartialAggregator(["k", "g"], aggs, SCHEMA).columns() == ["k", "g", "x"]

@@ -13,6 +13,7 @@ PURE = [
     "planning",
     "aggregation",
     "queueplan",
+    "grouping",
     "errors",
     "_options",
     "streamplan",

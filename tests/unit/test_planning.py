@@ -7,9 +7,11 @@ from orchestration.shuffle.keygroups import key_group_range
 from orchestration.shuffle.planning import (
     Segment,
     SplitPlan,
+    balance_splits,
     merged_intervals,
     overlaps,
     plan_splits,
+    split_passes,
 )
 
 LAYOUT = Layout("t", ("k",), 4, 16, pa.schema([("k", pa.string())]))
@@ -90,3 +92,57 @@ def test_merged_intervals():
         Segment("d", 30, 31, ()),
     ]
     assert merged_intervals(segs) == [(0, 20), (30, 31)]
+
+
+def test_passes_cut_a_partition_into_key_group_ranges_of_bounded_rows():
+    big = Commit(
+        "r", None, "x", ((0, 0),),
+        {0: PartitionRange(0, 99, rows=1000, frames=10), 1: PartitionRange(0, 9, rows=10)},
+        1010, 0, 10,
+    )  # fmt: skip
+    (p0, p1, _, _) = plan_splits(LAYOUT, [big])
+    assert p0.reads[0].segments[0].rows == 1000
+    assert SplitPlan.from_json(p0.to_json()) == p0
+    passes = split_passes(p0.reads[0], 16, 4, max_rows=300)
+    assert len(passes) == 4  # 1000 rows over 4 key groups, at most 300 a pass: one group each
+    ranges = [(r.key_group_start, r.key_group_end) for r in passes]
+    assert ranges == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert not any(r.full for r in passes)
+    assert all(r.segments == p0.reads[0].segments for r in passes)
+    # Fewer rows than the bound: one pass, the read itself.
+    assert split_passes(p1.reads[0], 16, 4, max_rows=300) == [p1.reads[0]]
+    # A bound below one key group's rows: never more passes than key groups.
+    assert len(split_passes(p0.reads[0], 16, 4, max_rows=1)) == 4
+    halves = split_passes(p0.reads[0], 16, 4, max_rows=500)
+    assert [(r.key_group_start, r.key_group_end) for r in halves] == [(0, 2), (2, 4)]
+    with pytest.raises(ShuffleOptionError):
+        split_passes(p0.reads[0], 16, 4, max_rows=0)
+
+
+def test_passes_of_a_split_key_group_range_cover_it_exactly():
+    big = Commit("r", None, "x", ((0, 0),), {0: PartitionRange(0, 9, rows=900)}, 900, 0, 1)
+    for plan in plan_splits(LAYOUT, [big], parallelism=8)[:2]:
+        (read,) = plan.reads
+        passes = split_passes(read, 16, 4, max_rows=200)
+        assert len(passes) == 2  # half the partition's groups: 450 rows estimated
+        covered = [g for r in passes for g in range(r.key_group_start, r.key_group_end)]
+        assert covered == list(range(read.key_group_start, read.key_group_end))
+
+
+def test_balanced_tasks_read_whole_partitions_and_share_rows_evenly():
+    rows = {0: 100, 1: 900, 2: 300, 3: 600}
+    c = Commit(
+        "r", None, "x", ((0, 0),),
+        {p: PartitionRange(0, 9, rows=n) for p, n in rows.items()}, sum(rows.values()), 0, 4,
+    )  # fmt: skip
+    splits = plan_splits(LAYOUT, [c])
+    two = balance_splits(splits, 2, 16, 4)
+    assert [s.index for s in two] == [0, 1]
+    assert sorted(r.partition for s in two for r in s.reads) == [0, 1, 2, 3]  # each once, whole
+    assert all(r.full for s in two for r in s.reads)
+    loads = sorted(sum(rows[r.partition] for r in s.reads) for s in two)
+    assert loads == [900, 1000]  # {1} and {3, 2, 0}: largest first onto the least loaded
+    assert balance_splits(splits, 4, 16, 4) == splits
+    assert balance_splits(splits, 9, 16, 4) == splits
+    one = balance_splits(splits, 1, 16, 4)
+    assert len(one) == 1 and [r.partition for r in one[0].reads] == [0, 1, 2, 3]

@@ -1,0 +1,180 @@
+"""Writes the README's benchmark tables from the benchmark's results (never by hand).
+
+Reads ``.local/bench/results.json`` (written by ``bench/shuffle_bench.py``) and replaces
+what stands between ``<!-- bench:NAME:start -->`` and ``<!-- bench:NAME:end -->`` in
+README.md, for NAME in ``targets`` (each target: ours, the baseline, the ratio, met or
+not), ``io`` (write and read against Spark's Kafka sink and source) and ``memory`` (peak
+resident memory of a Python worker per phase).
+
+Run::
+
+    python bench/report.py                      # results.json -> README.md
+    python bench/report.py --check              # exit 1 if README.md is not up to date
+    python bench/report.py --results a.json b.json --chart .local/bench/results.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.1f} ms" if s < 0.1 else f"{s:.2f} s"
+
+
+def _rows(n: str) -> str:
+    value = int(n)
+    return f"{value / 1e6:g}M" if value >= 1_000_000 else f"{value / 1e3:g}k"
+
+
+def targets_table(report: dict) -> str:
+    lines = [
+        "| target | rows | runs | ours | baseline | ratio | wanted | |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for size, summary in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
+        for name, t in summary.get("targets", {}).items():
+            runs = t.get("runs") or len(summary.get(t["ours"], {}).get("runs", [])) or "?"
+            if t["kind"] == "speedup":
+                ratio, wanted = f"{t['ratio']:.2f}x faster", f">= {t['bound']:g}x"
+            else:
+                ratio, wanted = f"{t['ratio']:.3f} of the baseline", f"<= {t['bound']:g}"
+            lines.append(
+                f"| {name}: {t['title']} | {_rows(size)} | {runs} | `{t['ours']}` "
+                f"{_seconds(t['ours_seconds'])} | `{t['baseline']}` "
+                f"{_seconds(t['baseline_seconds'])} | {ratio} | {wanted} | "
+                f"{'met' if t['met'] else '**missed**'} |"
+            )
+    lines.append("")
+    lines.append(
+        "Medians of the runs counted, each pair side by side in one invocation (alternating "
+        f"which goes first), `{report['master']}` on a {report.get('cores', '?')}-core "
+        f"machine, {report['partitions']} Kafka partitions."
+    )
+    return "\n".join(lines)
+
+
+def io_table(report: dict) -> str:
+    lines = [
+        "| rows | write: shuffle / Spark sink | read: shuffle / Spark source "
+        "| Arrow hand-over alone |",
+        "|---|---|---|---|",
+    ]
+    for size, s in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
+
+        def pair(a: str, b: str, s=s) -> str:
+            if a not in s or b not in s:
+                return "not run"
+            x, y = s[a]["median_seconds"], s[b]["median_seconds"]
+            return f"{_seconds(x)} / {_seconds(y)} ({y / x:.1f}x)"
+
+        handover = s.get("arrow_handover")
+        if not ({"shuffle_write", "shuffle_read", "arrow_handover"} & s.keys()):
+            continue
+        lines.append(
+            f"| {_rows(size)} | {pair('shuffle_write', 'spark_write')} | "
+            f"{pair('shuffle_read', 'spark_read')} | "
+            f"{_seconds(handover['median_seconds']) if handover else 'not run'} |"
+        )
+    return "\n".join(lines)
+
+
+MEMORY_PHASES = (
+    "shuffle_write",
+    "shuffle_read",
+    "shuffle_per_key",
+    "shuffle_aggregate",
+    "shuffle_per_key_200k",
+    "shuffle_aggregate_200k",
+)
+
+
+def memory_table(report: dict) -> str:
+    lines = [
+        "| rows | " + " | ".join(f"`{p}`" for p in MEMORY_PHASES) + " |",
+        "|---|" + "---|" * len(MEMORY_PHASES),
+    ]
+    for size, s in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
+        cells = [
+            f"{s[p]['worker_peak_rss_mib']:.0f} MiB" if p in s else "not run" for p in MEMORY_PHASES
+        ]
+        if cells.count("not run") == len(cells):
+            continue
+        lines.append(f"| {_rows(size)} | " + " | ".join(cells) + " |")
+    reuse = "reused" if report.get("python_worker_reuse", True) else "fresh for each task"
+    lines.append("")
+    lines.append(
+        f"Peak resident memory of one Python worker (the largest of the runs; workers {reuse})."
+    )
+    return "\n".join(lines)
+
+
+def merge(reports: list[dict]) -> dict:
+    """Several runs' results as one: per size, phases and targets of later runs are added
+    (a phase measured in two runs keeps the later run's); the run settings must agree."""
+    merged = json.loads(json.dumps(reports[0]))
+    for other in reports[1:]:
+        for key in ("master", "partitions", "cores"):
+            if other.get(key) != merged.get(key):
+                raise SystemExit(f"results differ in {key}: {merged.get(key)} / {other.get(key)}")
+        if other.get("repeat") != merged.get("repeat"):
+            merged["repeat"] = f"{merged.get('repeat')} / {other.get('repeat')}"
+        for size, summary in other["sizes"].items():
+            mine = merged["sizes"].setdefault(size, {})
+            targets = {**mine.get("targets", {}), **summary.get("targets", {})}
+            mine.update(summary)
+            mine["targets"] = targets
+    return merged
+
+
+TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
+
+
+def render(readme: str, report: dict) -> str:
+    for name, make in TABLES.items():
+        pattern = re.compile(
+            rf"(<!-- bench:{name}:start -->\n).*?(<!-- bench:{name}:end -->)", re.DOTALL
+        )
+        if not pattern.search(readme):
+            raise SystemExit(f"README has no <!-- bench:{name}:start/end --> markers")
+        table = make(report)
+        readme = pattern.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2), readme)
+    return readme
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--results",
+        nargs="+",
+        default=[str(ROOT / ".local" / "bench" / "results.json")],
+        help="results files; several are merged (a later file adds phases and sizes)",
+    )
+    parser.add_argument("--readme", default=str(ROOT / "README.md"))
+    parser.add_argument("--chart", help="also draw the targets chart (PNG) of the merged results")
+    parser.add_argument("--check", action="store_true", help="fail if README is out of date")
+    args = parser.parse_args(argv)
+    report = merge([json.loads(Path(p).read_text()) for p in args.results])
+    if args.chart:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from shuffle_bench import chart
+
+        chart(report, Path(args.chart))
+    readme = Path(args.readme)
+    before = readme.read_text()
+    after = render(before, report)
+    if args.check:
+        return 0 if after == before else 1
+    readme.write_text(after)
+    print(f"updated {readme} from {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

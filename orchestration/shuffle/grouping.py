@@ -1,0 +1,173 @@
+"""Per-key work on rows of whole keys, in Arrow. Pure: pyarrow, numpy and pandas only.
+
+:class:`KeyFunction` runs a user's function over a table that holds every row of each of
+its keys (one pass of a shuffle read over a key-group range, or a run of key-sorted
+batches): once per key (``per="key"``) or once for the whole table (``per="batch"``), on
+pandas DataFrames or Arrow tables, and conforms what it returns to the output schema.
+
+Grouping works on integer group ids, not on the key values: each key column is dictionary
+encoded (a hash pass; nulls get an id of their own, so null keys form one group, as in
+``groupBy``), the ids of several key columns are combined into one, and rows are ordered by
+that id and then by ``order_by`` (ascending, nulls first, as Spark's ``sortWithinPartitions``
+orders them). Sorting integers instead of strings is what makes this cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# Outputs gathered before they are converted and handed on: bounds what waits in memory.
+EMIT_EVERY = 4096
+_GROUP_ID = "__group_id"
+
+
+def group_ids(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """One int64 id per row, equal for rows with equal keys (null equals null)."""
+    ids: np.ndarray | None = None
+    span = 1
+    for k in keys:
+        column = table.column(k)
+        encoded = pc.dictionary_encode(
+            column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column,
+            null_encoding="encode",
+        )
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        size = max(len(encoded.dictionary), 1)
+        if ids is None:
+            ids, span = codes, size
+            continue
+        if span * size >= 2**62:
+            # Compact the ids so far before they could overflow.
+            compact = pc.dictionary_encode(pa.array(ids))
+            ids = compact.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            span = max(len(compact.dictionary), 1)
+        ids = ids * size + codes
+        span *= size
+    if ids is None:
+        return np.zeros(table.num_rows, dtype=np.int64)
+    return ids
+
+
+def sort_by_key(
+    table: pa.Table, keys: Sequence[str], order_by: Sequence[str] = ()
+) -> tuple[pa.Table, np.ndarray]:
+    """The rows grouped by key (ordered by ``order_by`` within a key), and where each key
+    starts. Without ``order_by`` a key's rows keep their order."""
+    if table.num_rows == 0:
+        return table, np.zeros(0, dtype=np.int64)
+    ids = group_ids(table, keys)
+    if order_by:
+        sortable = pa.table(
+            [pa.array(ids), *[table.column(c) for c in order_by]],
+            names=[_GROUP_ID, *[f"{_GROUP_ID}{i}" for i in range(len(order_by))]],
+        )
+        order = _sort_indices_nulls_first(sortable).to_numpy()
+    else:
+        order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    starts = np.concatenate(([0], np.flatnonzero(sorted_ids[1:] != sorted_ids[:-1]) + 1))
+    return table.take(order), starts
+
+
+def _sort_indices_nulls_first(table: pa.Table) -> pa.Array:
+    names = table.column_names
+    if int(pa.__version__.split(".")[0]) >= 25:  # null placement per sort key since 25
+        return pc.sort_indices(table, sort_keys=[(n, "ascending", "at_start") for n in names])
+    return pc.sort_indices(
+        table, sort_keys=[(n, "ascending") for n in names], null_placement="at_start"
+    )
+
+
+@dataclass(frozen=True)
+class KeyFunction:
+    """A user's per-key function with what it needs to run anywhere (picklable).
+
+    Args:
+        keys: The key columns.
+        fn: Receives one key's rows (``per="key"``) or whole keys (``per="batch"``) as a
+            pandas DataFrame (``data="pandas"``) or an Arrow table (``data="arrow"``);
+            returns rows of ``schema`` in the same form, or None.
+        schema: The output schema.
+        per: ``"key"`` or ``"batch"``.
+        data: ``"pandas"`` or ``"arrow"``.
+        order_by: Columns that order a key's rows.
+        columns: The input columns ``fn`` receives, in order (None: all of the table's).
+    """
+
+    keys: tuple[str, ...]
+    fn: Callable[[Any], Any]
+    schema: pa.Schema
+    per: str = "key"
+    data: str = "pandas"
+    order_by: tuple[str, ...] = ()
+    columns: tuple[str, ...] | None = None
+
+    def apply(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        """Runs the function over ``table``, which must hold every row of its keys."""
+        if self.columns is not None:
+            table = table.select(list(self.columns))
+        if table.num_rows == 0:
+            return
+        if self.per == "batch":
+            if self.order_by:
+                table, _ = sort_by_key(table, self.keys, self.order_by)
+            yield from self.conform([self.fn(self._frame(table))])
+            return
+        table, starts = sort_by_key(table, self.keys, self.order_by)  # drops the rows as read
+        yield from self.apply_sorted(table, starts)
+
+    def apply_sorted(self, table: pa.Table, starts: np.ndarray) -> Iterator[pa.RecordBatch]:
+        """Runs the function over ``table`` whose keys start at ``starts`` (sorted rows)."""
+        if self.per == "batch":
+            yield from self.conform([self.fn(self._frame(table))])
+            return
+        frame = self._frame(table)
+        bounds = np.append(starts, table.num_rows).tolist()
+        fn = self.fn
+        outs: list[Any] = []
+        if self.data == "pandas":
+            import pandas as pd
+
+            for s, e in zip(bounds[:-1], bounds[1:], strict=True):
+                part = frame.iloc[s:e]
+                # As groupBy().applyInPandas gives it: an index from 0 for each key.
+                part.index = pd.RangeIndex(e - s)
+                out = fn(part)
+                if out is not None:
+                    outs.append(out)
+                    if len(outs) >= EMIT_EVERY:
+                        yield from self.conform(outs)
+                        outs = []
+        else:
+            for s, e in zip(bounds[:-1], bounds[1:], strict=True):
+                out = fn(frame.slice(s, e - s))
+                if out is not None:
+                    outs.append(out)
+                    if len(outs) >= EMIT_EVERY:
+                        yield from self.conform(outs)
+                        outs = []
+        yield from self.conform(outs)
+
+    def _frame(self, table: pa.Table) -> Any:
+        return table.to_pandas() if self.data == "pandas" else table
+
+    def conform(self, outs: list[Any]) -> Iterator[pa.RecordBatch]:
+        """The function's results as batches of the output schema."""
+        outs = [o for o in outs if o is not None]
+        if not outs:
+            return
+        names = self.schema.names
+        if self.data == "arrow":
+            result = pa.concat_tables([o.select(names).cast(self.schema) for o in outs])
+        else:
+            import pandas as pd
+
+            merged = pd.concat(outs, ignore_index=True) if len(outs) > 1 else outs[0]
+            result = pa.Table.from_pandas(merged[names], schema=self.schema, preserve_index=False)
+        yield from result.to_batches()

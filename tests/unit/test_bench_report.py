@@ -1,0 +1,76 @@
+"""The README's benchmark tables come from the results file, between their markers."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_report():
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "bench" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RESULTS = {
+    "master": "local[2]",
+    "partitions": 8,
+    "repeat": 3,
+    "cores": 2,
+    "sizes": {
+        "1000000": {
+            "shuffle_write": {"median_seconds": 2.0, "worker_peak_rss_mib": 240.4},
+            "spark_write": {"median_seconds": 8.0},
+            "targets": {
+                "T3": {"title": "agg", "ours": "a", "baseline": "b", "ours_seconds": 0.5,
+                       "baseline_seconds": 1.25, "kind": "speedup", "ratio": 2.5, "bound": 2.0,
+                       "met": True, "runs": 3},
+                "T8-tick": {"title": "tick", "ours": "c", "baseline": "d", "ours_seconds": 0.012,
+                            "baseline_seconds": 0.01, "kind": "ratio", "ratio": 1.2345,
+                            "bound": 1.2, "met": False},
+            },
+        }
+    },
+}  # fmt: skip
+
+
+def test_tables_replace_only_what_stands_between_the_markers():
+    report = load_report()
+    readme = (
+        "intro\n<!-- bench:targets:start -->\nold\n<!-- bench:targets:end -->\nmiddle\n"
+        "<!-- bench:io:start -->\n<!-- bench:io:end -->\n"
+        "<!-- bench:memory:start -->\n<!-- bench:memory:end -->\nend\n"
+    )
+    out = report.render(readme, RESULTS)
+    assert out.startswith("intro\n<!-- bench:targets:start -->\n| target |")
+    assert "old" not in out and "\nmiddle\n" in out and out.endswith("end\n")
+    assert "| T3: agg | 1M | 3 | `a` 0.50 s | `b` 1.25 s | 2.50x faster | >= 2x | met |" in out
+    assert "1.234 of the baseline | <= 1.2 | **missed** |" in out
+    assert "| 1M | 2.00 s / 8.00 s (4.0x) | not run | not run |" in out
+    assert "| 1M | 240 MiB | not run |" in out
+    assert report.render(out, RESULTS) == out  # idempotent
+
+
+def test_missing_markers_are_an_error():
+    with pytest.raises(SystemExit, match="bench:targets"):
+        load_report().render("no markers here\n", RESULTS)
+
+
+def test_results_of_several_runs_merge_by_size():
+    report = load_report()
+    other = {
+        "master": "local[2]", "partitions": 8, "repeat": 1, "cores": 2,
+        "sizes": {"1000000": {"x": {"median_seconds": 1.0},
+                              "targets": {"T1": {"title": "t1"}}},
+                  "10000000": {"targets": {}}},
+    }  # fmt: skip
+    merged = report.merge([RESULTS, other])
+    assert set(merged["sizes"]["1000000"]["targets"]) == {"T3", "T8-tick", "T1"}
+    assert "x" in merged["sizes"]["1000000"] and "shuffle_write" in merged["sizes"]["1000000"]
+    assert "10000000" in merged["sizes"]
+    assert RESULTS["sizes"]["1000000"]["targets"].keys() == {"T3", "T8-tick"}  # not mutated
+    with pytest.raises(SystemExit, match="partitions"):
+        report.merge([RESULTS, {**other, "partitions": 4}])
