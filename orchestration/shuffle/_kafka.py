@@ -88,7 +88,17 @@ def translate(
         return ShuffleTopicNotFoundError(f"{what}: {reason}")
     if code in _AUTH:
         return ShuffleConnectionError(f"{what}: not authorized{where}: {reason}")
+    if code in _UNREACHABLE and kafka:
+        # "All broker connections are down" says nothing of why: ask a fresh client, whose
+        # error names a refused password, a failed TLS handshake or a wrong protocol.
+        try:
+            check_reachable(kafka)
+        except ShuffleConnectionError as diagnosed:
+            return ShuffleConnectionError(f"{what}: {diagnosed}")
     return ShuffleConnectionError(f"{what}{where}: {reason}")
+
+
+_UNREACHABLE = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT}
 
 
 @contextlib.contextmanager
@@ -248,7 +258,7 @@ def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[t
                         time.sleep(0.2)
                         continue
                     what = f"reading the offsets of topic {topic!r} partition {p}"
-                    raise translate(exc, what) from None
+                    raise translate(exc, what, kafka) from None
         return out
 
 
