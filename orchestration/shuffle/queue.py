@@ -148,6 +148,9 @@ class QueueResult:
     batches: int = 0
     fed_runs: int = 0
     seconds: float = 0.0
+    # From the first records polled to the last batch settled, over every consumer: the
+    # time spent working, without start-up (joining the group) and the final idle wait.
+    active_seconds: float = 0.0
     per_task: list[dict[str, int]] = field(default_factory=list)
 
     @property
@@ -278,6 +281,9 @@ class _Consumer:
         self.schema = schema_from_b64(spec.schema)
         self.out_schema = pa.schema(list(self.schema) + SOURCE_FIELDS + [DELIVERY_FIELD])
         self.counts = QueueCounts()
+        # Wall-clock (epoch ms) of the first records polled and of the last batch settled.
+        self.first_ms = 0
+        self.last_ms = 0
         self.dlq = None
         self.source: _ShuffleSource | None = None
         self.records_schema = records_arrow_schema(include_headers=True)
@@ -315,8 +321,11 @@ class _Consumer:
                 if not msgs:
                     continue
                 got_any = True
+                if not self.first_ms:
+                    self.first_ms = int(time.time() * 1000)
                 self._handle(sc, list(msgs))
                 last = time.monotonic()
+                self.last_ms = int(time.time() * 1000)
         finally:
             try:
                 sc.close()
@@ -583,16 +592,17 @@ def _group_error(exc: KafkaException, spec: _Spec) -> BaseException:
     return translate(exc, f"share group {spec.group!r} reading topic {spec.topic!r}", spec.kafka)
 
 
-def run_consumers(spec: _Spec, task: int) -> list[tuple[int, QueueCounts]]:
+def run_consumers(spec: _Spec, task: int) -> list[_Consumer]:
     """Runs ``spec.consumers_per_task`` consumers in threads until they are idle."""
     stop = threading.Event()
     consumers = [_Consumer(spec, task, i, stop) for i in range(spec.consumers_per_task)]
-    results: dict[int, QueueCounts] = {}
+    results: dict[int, _Consumer] = {}
     errors: list[BaseException] = []
 
     def body(c: _Consumer) -> None:
         try:
-            results[c.index] = c.run()
+            c.run()
+            results[c.index] = c
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
             stop.set()
@@ -604,10 +614,10 @@ def run_consumers(spec: _Spec, task: int) -> list[tuple[int, QueueCounts]]:
         t.join()
     if errors:
         raise errors[0]
-    return sorted(results.items())
+    return [results[i] for i in sorted(results)]
 
 
-_COUNT_COLUMNS = ["task", "consumer", *QueueCounts.names()]
+_COUNT_COLUMNS = ["task", "consumer", *QueueCounts.names(), "first_ms", "last_ms"]
 
 
 class _Task:
@@ -619,17 +629,16 @@ class _Task:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for task in b.column(0).to_pylist():
-                rows = run_consumers(self.spec, int(task))
+                done = run_consumers(self.spec, int(task))
                 yield pa.RecordBatch.from_pydict(
                     {
-                        "task": [task] * len(rows),
-                        "consumer": [i for i, _ in rows],
-                        **{n: [getattr(c, n) for _, c in rows] for n in QueueCounts.names()},
+                        "task": [task] * len(done),
+                        "consumer": [c.index for c in done],
+                        **{n: [getattr(c.counts, n) for c in done] for n in QueueCounts.names()},
+                        "first_ms": [c.first_ms for c in done],
+                        "last_ms": [c.last_ms for c in done],
                     },
-                    schema=pa.schema(
-                        [pa.field("task", pa.int64()), pa.field("consumer", pa.int64())]
-                        + [pa.field(n, pa.int64()) for n in QueueCounts.names()]
-                    ),
+                    schema=pa.schema([pa.field(n, pa.int64()) for n in _COUNT_COLUMNS]),
                 )
 
 
@@ -944,6 +953,10 @@ def process_queue(
         result.per_task.append(d)
         for n in QueueCounts.names():
             setattr(result, n, getattr(result, n) + int(d[n]))
+    firsts = [d["first_ms"] for d in result.per_task if d["first_ms"]]
+    lasts = [d["last_ms"] for d in result.per_task if d["last_ms"]]
+    if firsts and lasts:
+        result.active_seconds = (max(lasts) - min(firsts)) / 1000
     log.info(
         "process_queue %s group %s: %d accepted, %d released, %d rejected, %d dead-lettered, "
         "%d skipped in %.1fs",
