@@ -130,15 +130,6 @@ class _Local:
     def stamp(self) -> Path:
         return self.home / "stack.json"
 
-    # Kept for the single-node callers: the first node's files.
-    @property
-    def data(self) -> Path:
-        return self.all_nodes[0].data
-
-    @property
-    def log(self) -> Path:
-        return self.all_nodes[0].log
-
 
 def _local() -> _Local:
     nodes = int(os.environ.get("SHUFFLE_LOCAL_KAFKA_NODES") or 1)

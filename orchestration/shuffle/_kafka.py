@@ -367,16 +367,13 @@ def read_range(
 
 
 def replication_for(kafka: Mapping[str, Any], requested: int | None = None) -> int:
-    """The replication factor a new topic gets: ``requested``, or min(3, brokers)."""
-    brokers = check_reachable(kafka)
-    if requested is None:
-        return max(1, min(3, brokers))
-    if requested < 1 or requested > brokers:
-        raise ShuffleOptionError(
-            f"replication_factor={requested} needs between 1 and {brokers} brokers "
-            f"(the cluster at {kafka.get('bootstrap.servers')!r} has {brokers})"
-        )
-    return requested
+    """The replication factor a new topic gets: ``requested`` (the broker refuses one larger
+    than the cluster), or min(3, brokers), which asks the cluster for its size."""
+    if requested is not None:
+        if requested < 1:
+            raise ShuffleOptionError(f"replication_factor must be >= 1, got {requested}")
+        return requested
+    return max(1, min(3, check_reachable(kafka)))
 
 
 def ensure_topic(

@@ -14,6 +14,7 @@ from ._kafka import (
     producer,
     quick_end_offsets,
     read_range,
+    replication_for,
 )
 from .commitlog import (
     COMMIT_PREFIX,
@@ -136,10 +137,11 @@ def create_or_check(
             topic's partition count changed behind its back.
     """
     topic = layout.topic
-    ensure_topic(kafka, commit_topic(topic), 1, COMMIT_TOPIC_CONFIG, replication_factor)
+    rf = replication_for(kafka, replication_factor)  # one look at the cluster for both topics
+    ensure_topic(kafka, commit_topic(topic), 1, COMMIT_TOPIC_CONFIG, rf)
     log = read_log(kafka, topic)
     if log.layout is None:
-        ensure_topic(kafka, topic, layout.num_partitions, DATA_TOPIC_CONFIG, replication_factor)
+        ensure_topic(kafka, topic, layout.num_partitions, DATA_TOPIC_CONFIG, rf)
         check_partitions(kafka, layout)
         _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
         return layout, True

@@ -153,11 +153,6 @@ class QueueResult:
     active_seconds: float = 0.0
     per_task: list[dict[str, int]] = field(default_factory=list)
 
-    @property
-    def records_per_second(self) -> float:
-        done = self.accepted + self.rejected
-        return done / self.seconds if self.seconds > 0 else 0.0
-
 
 # --------------------------------------------------------------------------- the consumer
 

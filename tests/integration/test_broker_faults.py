@@ -1,11 +1,8 @@
 """Broker faults on real brokers: a 3-node cluster losing a node mid-write, and a single
 node restarted mid-write. Each stack here is its own, on its own ports and folders."""
 
-import contextlib
-import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
@@ -21,37 +18,13 @@ from orchestration.shuffle import (
 )
 from orchestration.shuffle._kafka import admin_client
 from orchestration.shuffle.commitlog import commit_topic
+from tests.integration.stacks import own_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-@contextlib.contextmanager
 def stack_env(nodes: int, port: int):
-    """Points the local stack at a test-only folder and ports (and away from any cluster
-    KAFKA_BOOTSTRAP_SERVERS names)."""
-    keys = (
-        "SHUFFLE_LOCAL_KAFKA_NODES",
-        "SHUFFLE_LOCAL_KAFKA_DIR",
-        "SHUFFLE_LOCAL_KAFKA_PORT",
-        "KAFKA_BOOTSTRAP_SERVERS",
-    )
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update(
-        SHUFFLE_LOCAL_KAFKA_NODES=str(nodes),
-        SHUFFLE_LOCAL_KAFKA_DIR=str(ROOT / ".local" / f"test-kafka-{nodes}n"),
-        SHUFFLE_LOCAL_KAFKA_PORT=str(port),
-    )
-    os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return own_stack(f"test-kafka-{nodes}n", port, nodes=nodes)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import time
-from pathlib import Path
 
 import pytest
 from dagster import build_sensor_context, instance_for_test
@@ -23,38 +22,15 @@ from orchestration.shuffle import (
     shuffle_commits_since,
     write_shuffle,
 )
+from tests.integration.stacks import own_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 PORT = 30092
 
 
-@contextlib.contextmanager
 def secure_env():
-    keys = (
-        "SHUFFLE_LOCAL_KAFKA_SECURITY",
-        "SHUFFLE_LOCAL_KAFKA_DIR",
-        "SHUFFLE_LOCAL_KAFKA_PORT",
-        "SHUFFLE_LOCAL_KAFKA_NODES",
-        "KAFKA_BOOTSTRAP_SERVERS",
-    )
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update(
-        SHUFFLE_LOCAL_KAFKA_SECURITY="sasl_ssl",
-        SHUFFLE_LOCAL_KAFKA_DIR=str(ROOT / ".local" / "test-kafka-sasl"),
-        SHUFFLE_LOCAL_KAFKA_PORT=str(PORT),
-        SHUFFLE_LOCAL_KAFKA_NODES="1",
-    )
-    os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return own_stack("test-kafka-sasl", PORT, security="sasl_ssl")
 
 
 @pytest.fixture(scope="module")
