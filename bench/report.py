@@ -85,6 +85,7 @@ def io_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+T9_BOUND = 1.2  # peak worker memory, largest size / smallest, per phase of ours
 MEMORY_PHASES = (
     "shuffle_write",
     "shuffle_read",
@@ -92,21 +93,65 @@ MEMORY_PHASES = (
     "shuffle_aggregate",
     "shuffle_per_key_200k",
     "shuffle_aggregate_200k",
+    "reuse_three_consumers",
+    "recover_one_consumer",
+    "read_1_of_30_windows",
+    "read_30_windows",
 )
 
 
+def memory_growth(report: dict) -> dict:
+    """T9: per phase of ours, the peak worker memory at the largest size over the smallest."""
+    sizes = sorted(report["sizes"], key=int)
+    if len(sizes) < 2:
+        return {}
+    small, large = report["sizes"][sizes[0]], report["sizes"][sizes[-1]]
+    out = {}
+    for name in MEMORY_PHASES:
+        if name not in small or name not in large:
+            continue
+        a, b = small[name]["worker_peak_rss_mib"], large[name]["worker_peak_rss_mib"]
+        ratio = b / a if a else float("inf")
+        out[name] = {
+            "small_rows": int(sizes[0]),
+            "large_rows": int(sizes[-1]),
+            "small_mib": a,
+            "large_mib": b,
+            "ratio": ratio,
+            "bound": T9_BOUND,
+            "met": ratio <= T9_BOUND,
+        }
+    return out
+
+
 def memory_table(report: dict) -> str:
+    """One row per phase of ours: peak worker memory per size and, with two sizes or more,
+    T9 (the largest size over the smallest, which must stay within 20%)."""
+    sizes = sorted(report["sizes"], key=int)
+    growth = memory_growth(report)
+    head = "| phase | " + " | ".join(_rows(s) for s in sizes)
     lines = [
-        "| rows | " + " | ".join(f"`{p}`" for p in MEMORY_PHASES) + " |",
-        "|---|" + "---|" * len(MEMORY_PHASES),
+        head + (" | T9: largest / smallest | wanted | |" if growth else " |"),
+        "|---|" + "---|" * (len(sizes) + (3 if growth else 0)),
     ]
-    for size, s in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
+    for p in MEMORY_PHASES:
         cells = [
-            f"{s[p]['worker_peak_rss_mib']:.0f} MiB" if p in s else "not run" for p in MEMORY_PHASES
+            f"{report['sizes'][s][p]['worker_peak_rss_mib']:.0f} MiB"
+            if p in report["sizes"][s]
+            else "not run"
+            for s in sizes
         ]
         if cells.count("not run") == len(cells):
             continue
-        lines.append(f"| {_rows(size)} | " + " | ".join(cells) + " |")
+        line = f"| `{p}` | " + " | ".join(cells) + " |"
+        if growth:
+            g = growth.get(p)
+            line += (
+                f" {g['ratio']:.2f}x | <= {g['bound']:g}x | {'met' if g['met'] else '**missed**'} |"
+                if g
+                else " | | |"
+            )
+        lines.append(line)
     reuse = "reused" if report.get("python_worker_reuse", True) else "fresh for each task"
     lines.append("")
     lines.append(

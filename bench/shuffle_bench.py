@@ -20,9 +20,23 @@ and the targets, each against its own baseline:
 - T2: ``apply_per_key(per="batch")`` with a vectorized pandas aggregation vs
   ``groupBy(key).agg(...)`` over the Parquet source;
 - T3: ``aggregate_shuffle`` vs the same ``groupBy(key).agg(...)``, bench keys and 200k keys;
+- T4: the write above against Spark's sink;
+- T5: the write's bytes on the wire per second against Kafka's own producer performance
+  tool (``ProducerPerformance``, ``acks=all``) on the same broker, with records the size
+  of the write's frames;
+- T6: reuse: one write plus three consumers over the persisted shuffle vs the three
+  consumers each run as Spark would (Parquet source, Spark's shuffle, the same result):
+  per-key totals (``aggregate_shuffle`` / ``groupBy.agg``), the largest gap between a
+  key's consecutive events (``apply_per_key`` ordered by time / a window ``lag``) and each
+  key's top three rows (``apply_per_key`` / ``row_number``);
+- T7: recovery: re-running one failed consumer (the gaps) for one day of 30 vs re-running
+  that day's whole pipeline (its write and the three consumers);
 - T8: a commit-sensor tick (``shuffle_commits_since`` from the cursor it kept, one new
   commit) on a shuffle of 30 committed windows vs one of 1; reading 1 of the 30 windows vs
-  all 30.
+  all 30;
+- T9: the peak memory of a Python worker in each of our phases, the largest size against
+  the smallest (meaningful with ``--no-worker-reuse``, which gives each task a fresh
+  worker).
 
 It samples the resident memory of Spark's Python worker processes during each phase,
 prints a line per phase and the medians, writes every measurement to
@@ -54,6 +68,8 @@ from confluent_kafka.admin import AdminClient
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from report import T9_BOUND, memory_growth  # noqa: E402  (bench/ is the script's directory)
 
 from orchestration import localstack  # noqa: E402
 from orchestration.shuffle import (  # noqa: E402
@@ -88,6 +104,11 @@ PHASES = (
     "tick_1_window",
     "read_1_of_30_windows",
     "read_30_windows",
+    "kafka_perf_test",
+    "reuse_three_consumers",
+    "spark_three_consumers",
+    "recover_one_consumer",
+    "rerun_day_pipeline",
 )
 # (target, title, ours, baseline, kind, bound): "speedup" is baseline / ours and must be at
 # least the bound; "ratio" is ours / baseline and must be at most the bound.
@@ -100,6 +121,14 @@ TARGETS = (
      "shuffle_aggregate", "spark_group_by_agg", "speedup", 2.0),
     ("T3-200k", "aggregate_shuffle / groupBy.agg, 200k keys",
      "shuffle_aggregate_200k", "spark_group_by_200k", "speedup", 2.0),
+    ("T4", "write_shuffle / Spark kafka sink (JSON per row)",
+     "shuffle_write", "spark_write", "speedup", 5.0),
+    ("T5", "write bytes/s / Kafka ProducerPerformance bytes/s",
+     "shuffle_write", "kafka_perf_test", "speedup", 0.5),
+    ("T6", "write + 3 consumers / 3 x (Parquet + Spark shuffle + consumer)",
+     "reuse_three_consumers", "spark_three_consumers", "ratio", 0.5),
+    ("T7", "re-run 1 consumer for 1 day / re-run the day's pipeline",
+     "recover_one_consumer", "rerun_day_pipeline", "ratio", 0.25),
     ("T8-tick", "sensor tick, 30 windows / 1 window",
      "tick_30_windows", "tick_1_window", "ratio", 1.2),
     ("T8-read", "read 1 of 30 windows / all 30",
@@ -229,12 +258,126 @@ def group_by(df) -> None:
     )
 
 
-def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: str) -> list:
-    """Pairs of phases on this run's topics: (ours name, ours fn, baseline name, baseline fn)."""
+def gaps_batch(pdf):
+    """T6/T7's second consumer, over whole keys with each key's rows in time order: the
+    events per key and the largest gap (seconds) between two consecutive ones."""
+    gap = pdf.groupby("k", sort=False)["ts"].diff().dt.total_seconds()
+    return (
+        pdf[["k"]]
+        .assign(gap=gap)
+        .groupby("k", as_index=False)
+        .agg(n=("gap", "size"), max_gap=("gap", "max"))
+    )
+
+
+GAPS_SCHEMA = "k string, n long, max_gap double"
+
+
+def top3_batch(pdf):
+    """T6's third consumer, over whole keys: each key's three rows with the largest ``b``."""
+    top = pdf.sort_values(["k", "b"], ascending=[True, False]).groupby("k", sort=False).head(3)
+    return top[["k", "ts", "b"]]
+
+
+TOP3_SCHEMA = "k string, ts timestamp, b double"
+
+
+def spark_gaps(df) -> None:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ts = F.col("ts").cast("double")
+    gap = ts - F.lag(ts).over(Window.partitionBy("k").orderBy("ts"))
+    noop(
+        df.withColumn("gap", gap)
+        .groupBy("k")
+        .agg(F.count("*").alias("n"), F.max("gap").alias("max_gap"))
+    )
+
+
+def spark_top3(df) -> None:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rank = F.row_number().over(Window.partitionBy("k").orderBy(F.desc("b")))
+    noop(df.withColumn("r", rank).where("r <= 3").select("k", "ts", "b"))
+
+
+def our_consumers(spark, kafka: dict, topic: str, windows=None) -> None:
+    """The three consumers of T6 (and of T7's whole day) over the persisted shuffle."""
+    noop(aggregate_shuffle(spark, topic, kafka=kafka, windows=windows, aggregations=AGGREGATIONS))
+    our_gaps(spark, kafka, topic, windows)
+    shuffled = read_shuffle(spark, topic, kafka=kafka, windows=windows)
+    noop(apply_per_key(shuffled, "k", top3_batch, TOP3_SCHEMA, per="batch"))
+
+
+def our_gaps(spark, kafka: dict, topic: str, windows) -> None:
+    shuffled = read_shuffle(spark, topic, kafka=kafka, windows=windows)
+    noop(apply_per_key(shuffled, "k", gaps_batch, GAPS_SCHEMA, order_by=["ts"], per="batch"))
+
+
+def spark_consumers(df) -> None:
+    """The same three consumers as Spark runs them: each from the source, through its own
+    shuffle."""
+    group_by(df)
+    spark_gaps(df)
+    spark_top3(df)
+
+
+def kafka_perf_test(kafka: dict, topic: str, record_bytes: int, total_bytes: int) -> float:
+    """Kafka's own producer performance tool (``acks=all``, records of ``record_bytes``,
+    about ``total_bytes`` in all) on ``topic``: the seconds it needs for ``total_bytes`` at
+    the rate it reports (its JVM start-up excluded)."""
+    import re
+    import subprocess
+
+    records = max(total_bytes // record_bytes, 20)
+    cmd = [
+        localstack._java(),
+        "-cp",
+        localstack._classpath(),
+        "org.apache.kafka.tools.ProducerPerformance",
+        "--topic", topic,
+        "--num-records", str(records),
+        "--record-size", str(record_bytes),
+        "--throughput", "-1",
+        "--producer-props",
+        f"bootstrap.servers={kafka['bootstrap.servers']}",
+        "acks=all",
+        f"max.request.size={record_bytes + 1024 * 1024}",
+        f"buffer.memory={max(64 * 2**20, 4 * record_bytes)}",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True).stdout
+    # The summary line: "N records sent, R records/sec (M MB/sec), ..."
+    summary = [line for line in out.splitlines() if "records sent" in line][-1]
+    records_per_s = float(re.search(r"([\d.]+) records/sec", summary).group(1))
+    return total_bytes / (records_per_s * record_bytes)
+
+
+def make_phases(
+    spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: str, topics: dict, state: dict
+) -> list:
+    """Pairs of phases on this run's topics: (ours name, ours fn, baseline name, baseline fn).
+
+    ``topics`` names the extra topics of this run (``perf``: Kafka's producer tool,
+    ``reuse``: T6's shuffle); ``state["write"]`` is the last write's result."""
     ours = spec.topic
 
     def w_ours():
-        return write_shuffle(df, spec, kafka=kafka, window="bench")
+        state["write"] = write_shuffle(df, spec, kafka=kafka, window="bench")
+        return state["write"]
+
+    def perf():
+        w = state["write"]
+        return kafka_perf_test(kafka, topics["perf"], max(w.bytes // max(w.frames, 1), 1), w.bytes)
+
+    def reuse_ours():
+        reuse = ShuffleSpec(
+            topic=topics["reuse"], key=("k",), num_partitions=spec.num_partitions,
+            max_parallelism=spec.max_parallelism, event_time="ts",
+        )  # fmt: skip
+        write_shuffle(df, reuse, kafka=kafka, window="bench")
+        our_consumers(spark, kafka, topics["reuse"], ["bench"])
 
     def w_theirs():
         (
@@ -283,10 +426,14 @@ def make_phases(spark, kafka: dict, df, json_schema, spec: ShuffleSpec, theirs: 
         # The writer's floor: Spark -> Python hand-over alone, no Kafka.
         ("arrow_handover", handover, None, None),
         ("shuffle_write", w_ours, "spark_write", w_theirs),
+        # T5: what Kafka's own producer does with the bytes the write just sent.
+        ("kafka_perf_test", perf, None, None),
         ("shuffle_read", r_ours, "spark_read", r_theirs),
         ("shuffle_per_key", k_ours, "spark_group_by", lambda: group_by(df)),
         ("shuffle_aggregate", a_ours, "spark_group_by_agg", lambda: group_by(df)),
-    ]
+        ("reuse_three_consumers", reuse_ours, "spark_three_consumers",
+         lambda: spark_consumers(df)),
+    ]  # fmt: skip
 
 
 class Fixtures:
@@ -306,6 +453,7 @@ class Fixtures:
         self.topic_200k = f"bench.k200k.{tag}"
         self.topic_30 = f"bench.w30.{tag}"
         self.topic_1 = f"bench.w1.{tag}"
+        self.topic_day = f"bench.day.{tag}"
 
         def spec(topic: str) -> ShuffleSpec:
             return ShuffleSpec(
@@ -325,11 +473,17 @@ class Fixtures:
             write_shuffle(part, spec(self.topic_30), kafka=kafka, window=f"w{w:02d}")
             if w == 0:
                 write_shuffle(part, spec(self.topic_1), kafka=kafka, window=f"w{w:02d}")
+        # T7's day: its source rows, and a shuffle of its own that the day's whole pipeline
+        # writes again (so the 30-window shuffle's commits stay as T8 expects them).
+        self.day = bench_keys.where(window_of == 7)
+        self.spec_day = spec(self.topic_day)
+        write_shuffle(self.day, self.spec_day, kafka=kafka, window="w07")
         # A sensor's cursor just before the newest commit: each tick reads one new commit.
         self.cursor = {t: log_end(kafka, t) - 1 for t in (self.topic_30, self.topic_1)}
 
     def topics(self) -> list[str]:
-        return [self.topic_200k] + ([self.topic_30, self.topic_1] if self.cursor else [])
+        windowed = [self.topic_30, self.topic_1, self.topic_day] if self.cursor else []
+        return [self.topic_200k, *windowed]
 
     def tick(self, topic: str) -> float:
         """The median of TICKS sensor ticks (shuffle_commits_since from the kept cursor)."""
@@ -360,6 +514,13 @@ class Fixtures:
         def read_all():
             noop(read_shuffle(spark, self.topic_30, kafka=kafka))
 
+        def recover():
+            our_gaps(spark, kafka, self.topic_30, ["w07"])
+
+        def rerun_day():
+            write_shuffle(self.day, self.spec_day, kafka=kafka, window="w07")
+            our_consumers(spark, kafka, self.topic_day, ["w07"])
+
         return [
             ("shuffle_per_key_200k", t1_ours, "spark_apply_in_pandas_200k", t1_theirs),
             ("shuffle_aggregate_200k", t3_ours, "spark_group_by_200k",
@@ -367,6 +528,7 @@ class Fixtures:
             ("tick_30_windows", lambda: self.tick(self.topic_30),
              "tick_1_window", lambda: self.tick(self.topic_1)),
             ("read_1_of_30_windows", read_one, "read_30_windows", read_all),
+            ("recover_one_consumer", recover, "rerun_day_pipeline", rerun_day),
         ]  # fmt: skip
 
 
@@ -384,13 +546,22 @@ def run_size(
         rows,
         partitions,
         mp,
-        windows=not {"tick_30_windows", "read_1_of_30_windows"} <= skip,
+        windows=not {"tick_30_windows", "read_1_of_30_windows", "recover_one_consumer"} <= skip,
     )
     results: dict[str, list[dict]] = {k: [] for k in PHASES}
     for i in range(repeat):
         ours = f"bench.shuffle.{uuid.uuid4().hex[:8]}"
         theirs = f"bench.spark.{uuid.uuid4().hex[:8]}"
         ensure_topic(kafka, theirs, partitions, {"retention.ms": "-1"})
+        topics = {
+            "perf": f"bench.perf.{uuid.uuid4().hex[:8]}",
+            "reuse": f"bench.reuse.{uuid.uuid4().hex[:8]}",
+        }
+        ensure_topic(
+            kafka, topics["perf"], partitions,
+            {"retention.ms": "-1", "max.message.bytes": str(32 * 2**20)},
+        )  # fmt: skip
+        state: dict = {}
         spec = ShuffleSpec(
             topic=ours, key=("k",), num_partitions=partitions, max_parallelism=mp, event_time="ts"
         )
@@ -399,8 +570,10 @@ def run_size(
         write_shuffle(df.limit(0), spec, kafka=kafka, window="setup")
         if "shuffle_write" in skip:
             # The per-key and aggregation phases read what the write phase writes.
-            write_shuffle(df, spec, kafka=kafka, window="bench")
-        pairs = make_phases(spark, kafka, df, json_schema, spec, theirs) + fixtures.pairs(spark)
+            state["write"] = write_shuffle(df, spec, kafka=kafka, window="bench")
+        pairs = make_phases(
+            spark, kafka, df, json_schema, spec, theirs, topics, state
+        ) + fixtures.pairs(spark)
         for a_name, a_fn, b_name, b_fn in pairs:
             if a_name in skip:
                 continue
@@ -409,8 +582,8 @@ def run_size(
                 order.reverse()
             for name, fn in order:
                 seconds, peak, out = timed(fn)
-                if name.startswith("tick_"):
-                    seconds = out  # the median tick, not the TICKS of them
+                if name.startswith("tick_") or name == "kafka_perf_test":
+                    seconds = out  # the median tick; the producer tool's time at its rate
                 entry = {"seconds": seconds, "worker_peak_rss": peak}
                 if name == "shuffle_write":
                     entry["kafka_bytes"] = out.bytes
@@ -420,7 +593,10 @@ def run_size(
                     f"{rows / seconds / 1e3:9.0f}k rows/s  worker peak {peak / 2**20:6.0f} MiB",
                     flush=True,
                 )
-        drop_topics(kafka, [ours, commit_topic(ours), theirs])
+        reuse = topics["reuse"]
+        drop_topics(
+            kafka, [ours, commit_topic(ours), theirs, topics["perf"], reuse, commit_topic(reuse)]
+        )
     drop_topics(kafka, [t for x in fixtures.topics() for t in (x, commit_topic(x))])
     summary: dict = {}
     for name, entries in results.items():
@@ -574,6 +750,7 @@ def main(argv: list[str] | None = None) -> int:
         report["sizes"][str(rows)] = run_size(
             spark, kafka, rows, repeat, args.partitions, args.max_parallelism, skip
         )
+        report["memory_growth"] = memory_growth(report)
         out.write_text(json.dumps(report, indent=2))  # what is measured so far survives
     png = out.with_suffix(".png")
     chart(report, png)
@@ -599,6 +776,11 @@ def main(argv: list[str] | None = None) -> int:
                 f": {t['ratio']:.3f}x {kind} (target {want} {t['bound']}): "
                 f"{'met' if t['met'] else 'MISSED'}"
             )
+    for name, g in report.get("memory_growth", {}).items():
+        print(
+            f"T9 {name:<27} {g['small_mib']:6.0f} MiB -> {g['large_mib']:6.0f} MiB: "
+            f"{g['ratio']:.2f}x (target <= {T9_BOUND}): {'met' if g['met'] else 'MISSED'}"
+        )
     print(f"\nall measurements: {out}\nchart: {png}")
     return 0
 

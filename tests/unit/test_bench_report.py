@@ -50,7 +50,7 @@ def test_tables_replace_only_what_stands_between_the_markers():
     assert "| T3: agg | 1M | 3 | `a` 0.50 s | `b` 1.25 s | 2.50x faster | >= 2x | met |" in out
     assert "1.234 of the baseline | <= 1.2 | **missed** |" in out
     assert "| 1M | 2.00 s / 8.00 s (4.0x) | not run | not run |" in out
-    assert "| 1M | 240 MiB | not run |" in out
+    assert "| `shuffle_write` | 240 MiB |\n" in out
     assert report.render(out, RESULTS) == out  # idempotent
 
 
@@ -74,3 +74,29 @@ def test_results_of_several_runs_merge_by_size():
     assert RESULTS["sizes"]["1000000"]["targets"].keys() == {"T3", "T8-tick"}  # not mutated
     with pytest.raises(SystemExit, match="partitions"):
         report.merge([RESULTS, {**other, "partitions": 4}])
+
+
+def test_memory_growth_is_the_largest_size_over_the_smallest_per_phase():
+    report = load_report()
+    results = {
+        "master": "local[2]", "partitions": 8, "repeat": 1, "cores": 2,
+        "sizes": {
+            "1000000": {"shuffle_write": {"worker_peak_rss_mib": 200.0},
+                        "shuffle_read": {"worker_peak_rss_mib": 100.0},
+                        "spark_write": {"worker_peak_rss_mib": 50.0}},
+            "10000000": {"shuffle_write": {"worker_peak_rss_mib": 230.0},
+                         "shuffle_read": {"worker_peak_rss_mib": 150.0},
+                         "spark_write": {"worker_peak_rss_mib": 500.0}},
+        },
+    }  # fmt: skip
+    growth = report.memory_growth(results)
+    assert set(growth) == {"shuffle_write", "shuffle_read"}  # ours only
+    assert (
+        growth["shuffle_write"]["ratio"] == pytest.approx(1.15) and growth["shuffle_write"]["met"]
+    )
+    assert growth["shuffle_read"]["ratio"] == pytest.approx(1.5)
+    assert not growth["shuffle_read"]["met"]
+    table = report.memory_table(results)
+    assert "| `shuffle_write` | 200 MiB | 230 MiB | 1.15x | <= 1.2x | met |" in table
+    assert "| `shuffle_read` | 100 MiB | 150 MiB | 1.50x | <= 1.2x | **missed** |" in table
+    assert report.memory_growth({"sizes": {"1000000": results["sizes"]["1000000"]}}) == {}
