@@ -16,7 +16,6 @@ day replaces that folder only. :func:`flights_pipeline` builds the definitions f
 """
 
 import datetime as dt
-import json
 import os
 import shutil
 import warnings
@@ -47,7 +46,14 @@ from pyspark.sql import functions as F
 from assets.flights_data import END_DAY, FIRST_DAY, LOCAL_TZ, flights_of_day
 from orchestration import KafkaResource, WarehouseResource, shuffle_metadata
 from orchestration.io_manager import DAGSTER_RUN_ATTR
-from orchestration.shuffle import ShuffleRead, apply_per_key, read_shuffle_stream, shuffle_log
+from orchestration.shuffle import (
+    ShuffleRead,
+    apply_per_key,
+    read_shuffle_stream,
+    shuffle_log,
+    stream_metrics,
+    summarize_stream_metrics,
+)
 
 # Single-run backfills (one Spark session for a range of days) are a beta Dagster feature;
 # this pipeline relies on it knowingly.
@@ -409,22 +415,6 @@ def running_totals_batch(spark, topic: str, kafka: dict, per_window: str):
     return upsert
 
 
-def _stream_position(progress) -> dict:
-    """Where the query stands in the commit log, from its last progress report."""
-    if progress is None or not progress.sources:
-        return {}
-    source = progress.sources[0]
-
-    def log_offset(text) -> int | None:
-        parsed = json.loads(text) if text else None
-        return parsed.get("log") if isinstance(parsed, dict) else None
-
-    end, latest = log_offset(source.endOffset), log_offset(source.latestOffset)
-    if end is None or latest is None:
-        return {}
-    return {"commit_log_offset": end, "commit_records_behind": max(0, latest - end)}
-
-
 def _running_totals_asset(topic: str):
     @asset(
         name=RUNNING_TOTALS,
@@ -454,8 +444,8 @@ def _running_totals_asset(topic: str):
         query.awaitTermination()
         if query.exception() is not None:
             raise RuntimeError(f"{RUNNING_TOTALS}: streaming query failed: {query.exception()}")
-        batches = [p for p in query.recentProgress if p.numInputRows]
-        position = _stream_position(query.lastProgress)
+        batches = stream_metrics(query)
+        read = summarize_stream_metrics(batches)
         totals = (
             session.read.parquet(per_window)
             .groupBy("tailnum")
@@ -470,9 +460,12 @@ def _running_totals_asset(topic: str):
         written = session.read.parquet(f"{root}/totals")
         return MaterializeResult(
             metadata={
-                "micro_batches": len(batches),
-                "rows_read": sum(p.numInputRows for p in batches),
-                **position,
+                "micro_batches": read["micro_batches"],
+                "rows_read": read["records"],
+                "bytes_read": read.get("bytes", 0),
+                "runs_read": MetadataValue.json([r for b in batches for r in b.runs or ()]),
+                # How far the query's end is from the commit log's end, in commit records.
+                "commit_records_behind": read.get("max_offsets_behind_latest", 0),
                 "aircraft": written.count(),
                 "path": f"{root}/totals",
             }

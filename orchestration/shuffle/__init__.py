@@ -34,6 +34,10 @@ _EXPORTS = {
     "shuffle_log": "api",
     "shuffle_commits_since": "api",
     "shuffle_watermark": "api",
+    "stream_metrics": "api",
+    "group_offsets_behind": "api",
+    "BatchMetrics": "sourcemetrics",
+    "summarize_stream_metrics": "sourcemetrics",
     "write_shuffle": "api",
     "Commit": "commitlog",
     "Layout": "commitlog",
@@ -75,12 +79,14 @@ if TYPE_CHECKING:
         ShuffleSpec,
         WriteResult,
         aggregate_shuffle,
+        group_offsets_behind,
         plan_shuffle_read,
         read_shuffle,
         read_shuffle_stream,
         shuffle_commits_since,
         shuffle_log,
         shuffle_watermark,
+        stream_metrics,
         write_shuffle,
     )
     from .commitlog import Commit, Layout, ShuffleLog
@@ -109,6 +115,7 @@ if TYPE_CHECKING:
         read_queue_output,
     )
     from .queueplan import QueueCounts
+    from .sourcemetrics import BatchMetrics, summarize_stream_metrics
     from .spark import register_data_sources, spark_session
 
 

@@ -31,6 +31,7 @@ from .keygroups import validate_layout
 from .planning import ReadPlan, SplitPlan, balance_splits
 from .prekeyed import KEY_METADATA
 from .reader import output_schema
+from .sourcemetrics import BatchMetrics, offsets_behind, progress_metrics
 from .spark import register_data_sources, task_slots
 from .writer import DEFAULT_FRAME_ROWS, ProducerTask, WriteOptions, commit_run
 
@@ -588,3 +589,56 @@ def read_shuffle_stream(
     for c in layout.key:
         df = df.withMetadata(c, tag)
     return df
+
+
+def stream_metrics(query: Any) -> list[BatchMetrics]:
+    """Per micro-batch metrics of this project's streaming sources in ``query``.
+
+    From the query's recent progress reports (Spark keeps the last
+    ``spark.sql.streaming.numRecentProgressUpdates``, 100 by default): records, offsets
+    behind latest (min / max / avg over partitions, as Spark's Kafka source reports them),
+    and what the source reported with its latest offset: for ``kafka-records``, offset
+    commits succeeded / failed and records lost so far; for ``kafka-shuffle``, the runs
+    each batch read and their bytes. See :mod:`orchestration.shuffle.sourcemetrics`;
+    :func:`summarize_stream_metrics` totals them (e.g. for Dagster metadata).
+
+    Example::
+
+        query = stream.writeStream.foreachBatch(f).trigger(availableNow=True).start()
+        query.awaitTermination()
+        context.add_output_metadata(summarize_stream_metrics(stream_metrics(query)))
+    """
+    import json
+
+    return progress_metrics([json.loads(p.json) for p in query.recentProgress])
+
+
+def group_offsets_behind(
+    kafka: Mapping[str, Any], group: str, topics: Sequence[str]
+) -> dict[str, Any]:
+    """How far consumer group ``group`` is behind the latest offsets of ``topics``: per
+    partition (``"topic/partition"``) and min / max / avg, from the offsets the group
+    committed (e.g. by a ``kafka-records`` read with ``commitOffsets``). A partition with no
+    committed offset counts from its earliest offset."""
+    from .records import bounds, committed_offsets, discover
+    from .recordsplan import Subscription
+
+    conf = client_config(kafka)
+    tps = discover(conf, Subscription(topics=tuple(topics)))
+    limits = bounds(conf, tps)
+    done = {tp: o for tp, o in committed_offsets(conf, group, tps).items() if o >= 0}
+    lows = {tp: lo for tp, (lo, _) in limits.items()}
+    latest = {tp: hi for tp, (_, hi) in limits.items()}
+    behind = offsets_behind(done, latest, lows)
+    out: dict[str, Any] = {
+        "partitions": {
+            f"{t}/{p}": max(0, latest[(t, p)] - done.get((t, p), lows[(t, p)])) for t, p in tps
+        }
+    }
+    if behind is not None:
+        out.update(
+            min_offsets_behind_latest=behind.min,
+            max_offsets_behind_latest=behind.max,
+            avg_offsets_behind_latest=behind.avg,
+        )
+    return out

@@ -56,6 +56,7 @@ from ._options import Options
 from .commitlog import Layout, schema_from_b64
 from .errors import ShuffleFormatError, ShuffleOptionError
 from .planning import PartitionRead, SplitPlan, merged_intervals, plan_splits, split_passes
+from .sourcemetrics import METRICS_KEY
 from .streamplan import StreamOffset, admit, starting_offset, stream_commits
 from .watermarks import WatermarkMerger
 
@@ -433,6 +434,7 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.batch = ShuffleReader(opts)
         self._target: int | None = None  # Trigger.AvailableNow: the log's end when it started
         self._last_read: tuple[int, list, int] | None = None  # (from, records, end offset)
+        self._planned: list = []  # the commits latestOffset() admitted last
 
     def _records(self, start: StreamOffset, needed_until: int | None = None) -> tuple[list, int]:
         """Commit-log records from ``start`` on. Planning a micro-batch reuses what
@@ -483,12 +485,22 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_runs=self.opts.max_runs if limited else None,
             max_rows=self.opts.max_rows if limited else None,
         )
+        self._planned = [c for off, c in commits if off < end.log]
         return end.to_dict()
 
     def reportLatestOffset(self) -> dict | None:
         from ._log_io import log_end
 
-        return {"log": log_end(self.opts.kafka, self.opts.topic)}
+        # Shown in the query's progress as ``latestOffset``. Spark asks for it right after
+        # latestOffset() planned a micro-batch: the runs planned are that batch's.
+        planned = self._planned
+        metrics = {
+            "topic": self.opts.topic,
+            "runs": [c.run_id for c in planned],
+            "rows": sum(c.rows for c in planned),
+            "bytes": sum(c.bytes for c in planned),
+        }
+        return {"log": log_end(self.opts.kafka, self.opts.topic), METRICS_KEY: metrics}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, stop = StreamOffset.from_dict(start), StreamOffset.from_dict(end)

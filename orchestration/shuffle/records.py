@@ -67,6 +67,7 @@ from .recordsplan import (
     resolve,
     split,
 )
+from .sourcemetrics import METRICS_KEY
 
 log = logging.getLogger(__name__)
 
@@ -393,7 +394,16 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return offsets_to_json(latest)
 
     def reportLatestOffset(self) -> dict | None:
-        return offsets_to_json(self._latest()[1])
+        # Shown in the query's progress as ``latestOffset``; the source's own metrics ride
+        # along (see orchestration.shuffle.sourcemetrics).
+        lows, latest = self._latest()
+        metrics: dict = {"earliest": offsets_to_json(lows)}
+        if self.opts.commit_offsets:
+            metrics["offset_commits_succeeded"] = self.counters.get("offset_commits_succeeded", 0)
+            metrics["offset_commits_failed"] = self.counters.get("offset_commits_failed", 0)
+        if not self.opts.fail_on_data_loss:
+            metrics["records_lost"] = self.counters.get("records_lost", 0)
+        return {**offsets_to_json(latest), METRICS_KEY: metrics}
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         begin, stop = offsets_from_json(start), offsets_from_json(end)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ._options import Options
 from .errors import ShuffleOptionError
+from .sourcemetrics import METRICS_KEY
 
 OWNER = "kafka-records"
 EARLIEST, LATEST = -2, -1
@@ -288,7 +289,12 @@ def offsets_to_json(offsets: Mapping[tuple[str, int], int]) -> dict:
 
 def offsets_from_json(d: Mapping) -> dict[tuple[str, int], int]:
     try:
-        return {(t, int(p)): int(o) for t, parts in d.items() for p, o in parts.items()}
+        return {
+            (t, int(p)): int(o)
+            for t, parts in d.items()
+            if t != METRICS_KEY  # metrics shown next to a reported offset, not an offset
+            for p, o in parts.items()
+        }
     except (AttributeError, TypeError, ValueError):
         raise ShuffleOptionError(
             f"{OWNER}: {d!r} is not a kafka-records offset; was the checkpoint written by "

@@ -392,6 +392,11 @@ def test_running_totals_equal_a_batch_computation_over_visible_runs(stack, spark
     md = second.result.asset_materializations_for_node(RUNNING_TOTALS)[0].metadata
     assert md["micro_batches"].value >= 1
     assert md["commit_records_behind"].value == 0
+    # Exactly the two new runs were read, and their bytes are those of their commits.
+    log = shuffle_log(stack["topic"], kafka=kafka_conf)
+    new_runs = [c for c in log.commits if c.run_id in set(md["runs_read"].value)]
+    assert [c.window for c in new_runs] == ["2013-01-06", D1]
+    assert md["bytes_read"].value == sum(c.bytes for c in new_runs)
     assert got() == expected()
 
 

@@ -7,7 +7,12 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartiti
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from pyspark.errors import StreamingQueryException
 
-from orchestration.shuffle import register_data_sources
+from orchestration.shuffle import (
+    group_offsets_behind,
+    register_data_sources,
+    stream_metrics,
+    summarize_stream_metrics,
+)
 from orchestration.shuffle.records import commit_group_offsets
 
 pytestmark = pytest.mark.integration
@@ -138,6 +143,49 @@ def test_commit_offsets_after_a_batch_read(spark, kafka_conf, known, unique):
     df = read(spark, kafka_conf, subscribe=known, commitOffsets="true", **{"kafka.group.id": group})
     assert df.count() == 2 * N
     assert group_offsets(kafka_conf, group, known) == {0: N, 1: N}
+
+
+def test_stream_metrics_and_group_offsets_behind(spark, kafka_conf, known, unique, tmp_path):
+    group = unique("rec-metrics")
+    # Nothing committed yet: the group is behind by every record.
+    before = group_offsets_behind(kafka_conf, group, [known])
+    assert before["partitions"] == {f"{known}/0": N, f"{known}/1": N}
+    assert before["max_offsets_behind_latest"] == N
+    register_data_sources(spark)
+    query = (
+        spark.readStream.format("kafka-records")
+        .option("kafka.bootstrap.servers", kafka_conf["bootstrap.servers"])
+        .options(subscribe=known, startingOffsets="earliest", maxOffsetsPerTrigger="80")
+        .options(commitOffsets="true", **{"kafka.group.id": group})
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    read = [m for m in stream_metrics(query) if m.records]
+    # 80 records per batch, split by lag: 40 per partition; behind = latest - batch end.
+    assert [m.records for m in read] == [80, 80, 40]
+    assert [(m.offsets_behind.min, m.offsets_behind.max) for m in read] == [
+        (60, 60),
+        (20, 20),
+        (0, 0),
+    ]
+    assert [m.topics for m in read] == [(known,)] * 3
+    # Offset commits so far, reported with each batch: the position each batch starts at.
+    assert [m.offset_commits_succeeded for m in read] == [1, 2, 3]
+    assert {m.offset_commits_failed for m in read} == {0}
+    assert {m.records_lost for m in read} == {None}  # failOnDataLoss is on: nothing skipped
+    summary = summarize_stream_metrics(stream_metrics(query))
+    assert summary["micro_batches"] == 3 and summary["records"] == 200
+    assert "bytes" not in summary  # not reported by kafka-records (no Spark hook for it)
+    # After the query, the group's committed position is the end: nothing behind.
+    deadline = time.monotonic() + 30
+    while group_offsets_behind(kafka_conf, group, [known])["max_offsets_behind_latest"] != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
 
 
 def stream(spark, kafka_conf, name, **options):

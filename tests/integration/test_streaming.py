@@ -8,6 +8,8 @@ from orchestration.shuffle import (
     ShuffleWriteError,
     apply_per_key,
     read_shuffle_stream,
+    stream_metrics,
+    summarize_stream_metrics,
     write_shuffle,
 )
 from orchestration.shuffle._testing import fail_write_attempts_below
@@ -27,8 +29,9 @@ def spec(topic):
     return ShuffleSpec(topic=topic, key="k", num_partitions=3, max_parallelism=12, event_time="ts")
 
 
-def run_available_now(spark, topic, kafka_conf, checkpoint, **kw):
-    """Runs the stream with Trigger.AvailableNow; returns one list of rows per micro-batch."""
+def run_available_now(spark, topic, kafka_conf, checkpoint, metrics=None, **kw):
+    """Runs the stream with Trigger.AvailableNow; returns one list of rows per micro-batch
+    (and extends ``metrics`` with the query's ``stream_metrics``)."""
     batches: list[list] = []
 
     def collect(df, batch_id):
@@ -43,6 +46,8 @@ def run_available_now(spark, topic, kafka_conf, checkpoint, **kw):
     )
     query.awaitTermination(180)
     assert query.exception() is None, query.exception()
+    if metrics is not None:
+        metrics.extend(stream_metrics(query))
     return [b for b in batches if b]
 
 
@@ -69,13 +74,30 @@ def test_restart_from_checkpoint_reads_every_run_once(spark, kafka_conf, unique,
 
 def test_max_runs_per_trigger_gives_one_run_per_batch(spark, kafka_conf, unique, tmp_path):
     topic = unique("st-limit")
-    runs = [
+    written = [
         write_shuffle(rows(spark, 40 * (i + 1), 100 * i), spec(topic), kafka=kafka_conf,
-                      window=f"w{i}").run_id
+                      window=f"w{i}")
         for i in range(3)
     ]  # fmt: skip
-    batches = run_available_now(spark, topic, kafka_conf, tmp_path / "one", max_runs_per_trigger=1)
+    runs = [w.run_id for w in written]
+    metrics: list = []
+    batches = run_available_now(
+        spark, topic, kafka_conf, tmp_path / "one", metrics, max_runs_per_trigger=1
+    )
     assert [{r[1] for r in b} for b in batches] == [{r} for r in runs]
+    # The query's progress says what each batch read and how far behind the log's end it was
+    # (in commit records: the two later commits, then one, then none).
+    read = [m for m in metrics if m.records]
+    assert [m.source for m in read] == ["kafka-shuffle"] * 3
+    assert [m.runs for m in read] == [(r,) for r in runs]
+    assert [m.records for m in read] == [40, 80, 120]
+    assert [m.bytes for m in read] == [w.bytes for w in written]
+    assert [m.offsets_behind.max for m in read] == [2, 1, 0]
+    assert [m.topics for m in read] == [(topic,)] * 3
+    summary = summarize_stream_metrics(metrics)
+    assert summary["micro_batches"] == 3 and summary["records"] == 240
+    assert summary["bytes"] == sum(w.bytes for w in written)
+    assert summary["max_offsets_behind_latest"] == 0
     # By rows: 40 + 80 fit in 130, then 120 alone.
     batches = run_available_now(
         spark, topic, kafka_conf, tmp_path / "rows", max_rows_per_trigger=130
