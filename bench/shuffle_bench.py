@@ -747,9 +747,13 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     for rows in (int(r) for r in rows_arg.split(",")):
         print(f"== {rows} rows, {repeat} run(s) of each phase", flush=True)
+        load_before = os.getloadavg()[0]
         report["sizes"][str(rows)] = run_size(
             spark, kafka, rows, repeat, args.partitions, args.max_parallelism, skip
         )
+        # Other work on the machine skews side-by-side ratios less than absolute times, but
+        # it shows: the 1-minute load average before and after the size's phases.
+        report["sizes"][str(rows)]["load_average"] = [load_before, os.getloadavg()[0]]
         report["memory_growth"] = memory_growth(report)
         out.write_text(json.dumps(report, indent=2))  # what is measured so far survives
     png = out.with_suffix(".png")
