@@ -33,7 +33,7 @@ and the targets, each against its own baseline:
   that day's whole pipeline (its write and the three consumers);
 - T8: a commit-sensor tick (``shuffle_commits_since`` from the cursor it kept, one new
   commit) on a shuffle of 30 committed windows vs one of 1; reading 1 of the 30 windows vs
-  all 30;
+  all 30, with the default parallelism and with ``parallelism="auto"``;
 - T9: the peak memory of a Python worker in each of our phases, the largest size against
   the smallest (meaningful with ``--no-worker-reuse``, which gives each task a fresh
   worker).
@@ -104,6 +104,8 @@ PHASES = (
     "tick_1_window",
     "read_1_of_30_windows",
     "read_30_windows",
+    "read_1_of_30_windows_auto",
+    "read_30_windows_auto",
     "kafka_perf_test",
     "reuse_three_consumers",
     "spark_three_consumers",
@@ -133,6 +135,8 @@ TARGETS = (
      "tick_30_windows", "tick_1_window", "ratio", 1.2),
     ("T8-read", "read 1 of 30 windows / all 30",
      "read_1_of_30_windows", "read_30_windows", "ratio", 0.1),
+    ("T8-read-auto", "read 1 of 30 windows / all 30, parallelism=auto",
+     "read_1_of_30_windows_auto", "read_30_windows_auto", "ratio", 0.1),
 )  # fmt: skip
 WINDOWS = 30
 TICKS = 15  # ticks timed per run (a tick takes milliseconds); their median is the run's time
@@ -514,6 +518,14 @@ class Fixtures:
         def read_all():
             noop(read_shuffle(spark, self.topic_30, kafka=kafka))
 
+        def read_one_auto():
+            noop(
+                read_shuffle(spark, self.topic_30, kafka=kafka, windows=["w07"], parallelism="auto")
+            )
+
+        def read_all_auto():
+            noop(read_shuffle(spark, self.topic_30, kafka=kafka, parallelism="auto"))
+
         def recover():
             our_gaps(spark, kafka, self.topic_30, ["w07"])
 
@@ -528,6 +540,7 @@ class Fixtures:
             ("tick_30_windows", lambda: self.tick(self.topic_30),
              "tick_1_window", lambda: self.tick(self.topic_1)),
             ("read_1_of_30_windows", read_one, "read_30_windows", read_all),
+            ("read_1_of_30_windows_auto", read_one_auto, "read_30_windows_auto", read_all_auto),
             ("recover_one_consumer", recover, "rerun_day_pipeline", rerun_day),
         ]  # fmt: skip
 
@@ -546,7 +559,13 @@ def run_size(
         rows,
         partitions,
         mp,
-        windows=not {"tick_30_windows", "read_1_of_30_windows", "recover_one_consumer"} <= skip,
+        windows=not {
+            "tick_30_windows",
+            "read_1_of_30_windows",
+            "read_1_of_30_windows_auto",
+            "recover_one_consumer",
+        }
+        <= skip,
     )
     results: dict[str, list[dict]] = {k: [] for k in PHASES}
     for i in range(repeat):

@@ -196,7 +196,7 @@ def read_plan(
     runs: list[str] | None = None,
     event_time_start: int | None = None,
     event_time_end: int | None = None,
-    parallelism: int | None = None,
+    parallelism: int | str | None = None,
 ) -> ReadPlan:
     """Plans a read from the commit log (read here unless given) and checks the data topic."""
     log = log if log is not None else read_log(kafka, topic)

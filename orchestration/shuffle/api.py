@@ -28,7 +28,7 @@ from .errors import (
     ShuffleWriteError,
 )
 from .keygroups import validate_layout
-from .planning import ReadPlan, SplitPlan, balance_splits
+from .planning import AUTO, ReadPlan, SplitPlan, balance_splits
 from .prekeyed import KEY_METADATA
 from .reader import output_schema
 from .sourcemetrics import BatchMetrics, offsets_behind, progress_metrics
@@ -298,7 +298,7 @@ class ShuffleRead:
         topic: str,
         kafka: Mapping[str, Any],
         plan: ReadPlan,
-        parallelism: int | None = None,
+        parallelism: int | str | None = None,
     ):
         self.spark = spark
         self.topic = topic
@@ -367,7 +367,7 @@ class ShuffleRead:
         aggs = agg.parse(aggregations, output_schema(self.layout, False), self.layout.key)
         splits = self.plan.splits
         slots = task_slots(self.spark)
-        if self.parallelism is None and slots:
+        if self.parallelism in (None, AUTO) and slots:
             layout = self.layout
             splits = balance_splits(splits, slots, layout.max_parallelism, layout.num_partitions)
         return self._reader(splits, aggregate=agg.to_json(aggs)).load()
@@ -390,7 +390,7 @@ def plan_shuffle_read(
     windows: Iterable[str] | None = None,
     runs: Iterable[str] | None = None,
     event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None = None,
-    parallelism: int | None = None,
+    parallelism: int | str | None = None,
     log: ShuffleLog | None = None,
 ) -> ShuffleRead:
     """Plans a read of a shuffle's committed runs from its commit log (arguments as for
@@ -418,7 +418,7 @@ def read_shuffle(
     windows: Iterable[str] | None = None,
     runs: Iterable[str] | None = None,
     event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None = None,
-    parallelism: int | None = None,
+    parallelism: int | str | None = None,
     with_metadata: bool = False,
     log: ShuffleLog | None = None,
 ) -> DataFrame:
@@ -437,7 +437,9 @@ def read_shuffle(
         runs: Only these runs (even superseded ones).
         event_time_range: ``(start, end)``: only rows with ``start <= event time < end``;
             either bound may be None.
-        parallelism: Spark partitions; default one per Kafka partition. See
+        parallelism: Spark partitions; default one per Kafka partition. ``"auto"``: the
+            same, but a small read merges whole contiguous partitions so that each task
+            reads about 500k rows or more (each task has a fixed cost). See
             :mod:`orchestration.shuffle.planning` for smaller and larger values.
         with_metadata: Add ``_partition``, ``_key_group``, ``_run_id``, ``_offset``,
             ``_window``.
@@ -474,7 +476,7 @@ def aggregate_shuffle(
     windows: Iterable[str] | None = None,
     runs: Iterable[str] | None = None,
     event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None = None,
-    parallelism: int | None = None,
+    parallelism: int | str | None = None,
     log: ShuffleLog | None = None,
 ) -> DataFrame:
     """Aggregates committed runs of a shuffle per key, inside the reader.
@@ -537,7 +539,7 @@ def read_shuffle_stream(
     starting_timestamp: dt.datetime | None = None,
     max_runs_per_trigger: int | None = None,
     max_rows_per_trigger: int | None = None,
-    parallelism: int | None = None,
+    parallelism: int | str | None = None,
     with_metadata: bool = False,
 ) -> DataFrame:
     """A streaming read of a shuffle: each micro-batch holds the runs committed since the

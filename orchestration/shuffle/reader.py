@@ -55,7 +55,14 @@ from ._log_io import read_plan
 from ._options import Options
 from .commitlog import Layout, schema_from_b64
 from .errors import ShuffleFormatError, ShuffleOptionError
-from .planning import PartitionRead, SplitPlan, merged_intervals, plan_splits, split_passes
+from .planning import (
+    AUTO,
+    PartitionRead,
+    SplitPlan,
+    merged_intervals,
+    plan_splits,
+    split_passes,
+)
 from .sourcemetrics import METRICS_KEY
 from .streamplan import StreamOffset, admit, starting_offset, stream_commits
 from .watermarks import WatermarkMerger
@@ -89,7 +96,11 @@ class ReadOptions:
         self.with_metadata = opts.flag("with_metadata")
         self.event_time_start = opts.integer("event_time_start", minimum=-(2**63))
         self.event_time_end = opts.integer("event_time_end", minimum=-(2**63))
-        self.parallelism = opts.integer("parallelism", minimum=1)
+        self.parallelism: int | str | None = (
+            AUTO
+            if (opts.text("parallelism") or "").lower() == AUTO
+            else opts.integer("parallelism", minimum=1)
+        )
         self.windows = opts.json_list("windows")
         self.runs = opts.json_list("runs")
         # Streaming options.

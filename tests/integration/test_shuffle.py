@@ -116,6 +116,25 @@ def test_any_parallelism_keeps_key_groups_whole(spark, kafka_conf, unique, paral
     assert back.count() == 3000
 
 
+def test_auto_parallelism_reads_a_small_read_in_fewer_tasks(spark, kafka_conf, unique):
+    topic = unique("sh-auto")
+    write_shuffle(rows_df(spark, 3000, keys=200), spec_for(topic), kafka=kafka_conf)
+    auto = read_shuffle(spark, topic, kafka=kafka_conf, parallelism="auto", with_metadata=True)
+    # 3,000 rows are far under a task's worth: one task reads the four partitions.
+    assert auto.rdd.getNumPartitions() == 1
+    default = read_shuffle(spark, topic, kafka=kafka_conf, with_metadata=True)
+    assert default.rdd.getNumPartitions() == 4
+    assert sorted(auto.collect()) == sorted(default.collect())
+    # The same by name, as a data source option.
+    by_name = (
+        spark.read.format("kafka-shuffle")
+        .options(topic=topic, parallelism="auto")
+        .option("kafka.bootstrap.servers", kafka_conf["bootstrap.servers"])
+        .load()
+    )
+    assert by_name.rdd.getNumPartitions() == 1 and by_name.count() == 3000
+
+
 def test_retried_task_is_read_exactly_once(spark, kafka_conf, unique):
     topic = unique("sh-retry")
     df = rows_df(spark, 4000).repartition(3)

@@ -5,6 +5,7 @@ from orchestration.shuffle.commitlog import Commit, Layout, PartitionRange
 from orchestration.shuffle.errors import ShuffleOptionError
 from orchestration.shuffle.keygroups import key_group_range
 from orchestration.shuffle.planning import (
+    AUTO_TASK_ROWS,
     Segment,
     SplitPlan,
     balance_splits,
@@ -146,3 +147,32 @@ def test_balanced_tasks_read_whole_partitions_and_share_rows_evenly():
     assert balance_splits(splits, 9, 16, 4) == splits
     one = balance_splits(splits, 1, 16, 4)
     assert len(one) == 1 and [r.partition for r in one[0].reads] == [0, 1, 2, 3]
+
+
+def sized(run, rows_per_partition):
+    """A commit with the given rows in each of LAYOUT's partitions that it touches."""
+    return Commit(
+        run, None, "x", ((0, 0),),
+        {p: PartitionRange(10 * p, 10 * p + 1, rows) for p, rows in rows_per_partition.items()},
+        0, 0, 0, None, None,
+    )  # fmt: skip
+
+
+def test_auto_parallelism_merges_whole_partitions_of_a_small_read():
+    # Under AUTO_TASK_ROWS in all: one task reading all four partitions, in order.
+    small = [sized("a", {0: 10, 1: 20, 2: 30, 3: 40})]
+    plans = plan_splits(LAYOUT, small, parallelism="auto")
+    assert [[r.partition for r in p.reads] for p in plans] == [[0, 1, 2, 3]]
+    assert all(r.full for r in plans[0].reads)
+    # Enough rows for two tasks: whole contiguous partitions, as parallelism=2 gives.
+    two = [sized("a", {0: AUTO_TASK_ROWS, 1: 1, 2: 1, 3: AUTO_TASK_ROWS // 2})]
+    assert plan_splits(LAYOUT, two, parallelism="auto") == plan_splits(LAYOUT, two, parallelism=2)
+    # A large read keeps one split per partition; never more splits than partitions.
+    big = [sized("a", {p: 3 * AUTO_TASK_ROWS for p in range(4)})]
+    assert plan_splits(LAYOUT, big, parallelism="auto") == plan_splits(LAYOUT, big)
+    # Commits without row counts: one split per partition (nothing to size by).
+    assert plan_splits(LAYOUT, COMMITS, parallelism="auto") == plan_splits(LAYOUT, COMMITS)
+    # Nothing to read: one empty split.
+    assert len(plan_splits(LAYOUT, [], parallelism="auto")) == 1
+    with pytest.raises(ShuffleOptionError, match="positive integer or 'auto'"):
+        plan_splits(LAYOUT, small, parallelism="fast")
