@@ -139,7 +139,7 @@ TARGETS = (
      "read_1_of_30_windows_auto", "read_30_windows_auto", "ratio", 0.1),
 )  # fmt: skip
 WINDOWS = 30
-TICKS = 15  # ticks timed per run (a tick takes milliseconds); their median is the run's time
+TICKS = 50  # ticks timed per run (a tick takes milliseconds); their median is the run's time
 BASELINE_JARS = (
     "spark-sql-kafka-0-10_2.13",
     "spark-token-provider-kafka-0-10_2.13",
