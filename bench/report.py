@@ -11,6 +11,7 @@ Run::
     python bench/report.py                      # results.json -> README.md
     python bench/report.py --check              # exit 1 if README.md is not up to date
     python bench/report.py --results a.json b.json --chart .local/bench/results.png
+    python bench/report.py --results a.json --memory no-reuse.json
 """
 
 from __future__ import annotations
@@ -181,14 +182,16 @@ def merge(reports: list[dict]) -> dict:
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 
 
-def render(readme: str, report: dict) -> str:
+def render(readme: str, report: dict, memory: dict | None = None) -> str:
+    """``readme`` with each table between its markers replaced; the memory table (and T9)
+    from ``memory`` when given (a run with ``--no-worker-reuse``), else from ``report``."""
     for name, make in TABLES.items():
         pattern = re.compile(
             rf"(<!-- bench:{name}:start -->\n).*?(<!-- bench:{name}:end -->)", re.DOTALL
         )
         if not pattern.search(readme):
             raise SystemExit(f"README has no <!-- bench:{name}:start/end --> markers")
-        table = make(report)
+        table = make(memory if name == "memory" and memory is not None else report)
         readme = pattern.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2), readme)
     return readme
 
@@ -200,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=[str(ROOT / ".local" / "bench" / "results.json")],
         help="results files; several are merged (a later file adds phases and sizes)",
+    )
+    parser.add_argument(
+        "--memory",
+        nargs="+",
+        help="results for the memory table and T9 (a --no-worker-reuse run); default --results",
     )
     parser.add_argument("--readme", default=str(ROOT / "README.md"))
     parser.add_argument("--chart", help="also draw the targets chart (PNG) of the merged results")
@@ -213,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         chart(report, Path(args.chart))
     readme = Path(args.readme)
     before = readme.read_text()
-    after = render(before, report)
+    memory = merge([json.loads(Path(p).read_text()) for p in args.memory]) if args.memory else None
+    after = render(before, report, memory)
     if args.check:
         return 0 if after == before else 1
     readme.write_text(after)
