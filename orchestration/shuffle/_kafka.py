@@ -180,15 +180,25 @@ def metadata(
     logged = _ClientLog()
     conf = client_config(kafka, error_cb=seen.append, logger=logged.logger)
     admin = AdminClient(conf)
-    try:
-        return admin.list_topics(topic=topic, timeout=timeout)
-    except KafkaException as exc:
-        admin.poll(0)  # serves the error and log callbacks: why the connection failed
-        why = _why(seen, logged.lines, conf) or (exc.args[0] if exc.args else exc)
-        raise ShuffleConnectionError(
-            f"cannot reach Kafka at bootstrap.servers={conf['bootstrap.servers']!r}{what} "
-            f"within {timeout:.0f}s: {why}"
-        ) from None
+    deadline = time.monotonic() + timeout
+    # Asked in short steps: a refusal that waiting cannot cure (authentication, TLS, a
+    # PLAINTEXT client at a TLS listener) is reported at once rather than at the timeout.
+    while True:
+        try:
+            return admin.list_topics(
+                topic=topic, timeout=max(0.05, min(1.0, deadline - time.monotonic()))
+            )
+        except KafkaException as exc:
+            admin.poll(0)  # serves the error and log callbacks: why the connection failed
+            fatal = _refusal(seen, logged.lines, conf)
+            if fatal is None and time.monotonic() < deadline:
+                continue
+            why = fatal or _why(seen, logged.lines, conf) or (exc.args[0] if exc.args else exc)
+            waited = "" if fatal else f" within {timeout:.0f}s"
+            raise ShuffleConnectionError(
+                f"cannot reach Kafka at bootstrap.servers={conf['bootstrap.servers']!r}{what}"
+                f"{waited}: {why}"
+            ) from None
 
 
 class _ClientLog(logging.Handler):
@@ -206,8 +216,9 @@ class _ClientLog(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def _why(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) -> str | None:
-    """The most telling of the errors the client reported while connecting."""
+def _refusal(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) -> str | None:
+    """Why the brokers refuse this client, when waiting cannot change it: authentication,
+    TLS, or a PLAINTEXT client at a TLS listener."""
     for err in errors:
         if err.code() == KafkaError._AUTHENTICATION:
             return f"authentication failed: {err.str()}"
@@ -225,6 +236,14 @@ def _why(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) ->
                 if protocol == "plaintext"
                 else line
             )
+    return None
+
+
+def _why(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) -> str | None:
+    """The most telling of the errors the client reported while connecting."""
+    refusal = _refusal(errors, lines, conf)
+    if refusal is not None:
+        return refusal
     telling = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
     return (telling or errors)[-1].str() if errors else None
 

@@ -396,6 +396,9 @@ def plan_shuffle_read(
     """Plans a read of a shuffle's committed runs from its commit log (arguments as for
     :func:`read_shuffle`)."""
     conf = client_config(kafka)
+    if log is None:
+        # A refused client (authentication, TLS) is told so at once, not after a timeout.
+        check_reachable(conf)
     start_us, end_us = _micros_range(event_time_range)
     plan = read_plan(
         conf,

@@ -64,7 +64,7 @@ def refused_quickly(call, *match):
         call()
     took = time.monotonic() - started
     text = str(failure.value)
-    assert took < 20, (took, text)
+    assert took < 5, (took, text)
     for m in match:
         assert m in text, text
     return text
