@@ -50,9 +50,19 @@ _PARQUET = "org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat
 _ATTRIBUTE = f"{_CATALYST}.expressions.AttributeReference"
 
 # Reader options that only choose which files are listed (Spark lists them; we read that
-# list) or that are checked below. Any other option may change how rows are read.
-_LISTING_OPTIONS = frozenset(
-    {"path", "paths", "pathglobfilter", "recursivefilelookup", "modifiedbefore", "modifiedafter"}
+# list) or that are checked below (the rebase modes). Any other option may change how rows
+# are read.
+_ALLOWED_OPTIONS = frozenset(
+    {
+        "path",
+        "paths",
+        "pathglobfilter",
+        "recursivefilelookup",
+        "modifiedbefore",
+        "modifiedafter",
+        "datetimerebasemode",
+        "int96rebasemode",
+    }
 )
 
 # Spark settings under which Spark reads a file differently from pyarrow.
@@ -359,7 +369,7 @@ def plan_columnar(
     for k, v in options.items():
         if k == "mergeschema" and v.lower() == "false":
             continue
-        if k not in _LISTING_OPTIONS:
+        if k not in _ALLOWED_OPTIONS:
             raise ColumnarUnavailable(f"the scan sets reader option {k}={v}")
     for k, refused in _REFUSED_SETTINGS.items():
         if _conf(spark, k, "false").lower() == refused:

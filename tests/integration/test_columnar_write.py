@@ -152,6 +152,8 @@ def test_columnar_true_on_something_else_names_why(spark, kafka_conf, unique, tm
         (src.selectExpr("upper(k) as k", "ts"), "computes upper"),
         (src.repartition(2), "Repartition"),
         (spark.read.parquet(str(part)), "partition columns"),
+        (spark.read.option("mergeSchema", "true").parquet(str(tmp_path / "src")), "mergeschema"),
+        (spark.read.option("datetimeRebaseMode", "LEGACY").parquet(str(tmp_path / "src")), None),
         (src.select("x", "ts", "k"), None),  # a double key: fine
         (src.selectExpr("k", "cast(dec as decimal(30, 2)) as big", "ts"), "computes"),
     ]
@@ -222,3 +224,30 @@ def test_empty_scan_commits_an_empty_run(spark, kafka_conf, unique, tmp_path):
     df = to_parquet(spark, wide_df(spark, 100), tmp_path / "src").where("id < 0")
     res = write_shuffle(df, spec_for(unique("sh-col-empty")), kafka=kafka_conf, columnar=True)
     assert res.path == "columnar" and res.rows == 0
+
+
+def test_files_written_by_another_writer(spark, kafka_conf, unique, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "pyarrow"
+    folder.mkdir()
+    for f in range(2):
+        ids = range(f * 1000, (f + 1) * 1000)
+        table = pa.table(
+            {
+                "k": pa.array([f"k{i % 37}" for i in ids], pa.large_string()),
+                "id": pa.array(ids, pa.int64()),
+                "ts": pa.array([START * 1000 + i * 1001 for i in ids], pa.timestamp("ms", "UTC")),
+                "day": pa.array([i % 500 for i in ids], pa.int32()).cast(pa.date32()),
+            }
+        )
+        pq.write_table(table, str(folder / f"part-{f}.parquet"), row_group_size=300)
+    df = spark.read.parquet(str(folder))
+    results, rows = write_both_ways(spark, kafka_conf, unique, df, key=("k", "day"))
+    assert set(results) == {"columnar", "rows"}
+    assert same_rows(rows["columnar"], rows["rows"]) and len(rows["rows"]) == 2000
+    # Files from other writers follow the session's rebase mode: LEGACY is left to Spark.
+    with spark_conf(spark, spark__sql__parquet__datetimeRebaseModeInRead="LEGACY"):
+        with pytest.raises(ShuffleOptionError, match="datetime rebasing is LEGACY"):
+            write_shuffle(df, spec_for(unique("sh-legacy")), kafka=kafka_conf, columnar=True)
