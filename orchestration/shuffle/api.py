@@ -184,8 +184,9 @@ def write_shuffle(
     Rows reach the producer tasks one of two ways (``WriteResult.path``):
 
     - ``"columnar"``: ``df`` is a plain scan of Parquet files on a local file system
-      (optionally a selection of its columns, optionally filtered by comparisons,
-      ``IS [NOT] NULL``, ``IN``, ``AND``, ``OR`` and ``NOT`` of a column and literals),
+      (Hive-style partition directories included; optionally a selection of its columns,
+      optionally filtered by comparisons, ``IS [NOT] NULL``, ``IN``, ``AND``, ``OR`` and
+      ``NOT`` of a column and literals, or by any condition on partition columns alone),
       with key columns of a type hashed in Arrow (booleans, integers, dates, timestamps,
       floating point, strings, binary, decimals up to 18 digits). Each task reads its
       share of the files' row groups with pyarrow and computes key groups in numpy, so the

@@ -1,7 +1,9 @@
 """The columnar write path: a Parquet scan written without Spark's rows.
 
 When the DataFrame to write is a plain scan of Parquet files (optionally projected to plain
-columns and filtered by predicates that translate exactly), the producer tasks read their
+columns and filtered by predicates that translate exactly; Hive-style partition columns
+are taken from the directory names, and conditions on them alone prune directories as
+Spark's own listing does), the producer tasks read their
 share of the files' row groups with pyarrow and compute key groups with
 :mod:`orchestration.shuffle.vhash`, so the rows never become JVM rows and the JVM's row to
 Arrow conversion of ``mapInArrow`` (most of a write's time) is skipped. The tasks still
@@ -11,8 +13,8 @@ the run visible, so exactly-once is the same as on the row path.
 :func:`plan_columnar` inspects the optimized logical plan on the driver and reads the
 files' footers. It is conservative: anything it cannot prove reads the same rows with the
 same values (another node in the plan, a computed column, a filter it cannot translate
-exactly, partition columns, a non-local file, a Spark option that changes how files are
-read, a file whose column types differ, legacy date rebasing) raises
+exactly, a non-local file, a Spark option that changes how files are read, a file whose
+column types differ, legacy date rebasing) raises
 :class:`ColumnarUnavailable` with the reason, and the write takes the row path.
 """
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -247,11 +248,12 @@ class _Translator:
         raise self.refuse(e)
 
 
-def _local_path(uri: str) -> str:
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme != "file":
-        raise ColumnarUnavailable(f"file {uri} is not on a local file system (file:)")
-    return urllib.parse.unquote(parsed.path)
+def _local_path(jpath: Any) -> str:
+    """The local file of a Hadoop ``Path``, or a refusal for any other file system."""
+    uri = jpath.toUri()
+    if uri.getScheme() != "file":
+        raise ColumnarUnavailable(f"file {jpath.toString()} is not on a local file system (file:)")
+    return str(uri.getPath())
 
 
 def _spark_version(md: dict[bytes, bytes]) -> tuple[int, ...] | None:
@@ -320,6 +322,91 @@ def _default_tasks(df: DataFrame) -> int:
         return max(1, int(df.sparkSession.sparkContext.defaultParallelism))
 
 
+def _walk(jdf: Any) -> tuple[Any, Any, list[Any]]:
+    """The optimized plan's top node, its relation node and its filter conditions."""
+    node = top = jdf.queryExecution().optimizedPlan()
+    conditions = []
+    while _class(node) in (_PROJECT, _FILTER):
+        if _class(node) == _PROJECT:
+            for e in _seq(node.projectList()):
+                if _class(e) != _ATTRIBUTE:
+                    raise ColumnarUnavailable(f"not a plain Parquet scan: it computes {e.sql()}")
+        else:
+            conditions.append(node.condition())
+        node = node.child()
+    if _class(node) != _LOGICAL_RELATION:
+        name = node.getClass().getSimpleName()
+        raise ColumnarUnavailable(f"not a plain Parquet scan: its plan has a node {name}")
+    relation = node.relation()
+    if _class(relation) != _FS_RELATION:
+        raise ColumnarUnavailable("not a plain Parquet scan: not a file relation")
+    if _class(relation.fileFormat()) != _PARQUET:
+        fmt = relation.fileFormat().getClass().getSimpleName()
+        raise ColumnarUnavailable(f"not a Parquet scan: the files are read as {fmt}")
+    return top, node, conditions
+
+
+def _check_settings(spark: Any, options: dict[str, str]) -> None:
+    for k, v in options.items():
+        if k == "mergeschema" and v.lower() == "false":
+            continue
+        if k not in _ALLOWED_OPTIONS:
+            raise ColumnarUnavailable(f"the scan sets reader option {k}={v}")
+    for k, refused in _REFUSED_SETTINGS.items():
+        if _conf(spark, k, "false").lower() == refused:
+            raise ColumnarUnavailable(f"Spark setting {k} is {refused}")
+
+
+def _conjuncts(e: Any) -> list[Any]:
+    if e.getClass().getSimpleName() == "And":
+        return _conjuncts(e.left()) + _conjuncts(e.right())
+    return [e]
+
+
+def _partition_value(v: Any, sql: str, column: str) -> Any:
+    if v is None:
+        return None
+    if sql == "STRING":
+        return str(v.toString())
+    if sql.startswith("DECIMAL("):
+        return decimal.Decimal(str(v.toString()))
+    if sql in ("DOUBLE", "FLOAT"):
+        return float(v)
+    if isinstance(v, bool | int):
+        return v
+    raise ColumnarUnavailable(f"partition column {column!r} has type {sql.lower()}")
+
+
+def _list_files(
+    spark: Any, relation: Any, partition_filters: list[Any]
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The files Spark reads, with their partition values, pruned as Spark prunes them."""
+    jvm = spark._jvm
+    converters = jvm.scala.jdk.javaapi.CollectionConverters
+
+    def scala_seq(items: list[Any]) -> Any:
+        java = jvm.java.util.ArrayList()
+        for item in items:
+            java.add(item)
+        return converters.asScala(java).toSeq()
+
+    fields = list(relation.partitionSchema().fields())
+    files = []
+    for directory in _seq(
+        relation.location().listFiles(scala_seq(partition_filters), scala_seq([]))
+    ):
+        row = directory.values()
+        values = tuple(
+            None
+            if row.isNullAt(i)
+            else _partition_value(row.get(i, f.dataType()), f.dataType().sql(), f.name())
+            for i, f in enumerate(fields)
+        )
+        for status in _seq(directory.files()):
+            files.append((_local_path(status.getPath()), values))
+    return files
+
+
 def plan_columnar(
     df: DataFrame, schema: pa.Schema, key: Sequence[str], tasks: int | None = None
 ) -> ColumnarPlan:
@@ -339,49 +426,21 @@ def plan_columnar(
     if jdf is None:
         raise ColumnarUnavailable("the DataFrame is not a classic (non-Connect) Spark one")
     spark = df.sparkSession
-    node = jdf.queryExecution().optimizedPlan()
-    top = node
-    conditions = []
-    while _class(node) in (_PROJECT, _FILTER):
-        if _class(node) == _PROJECT:
-            for e in _seq(node.projectList()):
-                if _class(e) != _ATTRIBUTE:
-                    raise ColumnarUnavailable(f"not a plain Parquet scan: it computes {e.sql()}")
-        else:
-            conditions.append(node.condition())
-        node = node.child()
-    if _class(node) != _LOGICAL_RELATION:
-        name = node.getClass().getSimpleName()
-        raise ColumnarUnavailable(f"not a plain Parquet scan: the plan has a {name} node")
+    top, node, conditions = _walk(jdf)
     relation = node.relation()
-    if _class(relation) != _FS_RELATION:
-        raise ColumnarUnavailable("not a plain Parquet scan: not a file relation")
-    if _class(relation.fileFormat()) != _PARQUET:
-        fmt = relation.fileFormat().getClass().getSimpleName()
-        raise ColumnarUnavailable(f"not a Parquet scan: the files are read as {fmt}")
-    if relation.partitionSchema().length():
-        raise ColumnarUnavailable(
-            "the scan has partition columns "
-            f"({relation.partitionSchema().simpleString()}), which the columnar path "
-            "does not read"
-        )
     options = {str(k).lower(): str(v) for k, v in _java_map(spark, relation.options()).items()}
-    for k, v in options.items():
-        if k == "mergeschema" and v.lower() == "false":
-            continue
-        if k not in _ALLOWED_OPTIONS:
-            raise ColumnarUnavailable(f"the scan sets reader option {k}={v}")
-    for k, refused in _REFUSED_SETTINGS.items():
-        if _conf(spark, k, "false").lower() == refused:
-            raise ColumnarUnavailable(f"Spark setting {k} is {refused}")
+    _check_settings(spark, options)
     case_sensitive = _conf(spark, "spark.sql.caseSensitive", "false").lower() == "true"
 
-    data_fields = set(relation.dataSchema().fieldNames())
+    data_fields = list(relation.dataSchema().fieldNames())
+    partition_fields = list(relation.partitionSchema().fieldNames())
+    if {n.lower() for n in data_fields} & {n.lower() for n in partition_fields}:
+        raise ColumnarUnavailable("a column is both in the files and a partition column")
     names: dict[int, str] = {}
     sql_types: dict[int, str] = {}
     spark_types: dict[str, Any] = {}
     for a in _seq(node.output()):
-        if a.name() in data_fields:
+        if a.name() in data_fields or a.name() in partition_fields:
             names[a.exprId().id()] = a.name()
             sql_types[a.exprId().id()] = a.dataType().sql()
             spark_types[a.name()] = a.dataType()
@@ -400,9 +459,18 @@ def plan_columnar(
     if sorted(out for _, out in output) != sorted(schema.names):
         raise ColumnarUnavailable("the DataFrame's columns are not the shuffle's")
 
+    # Conjuncts on partition columns alone select directories: Spark's listing prunes them
+    # exactly, as its scan does, so they need no translation. The tasks apply the rest.
+    partition_ids = {eid for eid, n in names.items() if n in partition_fields}
+    partition_filters, row_filters = [], []
+    for cond in conditions:
+        for c in _conjuncts(cond):
+            refs = {a.exprId().id() for a in _seq(c.references().toSeq())}
+            prunes = refs and refs <= partition_ids and c.deterministic()
+            (partition_filters if prunes and not _has_subquery(spark, c) else row_filters).append(c)
     translator = _Translator(spark, names, sql_types)
     predicate: Predicate | None = None
-    for cond in conditions:
+    for cond in row_filters:
         p = translator.translate(cond)
         predicate = p if predicate is None else ("and", predicate, p)
 
@@ -417,6 +485,10 @@ def plan_columnar(
                 t = pa.timestamp(t.unit, tz="UTC")
             types[name] = t
             columns.append(ScanColumn(name, t))
+    file_columns = [c for c in columns if c.name not in partition_fields]
+
+    files = _list_files(spark, relation, partition_filters)
+    read_partitions = [n for n in partition_fields if n in types]
 
     modes = {
         "datetime": options.get("datetimerebasemode")
@@ -426,27 +498,32 @@ def plan_columnar(
     }
     modes = {k: v.upper() for k, v in modes.items()}
     has_datetimes = any(
-        pa.types.is_timestamp(c.arrow_type) or pa.types.is_date(c.arrow_type) for c in columns
+        pa.types.is_timestamp(c.arrow_type) or pa.types.is_date(c.arrow_type) for c in file_columns
     )
     key_sources = {src for src, out in output if out in key}
 
     pieces: list[Piece] = []
     file_names: dict[str, dict[str, str]] = {}
+    partition_values: dict[str, tuple[Any, ...]] = {}
     nulls_ruled_out = True
-    for uri in df.inputFiles():
-        path = _local_path(uri)
+    for path, values in files:
+        by_name = dict(zip(partition_fields, values, strict=True))
+        if read_partitions:
+            partition_values[path] = tuple(by_name[n] for n in read_partitions)
+        if any(by_name[k] is None for k in key_sources if k in by_name):
+            nulls_ruled_out = False
         with pq.ParquetFile(path, coerce_int96_timestamp_unit="us") as pf:
             md = pf.metadata
             if has_datetimes:
                 reason = _rebase_reason(path, md.metadata or {}, modes)
                 if reason:
                     raise ColumnarUnavailable(reason)
-            in_file = _file_columns(path, pf, columns, case_sensitive)
+            in_file = _file_columns(path, pf, file_columns, case_sensitive)
             renamed = {k: v for k, v in in_file.items() if k != v}
             if renamed:
                 file_names[path] = renamed
             wanted = set(in_file.values())
-            keys_in_file = {in_file[k] for k in key_sources}
+            keys_in_file = {in_file[k] for k in key_sources if k in in_file}
             for rg in range(md.num_row_groups):
                 meta = md.row_group(rg)
                 weight = 0
@@ -469,12 +546,22 @@ def plan_columnar(
         output=tuple(output),
         predicate=predicate,
         file_names=file_names,
+        partition_columns=tuple(read_partitions),
+        partition_values=partition_values,
     )
     return ColumnarPlan(
         scan=scan,
         assignments=tuple(tuple(pieces[i] for i in b) for b in bins),
         nulls_ruled_out=nulls_ruled_out,
     )
+
+
+def _has_subquery(spark: Any, expr: Any) -> bool:
+    try:
+        subquery = spark._jvm.org.apache.spark.sql.catalyst.expressions.SubqueryExpression
+        return bool(subquery.hasSubquery(expr))
+    except Exception:  # noqa: BLE001 - cannot tell: treat it as one
+        return True
 
 
 def _java_map(spark: Any, scala_map: Any) -> dict:

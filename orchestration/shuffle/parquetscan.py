@@ -76,12 +76,17 @@ class ParquetScan:
         predicate: The filter's tree, or None.
         file_names: Per file, the file's own name of a column where it differs in case
             from the relation's (Spark matches names case-insensitively by default).
+        partition_columns: Columns read from the directory names (``day=...``), not from
+            the files.
+        partition_values: Per file, its values of ``partition_columns``.
     """
 
     columns: tuple[ScanColumn, ...]
     output: tuple[tuple[str, str], ...]
     predicate: Predicate | None = None
     file_names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    partition_columns: tuple[str, ...] = ()
+    partition_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def output_schema(self) -> pa.Schema:
         types = {c.name: c.arrow_type for c in self.columns}
@@ -210,29 +215,28 @@ def read_pieces(
     types = {c.name: c.arrow_type for c in scan.columns}
     predicate = None if scan.predicate is None else to_expression(scan.predicate, types)
     schema = scan.output_schema()
+    from_files = [c for c in scan.columns if c.name not in scan.partition_columns]
     by_file: dict[str, list[int]] = {}
     for p in pieces:
         by_file.setdefault(p.path, []).append(p.row_group)
     for path, row_groups in by_file.items():
         renames = scan.file_names.get(path, {})
-        names = [renames.get(c.name, c.name) for c in scan.columns]
+        names = [renames.get(c.name, c.name) for c in from_files]
+        constants = {
+            name: _scalar(value, types[name]) if value is not None else pa.scalar(None, types[name])
+            for name, value in zip(
+                scan.partition_columns, scan.partition_values.get(path, ()), strict=True
+            )
+        }
         pf = pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
         try:
-            batches = pf.iter_batches(
-                batch_size=batch_rows,
-                row_groups=sorted(row_groups),
-                columns=names,
-                # A Spark task has one core: no extra threads behind its back.
-                use_threads=False,
-            )
-            for raw in batches:
-                columns = [
-                    raw.column(n).cast(c.arrow_type)
-                    if not raw.column(n).type.equals(c.arrow_type)
-                    else raw.column(n)
-                    for n, c in zip(names, scan.columns, strict=True)
-                ]
-                batch = pa.RecordBatch.from_arrays(columns, names=[c.name for c in scan.columns])
+            for n, arrays in _read_file(pf, sorted(row_groups), names, from_files, batch_rows):
+                columns = dict(zip([c.name for c in from_files], arrays, strict=True))
+                for name, value in constants.items():
+                    columns[name] = pa.repeat(value, n)
+                batch = pa.RecordBatch.from_arrays(
+                    [columns[c.name] for c in scan.columns], names=[c.name for c in scan.columns]
+                )
                 if predicate is not None:
                     batch = batch.filter(predicate)
                     if not batch.num_rows:
@@ -242,3 +246,33 @@ def read_pieces(
                 )
         finally:
             pf.close()
+
+
+def _read_file(
+    pf: pq.ParquetFile,
+    row_groups: list[int],
+    names: list[str],
+    columns: Sequence[ScanColumn],
+    batch_rows: int,
+) -> Iterator[tuple[int, list[pa.Array]]]:
+    """Batches of a file's row groups: (rows, the columns cast to the scan's types)."""
+    if not names:
+        # Only partition columns are read: the row counts are all the file gives.
+        for rg in row_groups:
+            rows = pf.metadata.row_group(rg).num_rows
+            for start in range(0, rows, batch_rows):
+                yield min(batch_rows, rows - start), []
+        return
+    batches = pf.iter_batches(
+        batch_size=batch_rows,
+        row_groups=row_groups,
+        columns=names,
+        # A Spark task has one core: no extra threads behind its back.
+        use_threads=False,
+    )
+    for raw in batches:
+        arrays = []
+        for name, c in zip(names, columns, strict=True):
+            arr = raw.column(name)
+            arrays.append(arr if arr.type.equals(c.arrow_type) else arr.cast(c.arrow_type))
+        yield raw.num_rows, arrays

@@ -145,17 +145,16 @@ def test_untranslatable_filters_fall_back(spark, kafka_conf, unique, tmp_path, w
 
 def test_columnar_true_on_something_else_names_why(spark, kafka_conf, unique, tmp_path):
     src = to_parquet(spark, wide_df(spark, 500), tmp_path / "src")
-    part = tmp_path / "parts"
-    wide_df(spark, 500).write.partitionBy("b").parquet(str(part))
     cases = [
         (wide_df(spark, 500), "not a plain Parquet scan"),
         (src.selectExpr("upper(k) as k", "ts"), "computes upper"),
         (src.repartition(2), "Repartition"),
-        (spark.read.parquet(str(part)), "partition columns"),
+        (src.join(src.select("id"), "id").select("k", "ts"), "Join"),
         (spark.read.option("mergeSchema", "true").parquet(str(tmp_path / "src")), "mergeschema"),
         (spark.read.option("datetimeRebaseMode", "LEGACY").parquet(str(tmp_path / "src")), None),
         (src.select("x", "ts", "k"), None),  # a double key: fine
         (src.selectExpr("k", "cast(dec as decimal(30, 2)) as big", "ts"), "computes"),
+        (src.select("k", "ts", "id").cache(), "InMemoryRelation"),
     ]
     for df, reason in cases:
         topic = unique("sh-why")
@@ -168,6 +167,7 @@ def test_columnar_true_on_something_else_names_why(spark, kafka_conf, unique, tm
             write_shuffle(df, spec_for(topic, key), kafka=kafka_conf, columnar=True)
         assert topic in str(err.value) and "columnar=True" in str(err.value)
         assert write_shuffle(df, spec_for(topic, key), kafka=kafka_conf).path == "rows"
+    cases[-1][0].unpersist()
 
 
 def test_key_types_that_cannot_be_hashed_in_arrow_fall_back(spark, tmp_path):
@@ -251,3 +251,29 @@ def test_files_written_by_another_writer(spark, kafka_conf, unique, tmp_path):
     with spark_conf(spark, spark__sql__parquet__datetimeRebaseModeInRead="LEGACY"):
         with pytest.raises(ShuffleOptionError, match="datetime rebasing is LEGACY"):
             write_shuffle(df, spec_for(unique("sh-legacy")), kafka=kafka_conf, columnar=True)
+
+
+def test_hive_partitioned_files(spark, kafka_conf, unique, tmp_path):
+    folder = str(tmp_path / "by_day")
+    rows = wide_df(spark, 5000)
+    rows.withColumn("day", (rows.id % 4).cast("int")).write.partitionBy("day", "maybe").parquet(
+        folder
+    )
+    src = spark.read.parquet(folder)  # day int and maybe int (with nulls) from the paths
+    assert src.columns[-2:] == ["day", "maybe"]
+    cases = [
+        (src, ("k", "day")),
+        (src.select("maybe", "ts", "day", "id").where("maybe is not null"), ("maybe",)),
+        # A condition on partition columns alone prunes directories, translated or not.
+        (
+            src.where("cast(day as string) like '1%' and id > 100").select("k", "ts", "day"),
+            ("day",),
+        ),
+        (src.where("day in (0, 3) or maybe = 2").select("k", "ts", "maybe"), ("k",)),
+        (src.select("day", "ts").where("day = 2"), ("day",)),  # only partition columns
+    ]
+    for df, key in cases:
+        results, rows = write_both_ways(spark, kafka_conf, unique, df, key=key)
+        assert set(results) == {"columnar", "rows"}, df.columns
+        assert same_rows(rows["columnar"], rows["rows"])
+        assert results["columnar"].rows == df.count()
