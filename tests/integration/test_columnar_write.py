@@ -10,11 +10,15 @@ from orchestration.shuffle import (
     ShuffleKeyError,
     ShuffleOptionError,
     ShuffleSpec,
+    ShuffleWriteError,
     read_shuffle,
+    shuffle_log,
     write_shuffle,
 )
+from orchestration.shuffle._kafka import consumer, end_offsets, read_range
 from orchestration.shuffle._testing import fail_write_attempts_below
 from orchestration.shuffle.columnar import ColumnarUnavailable, plan_columnar
+from orchestration.shuffle.frames import FrameType, decode
 
 pytestmark = pytest.mark.integration
 
@@ -206,9 +210,24 @@ def test_failed_attempts_stay_invisible(spark, kafka_conf, unique, tmp_path):
             df, spec_for(topic), kafka=kafka_conf, window="d1", frame_rows=300, columnar=True
         )
     assert res.path == "columnar"
-    assert {a for _, a in res.commit.tasks} == {1}
+    assert len(res.commit.tasks) == 2 and {a for _, a in res.commit.tasks} == {1}
+    # The failed attempts' DATA frames are in the topic...
+    failed_frames = 0
+    with consumer(kafka_conf) as c:
+        for p, (lo, hi) in enumerate(end_offsets(kafka_conf, topic, 4)):
+            for m in read_range(c, topic, p, lo, hi):
+                h = decode(m.value()).header
+                if h.run_id == res.run_id and h.attempt == 0 and h.type is FrameType.DATA:
+                    failed_frames += 1
+    assert failed_frames >= 2  # at least one per task
+    # ...but a reader sees every row exactly once.
     back = read_shuffle(spark, topic, kafka=kafka_conf).select("id").collect()
     assert sorted(r.id for r in back) == list(range(4000))
+    # A run whose every attempt fails is never committed, and the first stays visible.
+    with pytest.raises(ShuffleWriteError, match="not committed"), fail_write_attempts_below(99):
+        write_shuffle(df, spec_for(topic), kafka=kafka_conf, window="d1", columnar=True)
+    assert [c.run_id for c in shuffle_log(topic, kafka=kafka_conf).commits] == [res.run_id]
+    assert read_shuffle(spark, topic, kafka=kafka_conf).count() == 4000
 
 
 def test_null_keys_are_refused_before_writing(spark, kafka_conf, unique, tmp_path):
