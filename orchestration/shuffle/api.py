@@ -325,6 +325,21 @@ def _columnar_plan(
             ) from None
         log.info("shuffle %r: writing through the row path: %s", spec.topic, exc)
         return None
+    except Exception as exc:
+        # Planning reads Spark's plan through internal classes that may differ in another
+        # Spark version, and the files' footers. The row path is always right, so an
+        # automatic choice falls back to it (loudly); an explicit one fails.
+        if columnar:
+            raise ShuffleOptionError(
+                f"shuffle {spec.topic!r}: columnar=True, but planning the columnar path "
+                f"failed: {_first_line(exc)}"
+            ) from exc
+        log.warning(
+            "shuffle %r: planning the columnar path failed, writing through the row path",
+            spec.topic,
+            exc_info=True,
+        )
+        return None
     log.info(
         "shuffle %r: writing through the columnar path: %d task(s) read %d row group(s)",
         spec.topic,
