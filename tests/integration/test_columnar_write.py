@@ -324,3 +324,19 @@ def test_flights_days_as_the_reference_pipeline_writes_them(spark, kafka_conf, u
     (col, col_rows), (row, row_rows) = results["columnar"], results["rows"]
     assert col.rows == row.rows == df.count() > 1500
     assert same_rows(col_rows, row_rows)
+
+
+def test_a_session_in_another_time_zone(spark, kafka_conf, unique, tmp_path):
+    base = spark.range(2000).selectExpr(
+        "concat('k', cast(id % 13 as string)) as k",
+        f"timestamp_seconds({START} + id * 3607) as ts",
+        "cast(timestamp_seconds(id * 86399) as timestamp_ntz) as local",
+        "date_add(date'2013-01-01', cast(id % 30 as int)) as d",
+    )
+    df = to_parquet(spark, base, tmp_path / "tz")
+    with spark_conf(spark, spark__sql__session__timeZone="America/New_York"):
+        filtered = df.where("ts >= timestamp'2013-01-02 00:00:00' and d < date'2013-01-20'")
+        results, rows = write_both_ways(spark, kafka_conf, unique, filtered, key=("ts", "local"))
+        assert set(results) == {"columnar", "rows"}
+        assert same_rows(rows["columnar"], rows["rows"])
+        assert results["columnar"].rows == filtered.count() > 0
