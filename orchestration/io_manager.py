@@ -80,6 +80,9 @@ def write_metadata(result: WriteResult) -> dict[str, Any]:
         "rows": result.rows,
         "bytes": result.bytes,
         "frames": result.frames,
+        # How the rows reached the producer tasks: "columnar" (Parquet read by the tasks)
+        # or "rows" (handed over by Spark).
+        "shuffle/write_path": result.path,
         "offsets": MetadataValue.json({str(p): list(r) for p, r in sorted(result.offsets.items())}),
     }
     if result.watermark is not None:
@@ -156,7 +159,8 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         )
         context.log.info(
             f"{asset.topic}: window {window!r} committed as run {result.run_id} "
-            f"({result.rows} rows, {result.frames} frames, {result.bytes} bytes)"
+            f"({result.rows} rows, {result.frames} frames, {result.bytes} bytes, "
+            f"{result.path} path)"
         )
         return result
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from ._kafka import check_reachable, client_config
 from ._log_io import create_or_check, read_commits_since, read_log, read_plan
 from ._options import kafka_to_options
 from ._testing import write_attempts_to_fail
+from .columnar import ColumnarPlan, ColumnarUnavailable, plan_columnar
 from .commitlog import Commit, Layout, ShuffleLog, TaskResult, from_micros, to_micros
 from .errors import (
     ShuffleKeyError,
@@ -33,7 +35,19 @@ from .prekeyed import KEY_METADATA
 from .reader import output_schema
 from .sourcemetrics import BatchMetrics, offsets_behind, progress_metrics
 from .spark import register_data_sources, task_slots
-from .writer import DEFAULT_FRAME_ROWS, ProducerTask, WriteOptions, commit_run
+from .writer import (
+    DEFAULT_FRAME_ROWS,
+    ColumnarProducerTask,
+    ProducerTask,
+    WriteOptions,
+    commit_run,
+)
+
+log = logging.getLogger(__name__)
+
+# WriteResult.path: how the rows reached the producer tasks.
+COLUMNAR_PATH = "columnar"
+ROWS_PATH = "rows"
 
 
 @dataclass(frozen=True)
@@ -86,7 +100,11 @@ class ShuffleSpec:
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What one committed producer run wrote."""
+    """What one committed producer run wrote.
+
+    ``path`` says how the rows reached the producer tasks: ``"columnar"`` (the tasks read
+    the Parquet files themselves) or ``"rows"`` (Spark handed them over, ``mapInArrow``).
+    """
 
     run_id: str
     topic: str
@@ -97,6 +115,7 @@ class WriteResult:
     watermark: dt.datetime | None
     offsets: dict[int, tuple[int, int]]
     commit: Commit = field(repr=False)
+    path: str = ROWS_PATH
 
 
 def _arrow_schema(df: DataFrame) -> pa.Schema:
@@ -154,12 +173,28 @@ def write_shuffle(
     frame_rows: int | None = None,
     compression: str = "zstd",
     attrs: Mapping[str, str] | None = None,
+    columnar: bool | None = None,
 ) -> WriteResult:
     """Writes ``df`` as one producer run of the shuffle ``spec``, and commits it.
 
     The run becomes visible to readers only once every Spark task has finished and its
     commit record is written; a failed run leaves nothing visible. A committed run with
     the same ``window`` as earlier ones supersedes them.
+
+    Rows reach the producer tasks one of two ways (``WriteResult.path``):
+
+    - ``"columnar"``: ``df`` is a plain scan of Parquet files on a local file system
+      (Hive-style partition directories included; optionally a selection of its columns,
+      optionally filtered by comparisons, ``IS [NOT] NULL``, ``IN``, ``AND``, ``OR`` and
+      ``NOT`` of a column and literals, or by any condition on partition columns alone),
+      with key columns of a type hashed in Arrow (booleans, integers, dates, timestamps,
+      floating point, strings, binary, decimals up to 18 digits). Each task reads its
+      share of the files' row groups with pyarrow and computes key groups in numpy, so the
+      rows never become JVM rows; it runs as many tasks as Spark's scan of ``df`` would.
+    - ``"rows"``: anything else. Spark adds ``_key_group`` with its own ``hash`` and hands
+      the rows to the tasks (``mapInArrow``).
+
+    Both give the same rows, key groups, partitions and guarantees.
 
     Args:
         df: The rows. Key columns must not be null.
@@ -170,26 +205,37 @@ def write_shuffle(
         frame_rows: Rows per DATA frame per partition (default 65536).
         compression: Arrow IPC body compression: ``zstd``, ``lz4`` or ``none``.
         attrs: Free-form strings stored in the commit record.
+        columnar: None (default): the columnar path when it applies, else the row path.
+            False: always the row path. True: the columnar path, or a
+            :class:`ShuffleOptionError` saying why it does not apply.
 
     Returns:
         The committed run's :class:`WriteResult`.
 
     Raises:
         ShuffleKeyError: Some rows have a null key (nothing is written).
+        ShuffleOptionError: ``columnar=True`` and the columnar path does not apply.
         ShuffleLayoutError: The shuffle exists with another key, partition count,
             max_parallelism or schema.
         ShuffleConnectionError: Kafka is unreachable.
         ShuffleWriteError: The Spark job failed; nothing was committed.
     """
+    if columnar not in (None, True, False):
+        raise ShuffleOptionError(
+            f"shuffle {spec.topic!r}: columnar must be True, False or None, got {columnar!r}"
+        )
     conf = client_config(kafka)
     _check_columns(df, spec)
     check_reachable(conf)
-    nulls = _count_null_keys(df, spec.key)
-    if nulls:
-        raise ShuffleKeyError(
-            f"shuffle {spec.topic!r}: {nulls} row(s) have a null in key column(s) "
-            f"{list(spec.key)}; nothing was written. Filter or fill them first."
-        )
+    schema = _arrow_schema(df)
+    plan = _columnar_plan(df, spec, schema, columnar)
+    if plan is None or not plan.nulls_ruled_out:
+        nulls = _count_null_keys(df, spec.key)
+        if nulls:
+            raise ShuffleKeyError(
+                f"shuffle {spec.topic!r}: {nulls} row(s) have a null in key column(s) "
+                f"{list(spec.key)}; nothing was written. Filter or fill them first."
+            )
     layout, _ = create_or_check(
         conf,
         Layout(
@@ -197,33 +243,43 @@ def write_shuffle(
             key=tuple(spec.key),
             num_partitions=spec.num_partitions,
             max_parallelism=spec.max_parallelism,
-            schema=_arrow_schema(df),
+            schema=schema,
             event_time=spec.event_time,
             max_out_of_orderness_us=spec.max_out_of_orderness // dt.timedelta(microseconds=1),
         ),
         spec.replication_factor,
     )
     run_id = str(uuid.uuid4())
-    keyed = df.select(*layout.schema.names).withColumn(
-        fr.KEY_GROUP_COLUMN,
-        F.pmod(F.hash(*[F.col(c) for c in spec.key]), F.lit(layout.max_parallelism)).cast("int"),
+    options = WriteOptions(
+        topic=spec.topic,
+        run_id=run_id,
+        kafka=conf,
+        num_partitions=layout.num_partitions,
+        max_parallelism=layout.max_parallelism,
+        event_time=spec.event_time,
+        max_out_of_orderness_us=layout.max_out_of_orderness_us,
+        frame_rows=frame_rows or DEFAULT_FRAME_ROWS,
+        compression=None if compression == "none" else compression,
+        fail_attempts_below=write_attempts_to_fail(),
     )
-    task = ProducerTask(
-        WriteOptions(
-            topic=spec.topic,
-            run_id=run_id,
-            kafka=conf,
-            num_partitions=layout.num_partitions,
-            max_parallelism=layout.max_parallelism,
-            event_time=spec.event_time,
-            max_out_of_orderness_us=layout.max_out_of_orderness_us,
-            frame_rows=frame_rows or DEFAULT_FRAME_ROWS,
-            compression=None if compression == "none" else compression,
-            fail_attempts_below=write_attempts_to_fail(),
+    if plan is not None:
+        plan = plan.in_order(layout.schema.names)
+        task = ColumnarProducerTask(options, plan.scan, spec.key, plan.assignments)
+        # One row per task: row i stands for the row groups assigned to task i.
+        tasks = df.sparkSession.range(0, plan.tasks, 1, plan.tasks)
+        job = tasks.mapInArrow(task, ColumnarProducerTask.RESULT_SCHEMA)
+        path = COLUMNAR_PATH
+    else:
+        keyed = df.select(*layout.schema.names).withColumn(
+            fr.KEY_GROUP_COLUMN,
+            F.pmod(F.hash(*[F.col(c) for c in spec.key]), F.lit(layout.max_parallelism)).cast(
+                "int"
+            ),
         )
-    )
+        job = keyed.mapInArrow(ProducerTask(options), ProducerTask.RESULT_SCHEMA)
+        path = ROWS_PATH
     try:
-        rows = keyed.mapInArrow(task, ProducerTask.RESULT_SCHEMA).collect()
+        rows = job.collect()
     except Exception as exc:  # Spark wraps task errors in its own exception types.
         raise ShuffleWriteError(
             f"run {run_id} of shuffle {spec.topic!r} (window {window!r}) failed and was not "
@@ -248,7 +304,49 @@ def write_shuffle(
         watermark=from_micros(commit.effective_watermark),
         offsets={p: (r.first, r.last) for p, r in commit.partitions.items()},
         commit=commit,
+        path=path,
     )
+
+
+def _columnar_plan(
+    df: DataFrame, spec: ShuffleSpec, schema: pa.Schema, columnar: bool | None
+) -> ColumnarPlan | None:
+    """The columnar plan of a write, None for the row path (logged with the reason)."""
+    if columnar is False:
+        log.info("shuffle %r: writing through the row path (columnar=False)", spec.topic)
+        return None
+    try:
+        plan = plan_columnar(df, schema, spec.key)
+    except ColumnarUnavailable as exc:
+        if columnar:
+            raise ShuffleOptionError(
+                f"shuffle {spec.topic!r}: columnar=True, but the columnar path does not "
+                f"apply: {exc}"
+            ) from None
+        log.info("shuffle %r: writing through the row path: %s", spec.topic, exc)
+        return None
+    except Exception as exc:
+        # Planning reads Spark's plan through internal classes that may differ in another
+        # Spark version, and the files' footers. The row path is always right, so an
+        # automatic choice falls back to it (loudly); an explicit one fails.
+        if columnar:
+            raise ShuffleOptionError(
+                f"shuffle {spec.topic!r}: columnar=True, but planning the columnar path "
+                f"failed: {_first_line(exc)}"
+            ) from exc
+        log.warning(
+            "shuffle %r: planning the columnar path failed, writing through the row path",
+            spec.topic,
+            exc_info=True,
+        )
+        return None
+    log.info(
+        "shuffle %r: writing through the columnar path: %d task(s) read %d row group(s)",
+        spec.topic,
+        plan.tasks,
+        sum(len(a) for a in plan.assignments),
+    )
+    return plan
 
 
 def _first_line(exc: BaseException) -> str:

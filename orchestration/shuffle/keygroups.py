@@ -7,8 +7,9 @@ hash is the seed of the next). A group's partition is
 range of key groups and the number of groups, fixed when a shuffle is created, lets
 consumers run at any parallelism without re-partitioning.
 
-The writer computes key groups with Spark's own expression; this module is an independent
-implementation of the same function, for planning, checks and tests.
+The row path of a write computes key groups with Spark's own expression, the columnar path
+with :mod:`orchestration.shuffle.vhash` (the same function over whole Arrow arrays); this
+module is an independent, per-value implementation of it, for planning, checks and tests.
 
 Example::
 

@@ -170,6 +170,9 @@ def test_user_project_end_to_end(project, kafka_conf):
         assert result.success
         checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
         assert checks == {"shuffle_layout": True, "shuffle_rows": True}
+        # The asset returns a plain Parquet scan: the tasks read the files themselves.
+        (mat,) = result.asset_materializations_for_node("events_by_user")
+        assert mat.metadata["shuffle/write_path"].value == "columnar"
     # Two days in one run: one committed run per day, each with its own metadata.
     result = run(project, "events_job", tags={RANGE_START: D3, RANGE_END: D4})
     assert result.success
@@ -182,6 +185,8 @@ def test_user_project_end_to_end(project, kafka_conf):
         commit = log.latest_by_window()[day]
         assert mats[day]["shuffle/run_id"].value == commit.run_id
         assert mats[day]["rows"].value == commit.rows == len(days[day])
+        # A range run writes each day from the rows it has cached.
+        assert mats[day]["shuffle/write_path"].value == "rows"
         # The window's end (midnight UTC of the next day) is declared complete.
         end = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC) + dt.timedelta(days=1)
         assert commit.complete_until == int(end.timestamp() * 1_000_000)

@@ -19,6 +19,8 @@ PURE = [
     "streamplan",
     "recordsplan",
     "retention",
+    "vhash",
+    "parquetscan",
 ]
 
 
