@@ -63,9 +63,9 @@ def targets_table(report: dict) -> str:
 
 def io_table(report: dict) -> str:
     lines = [
-        "| rows | write: shuffle / Spark sink | read: shuffle / Spark source "
-        "| Arrow hand-over alone |",
-        "|---|---|---|---|",
+        "| rows | write: shuffle / Spark sink | write, row path / Spark sink "
+        "| read: shuffle / Spark source | Arrow hand-over alone |",
+        "|---|---|---|---|---|",
     ]
     for size, s in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
 
@@ -80,6 +80,7 @@ def io_table(report: dict) -> str:
             continue
         lines.append(
             f"| {_rows(size)} | {pair('shuffle_write', 'spark_write')} | "
+            f"{pair('shuffle_write_rows', 'spark_write')} | "
             f"{pair('shuffle_read', 'spark_read')} | "
             f"{_seconds(handover['median_seconds']) if handover else 'not run'} |"
         )
@@ -89,6 +90,7 @@ def io_table(report: dict) -> str:
 T9_BOUND = 1.2  # peak worker memory, largest size / smallest, per phase of ours
 MEMORY_PHASES = (
     "shuffle_write",
+    "shuffle_write_rows",
     "shuffle_read",
     "shuffle_per_key",
     "shuffle_aggregate",

@@ -6,7 +6,9 @@ synthetic rows once (a Zipf-skewed string key over 100k keys, "bench keys", and 
 source over 200k keys; a timestamp, five numeric columns) into Parquet, then, ``--repeat``
 times and alternating which of each pair goes first:
 
-- write: ``write_shuffle`` (Arrow frames) vs Spark's ``kafka`` sink, one JSON message per
+- write: ``write_shuffle`` (Arrow frames; the source is a Parquet scan, so the tasks read
+  it with pyarrow: the columnar path; ``shuffle_write_rows`` is the same write on the row
+  path, ``columnar=False``) vs Spark's ``kafka`` sink, one JSON message per
   row keyed by the key column (Kafka partitions by key: the same keyed layout);
 - read: ``read_shuffle`` vs Spark's ``kafka`` source parsing the JSON back into columns;
   both end in Spark's ``noop`` sink so every row is materialized;
@@ -89,6 +91,7 @@ WORK = ROOT / ".local" / "bench"
 PHASES = (
     "arrow_handover",
     "shuffle_write",
+    "shuffle_write_rows",
     "spark_write",
     "shuffle_read",
     "spark_read",
@@ -371,6 +374,10 @@ def make_phases(
         state["write"] = write_shuffle(df, spec, kafka=kafka, window="bench")
         return state["write"]
 
+    def w_rows():
+        # The row path (Spark's hash, rows handed over through mapInArrow), for comparison.
+        return write_shuffle(df, spec, kafka=kafka, window="bench-rows", columnar=False)
+
     def perf():
         w = state["write"]
         return kafka_perf_test(kafka, topics["perf"], max(w.bytes // max(w.frames, 1), 1), w.bytes)
@@ -430,6 +437,7 @@ def make_phases(
         # The writer's floor: Spark -> Python hand-over alone, no Kafka.
         ("arrow_handover", handover, None, None),
         ("shuffle_write", w_ours, "spark_write", w_theirs),
+        ("shuffle_write_rows", w_rows, None, None),
         # T5: what Kafka's own producer does with the bytes the write just sent.
         ("kafka_perf_test", perf, None, None),
         ("shuffle_read", r_ours, "spark_read", r_theirs),
@@ -604,8 +612,9 @@ def run_size(
                 if name.startswith("tick_") or name == "kafka_perf_test":
                     seconds = out  # the median tick; the producer tool's time at its rate
                 entry = {"seconds": seconds, "worker_peak_rss": peak}
-                if name == "shuffle_write":
+                if name in ("shuffle_write", "shuffle_write_rows"):
                     entry["kafka_bytes"] = out.bytes
+                    entry["write_path"] = out.path
                 results[name].append(entry)
                 print(
                     f"  rows={rows:>9} repeat={i} {name:<27} {seconds:9.3f}s "

@@ -50,7 +50,7 @@ def test_tables_replace_only_what_stands_between_the_markers():
     assert "old" not in out and "\nmiddle\n" in out and out.endswith("end\n")
     assert "| T3: agg | 1M | 3 | `a` 0.50 s | `b` 1.25 s | 2.50x faster | >= 2x | met |" in out
     assert "1.234 of the baseline | <= 1.2 | **missed** |" in out
-    assert "| 1M | 2.00 s / 8.00 s (4.0x) | not run | not run |" in out
+    assert "| 1M | 2.00 s / 8.00 s (4.0x) | not run | not run | not run |" in out
     assert "| `shuffle_write` | 240 MiB |\n" in out
     assert report.render(out, RESULTS) == out  # idempotent
 
