@@ -228,7 +228,12 @@ def read_pieces(
                 scan.partition_columns, scan.partition_values.get(path, ()), strict=True
             )
         }
-        pf = pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
+        # Column chunks are read through a 1 MiB buffer, page by page, rather than whole:
+        # a task's memory then follows the batch size, not the source's row-group size
+        # (measured on a 5M-row row group: 134 MiB peak instead of 246 MiB, and faster).
+        pf = pq.ParquetFile(
+            path, coerce_int96_timestamp_unit="us", buffer_size=1 << 20, pre_buffer=False
+        )
         try:
             for n, arrays in _read_file(pf, sorted(row_groups), names, from_files, batch_rows):
                 columns = dict(zip([c.name for c in from_files], arrays, strict=True))
