@@ -30,3 +30,21 @@ def fail_write_attempts_below(attempts: int) -> Iterator[None]:
 
 def write_attempts_to_fail() -> int:
     return _fail_attempts_below.get()
+
+
+def data_frames_of_attempt(
+    kafka: dict, topic: str, partitions: int, run_id: str, attempt: int
+) -> int:
+    """DATA frames that ``attempt`` of run ``run_id``'s tasks left in ``topic``, read back
+    from the brokers: to show that a failed attempt's frames are there but never read."""
+    from ._kafka import consumer, end_offsets, read_range
+    from .frames import FrameType, decode
+
+    count = 0
+    with consumer(kafka) as c:
+        for p, (lo, hi) in enumerate(end_offsets(kafka, topic, partitions)):
+            for m in read_range(c, topic, p, lo, hi):
+                h = decode(m.value()).header
+                if h.run_id == run_id and h.attempt == attempt and h.type is FrameType.DATA:
+                    count += 1
+    return count

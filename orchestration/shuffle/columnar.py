@@ -198,15 +198,10 @@ class _Translator:
         return self.value(expr.value(), expr.dataType().sql(), expr)
 
     def value(self, v: Any, sql: str, expr: Any) -> Any:
-        if v is None:
-            return None
-        if sql == "STRING":
-            return str(v.toString())
-        if sql.startswith("DECIMAL("):
-            return decimal.Decimal(str(v.toString()))
-        if isinstance(v, bool | int):
-            return v
-        raise self.refuse(expr)
+        out = _python_value(v, sql)
+        if out is _UNCONVERTED:
+            raise self.refuse(expr)
+        return out
 
     def translate(self, e: Any) -> Predicate:
         kind = e.getClass().getSimpleName()
@@ -363,18 +358,30 @@ def _conjuncts(e: Any) -> list[Any]:
     return [e]
 
 
-def _partition_value(v: Any, sql: str, column: str) -> Any:
+_UNCONVERTED = object()
+
+
+def _python_value(v: Any, sql: str) -> Any:
+    """A literal's JVM value (through py4j) as Python: None, str, Decimal, bool or int;
+    ``_UNCONVERTED`` for anything else."""
     if v is None:
         return None
     if sql == "STRING":
         return str(v.toString())
     if sql.startswith("DECIMAL("):
         return decimal.Decimal(str(v.toString()))
-    if sql in ("DOUBLE", "FLOAT"):
-        return float(v)
     if isinstance(v, bool | int):
         return v
-    raise ColumnarUnavailable(f"partition column {column!r} has type {sql.lower()}")
+    return _UNCONVERTED
+
+
+def _partition_value(v: Any, sql: str, column: str) -> Any:
+    if v is not None and sql in ("DOUBLE", "FLOAT"):
+        return float(v)
+    out = _python_value(v, sql)
+    if out is _UNCONVERTED:
+        raise ColumnarUnavailable(f"partition column {column!r} has type {sql.lower()}")
+    return out
 
 
 def _list_files(

@@ -446,6 +446,7 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None  # Trigger.AvailableNow: the log's end when it started
         self._last_read: tuple[int, list, int] | None = None  # (from, records, end offset)
         self._planned: list = []  # the commits latestOffset() admitted last
+        self._log_end: int | None = None  # the commit log's end latestOffset() last read
 
     def _records(self, start: StreamOffset, needed_until: int | None = None) -> tuple[list, int]:
         """Commit-log records from ``start`` on. Planning a micro-batch reuses what
@@ -485,6 +486,7 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = StreamOffset.from_dict(start)
         records, high = self._records(begin)
+        self._log_end = high
         if self._target is not None:
             high = min(high, self._target)
         limited = not isinstance(limit, ReadAllAvailable)
@@ -511,7 +513,12 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "rows": sum(c.rows for c in planned),
             "bytes": sum(c.bytes for c in planned),
         }
-        return {"log": log_end(self.opts.kafka, self.opts.topic), METRICS_KEY: metrics}
+        end = (
+            self._log_end
+            if self._log_end is not None
+            else log_end(self.opts.kafka, self.opts.topic)
+        )
+        return {"log": end, METRICS_KEY: metrics}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, stop = StreamOffset.from_dict(start), StreamOffset.from_dict(end)

@@ -353,6 +353,8 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._target: dict[TP, int] | None = None
         self._committed: dict[TP, int] = {}
         self.counters: dict[str, int] = {}
+        # (earliest, latest) as latestOffset() last found them, for reportLatestOffset().
+        self._bounds: tuple[dict[TP, int], dict[TP, int]] | None = None
 
     def initialOffset(self) -> dict:
         tps = discover(self.opts.kafka, self.opts.subscription)
@@ -382,7 +384,7 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         # ``start`` is where the last completed micro-batch ended; Spark's own commit() call
         # for a batch comes only when the next one starts, so the position is committed here.
         self._commit(begin)
-        lows, latest = self._latest()
+        lows, latest = self._bounds = self._latest()
         if self._target is not None:
             # Trigger.AvailableNow: what existed when the query started, nothing later.
             latest = {tp: min(h, self._target.get(tp, lows[tp])) for tp, h in latest.items()}
@@ -396,7 +398,8 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def reportLatestOffset(self) -> dict | None:
         # Shown in the query's progress as ``latestOffset``; the source's own metrics ride
         # along (see orchestration.shuffle.sourcemetrics).
-        lows, latest = self._latest()
+        # Spark asks right after latestOffset(): what it just read from the brokers.
+        lows, latest = self._bounds or self._latest()
         metrics: dict = {"earliest": offsets_to_json(lows)}
         if self.opts.commit_offsets:
             metrics["offset_commits_succeeded"] = self.counters.get("offset_commits_succeeded", 0)

@@ -15,10 +15,8 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
 )
-from orchestration.shuffle._kafka import consumer, end_offsets, read_range
-from orchestration.shuffle._testing import fail_write_attempts_below
+from orchestration.shuffle._testing import data_frames_of_attempt, fail_write_attempts_below
 from orchestration.shuffle.columnar import ColumnarUnavailable, plan_columnar
-from orchestration.shuffle.frames import FrameType, decode
 
 pytestmark = pytest.mark.integration
 
@@ -212,13 +210,7 @@ def test_failed_attempts_stay_invisible(spark, kafka_conf, unique, tmp_path):
     assert res.path == "columnar"
     assert len(res.commit.tasks) == 2 and {a for _, a in res.commit.tasks} == {1}
     # The failed attempts' DATA frames are in the topic...
-    failed_frames = 0
-    with consumer(kafka_conf) as c:
-        for p, (lo, hi) in enumerate(end_offsets(kafka_conf, topic, 4)):
-            for m in read_range(c, topic, p, lo, hi):
-                h = decode(m.value()).header
-                if h.run_id == res.run_id and h.attempt == 0 and h.type is FrameType.DATA:
-                    failed_frames += 1
+    failed_frames = data_frames_of_attempt(kafka_conf, topic, 4, res.run_id, 0)
     assert failed_frames >= 2  # at least one per task
     # ...but a reader sees every row exactly once.
     back = read_shuffle(spark, topic, kafka=kafka_conf).select("id").collect()

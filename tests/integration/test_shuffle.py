@@ -28,10 +28,9 @@ from orchestration.shuffle import (
     shuffle_watermark,
     write_shuffle,
 )
-from orchestration.shuffle._kafka import consumer, end_offsets, read_range
+from orchestration.shuffle._kafka import end_offsets
 from orchestration.shuffle._log_io import write_commit
-from orchestration.shuffle._testing import fail_write_attempts_below
-from orchestration.shuffle.frames import FrameType, decode
+from orchestration.shuffle._testing import data_frames_of_attempt, fail_write_attempts_below
 
 pytestmark = pytest.mark.integration
 
@@ -143,13 +142,7 @@ def test_retried_task_is_read_exactly_once(spark, kafka_conf, unique):
         res = write_shuffle(df, spec_for(topic), kafka=kafka_conf, window="d1", frame_rows=300)
     assert {a for _, a in res.commit.tasks} == {1}
     # The failed attempts' DATA frames are in the topic...
-    failed_frames = 0
-    with consumer(kafka_conf) as c:
-        for p, (lo, hi) in enumerate(end_offsets(kafka_conf, topic, 4)):
-            for m in read_range(c, topic, p, lo, hi):
-                h = decode(m.value()).header
-                if h.run_id == res.run_id and h.attempt == 0 and h.type is FrameType.DATA:
-                    failed_frames += 1
+    failed_frames = data_frames_of_attempt(kafka_conf, topic, 4, res.run_id, 0)
     assert failed_frames >= 3  # at least one per task
     # ...but a reader sees every row exactly once.
     back = read_shuffle(spark, topic, kafka=kafka_conf)
