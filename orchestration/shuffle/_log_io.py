@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,10 @@ from .commitlog import (
 from .errors import ShuffleConnectionError, ShuffleLayoutError, ShuffleTopicNotFoundError
 from .planning import ReadPlan, plan_read
 from .streamplan import LogRecord
+
+# How long a topic missing from one broker's metadata is looked for again (see
+# check_partitions).
+CREATE_GRACE_S = 3.0
 
 # The data topic keeps every frame until the user says otherwise: a shuffle is a
 # persisted intermediate, and its commit log points into it.
@@ -138,11 +143,14 @@ def create_or_check(
     """
     topic = layout.topic
     rf = replication_for(kafka, replication_factor)  # one look at the cluster for both topics
-    ensure_topic(kafka, commit_topic(topic), 1, COMMIT_TOPIC_CONFIG, rf)
-    log = read_log(kafka, topic)
+    if ensure_topic(kafka, commit_topic(topic), 1, COMMIT_TOPIC_CONFIG, rf):
+        # Just created, so empty; and on a cluster, the broker asked next may not know it yet.
+        log = ShuffleLog.from_records(topic, [])
+    else:
+        log = read_log(kafka, topic)
     if log.layout is None:
-        ensure_topic(kafka, topic, layout.num_partitions, DATA_TOPIC_CONFIG, rf)
-        check_partitions(kafka, layout)
+        if not ensure_topic(kafka, topic, layout.num_partitions, DATA_TOPIC_CONFIG, rf):
+            check_partitions(kafka, layout)  # made by someone else: is it the right one?
         _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
         return layout, True
     diffs = log.layout.differences(layout)
@@ -154,14 +162,27 @@ def create_or_check(
     return log.layout, False
 
 
-def check_partitions(kafka: Mapping[str, Any], layout: Layout) -> None:
-    """Refuses a data topic whose partition count is not the layout's."""
-    try:
-        n = partition_count(kafka, layout.topic)
-    except ShuffleTopicNotFoundError:
-        raise ShuffleTopicNotFoundError(
-            f"the data topic {layout.topic!r} of the shuffle is missing (its commit log exists)"
-        ) from None
+def check_partitions(
+    kafka: Mapping[str, Any], layout: Layout, grace_s: float = CREATE_GRACE_S
+) -> None:
+    """Refuses a data topic whose partition count is not the layout's.
+
+    On a cluster, a topic just created through one broker can be unknown to another for a
+    moment, so a missing topic is looked for again for up to ``grace_s`` seconds.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            n = partition_count(kafka, layout.topic)
+            break
+        except ShuffleTopicNotFoundError:
+            if time.monotonic() < deadline:
+                time.sleep(0.25)
+                continue
+            raise ShuffleTopicNotFoundError(
+                f"the data topic {layout.topic!r} of the shuffle is missing "
+                "(its commit log exists)"
+            ) from None
     if n != layout.num_partitions:
         raise ShuffleLayoutError(
             f"data topic {layout.topic!r} has {n} partitions but the shuffle was created with "
