@@ -335,17 +335,16 @@ def read_chunks(
                         f"{poll_timeout:.0f}s while reading offsets [{start}, {end})"
                     )
                 continue
-            if any(m.error() is not None and m.error().code() in _GROUP_ONLY for m in msgs):
+            # The common case, no error and not at the end, costs no Python loop per message
+            # (map over the unbound method is a C-level pass).
+            has_errors = any(map(Message.error, msgs))
+            if has_errors:
                 msgs = [m for m in msgs if m.error() is None or m.error().code() not in _GROUP_ONLY]
                 if not msgs:
                     continue
             idle_since = time.monotonic()
-            offsets = [m.offset() for m in msgs if m.error() is None]
-            if offsets:
-                next_offset = max(next_offset, offsets[-1] + 1)
             good, done = msgs, False
-            # (map over the unbound method: a C-level pass, no Python loop per message)
-            if any(map(Message.error, msgs)) or msgs[-1].offset() >= end - 1:
+            if has_errors or msgs[-1].offset() >= end - 1:
                 good = []
                 for m in msgs:
                     err = m.error()
@@ -363,6 +362,7 @@ def read_chunks(
                         done = True
                         break
             if good:
+                next_offset = max(next_offset, good[-1].offset() + 1)
                 yield good
             if done:
                 return

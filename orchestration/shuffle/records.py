@@ -23,6 +23,8 @@ offsets; with ``false`` it is skipped, counted and logged.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import logging
 from collections.abc import Iterator, Mapping
@@ -238,6 +240,23 @@ _RECORDS_CONSUMER = {
 }
 
 
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Keeps Python's cycle collector off while records stream through.
+
+    Each consumed message is a new tracked object, so the collector would run every few
+    hundred messages and walk them all: a third of a read's time, for no garbage, since the
+    loop makes no reference cycles (reference counting frees everything it drops).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def read_arrow(
     opts: RecordsOptions, part: InputPartition, *, commit: bool
 ) -> Iterator[pa.RecordBatch]:
@@ -247,7 +266,7 @@ def read_arrow(
         return  # Spark reads one empty partition when a plan has none
     schema = arrow_schema(opts.include_headers)
     tp = (part.topic, part.partition)
-    with consumer(opts.kafka, **_RECORDS_CONSUMER) as c:
+    with consumer(opts.kafka, **_RECORDS_CONSUMER) as c, paused_gc():
         low, _ = c.get_watermark_offsets(
             TopicPartition(*tp), timeout=CONNECT_TIMEOUT_S, cached=False
         )
@@ -285,7 +304,7 @@ def records_batch(
         pa.array(list(map(Message.value, msgs)), pa.binary()),
         topics,
         partitions,
-        pa.array(list(map(Message.offset, msgs)), pa.int64()),
+        pa.array(np.fromiter(map(Message.offset, msgs), dtype=np.int64, count=n)),
         pa.array(millis * 1000, mask=millis < 0).cast(schema.field("timestamp").type),
         # librdkafka: 1 create time, 2 log append time; Spark: 0 and 1.
         pa.array((kinds - 1).astype(np.int32), mask=kinds <= 0),
