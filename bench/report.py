@@ -93,6 +93,7 @@ MEMORY_PHASES = (
     "shuffle_write_rows",
     "shuffle_read",
     "shuffle_per_key",
+    "shuffle_per_key_arrow",
     "shuffle_aggregate",
     "shuffle_per_key_200k",
     "shuffle_aggregate_200k",

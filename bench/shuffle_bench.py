@@ -20,7 +20,8 @@ and the targets, each against its own baseline:
 - T1: ``apply_per_key`` with a per-key pandas function (200k keys) vs
   ``groupBy(key).applyInPandas`` with the same function over the Parquet source;
 - T2: ``apply_per_key(per="batch")`` with a vectorized pandas aggregation vs
-  ``groupBy(key).agg(...)`` over the Parquet source;
+  ``groupBy(key).agg(...)`` over the Parquet source, and the same aggregation written with
+  Arrow's ``group_by`` (``data="arrow"``);
 - T3: ``aggregate_shuffle`` vs the same ``groupBy(key).agg(...)``, bench keys and 200k keys;
 - T4: the write above against Spark's sink;
 - T5: the write's bytes on the wire per second against Kafka's own producer performance
@@ -96,6 +97,7 @@ PHASES = (
     "shuffle_read",
     "spark_read",
     "shuffle_per_key",
+    "shuffle_per_key_arrow",
     "spark_group_by",
     "shuffle_aggregate",
     "spark_group_by_agg",
@@ -122,6 +124,8 @@ TARGETS = (
      "shuffle_per_key_200k", "spark_apply_in_pandas_200k", "speedup", 15.0),
     ("T2", "apply_per_key(per=batch) / groupBy.agg",
      "shuffle_per_key", "spark_group_by", "speedup", 1.0),
+    ("T2-arrow", "apply_per_key(per=batch, data=arrow) / groupBy.agg",
+     "shuffle_per_key_arrow", "spark_group_by", "speedup", 1.0),
     ("T3", "aggregate_shuffle / groupBy.agg, bench keys",
      "shuffle_aggregate", "spark_group_by_agg", "speedup", 2.0),
     ("T3-200k", "aggregate_shuffle / groupBy.agg, 200k keys",
@@ -245,6 +249,14 @@ def batch_stats(pdf):
 
 
 BATCH_SCHEMA = "k string, n long, sa double, mb double, mc long"
+
+
+def batch_stats_arrow(table):
+    """T2's function written with Arrow's hash aggregation instead of pandas (data="arrow")."""
+    out = table.group_by("k").aggregate([("a", "count"), ("a", "sum"), ("b", "mean"), ("c", "max")])
+    return out.rename_columns({"a_count": "n", "a_sum": "sa", "b_mean": "mb", "c_max": "mc"})
+
+
 AGGREGATIONS = {"n": ("a", "count"), "sa": ("a", "sum"), "mb": ("b", "mean"), "mc": ("c", "max")}
 
 
@@ -420,6 +432,10 @@ def make_phases(
         read = read_shuffle(spark, ours, kafka=kafka)
         noop(apply_per_key(read, "k", batch_stats, BATCH_SCHEMA, per="batch"))
 
+    def k_arrow():
+        read = read_shuffle(spark, ours, kafka=kafka)
+        noop(apply_per_key(read, "k", batch_stats_arrow, BATCH_SCHEMA, per="batch", data="arrow"))
+
     def handover():
         from pyspark.sql import functions as F
 
@@ -442,6 +458,7 @@ def make_phases(
         ("kafka_perf_test", perf, None, None),
         ("shuffle_read", r_ours, "spark_read", r_theirs),
         ("shuffle_per_key", k_ours, "spark_group_by", lambda: group_by(df)),
+        ("shuffle_per_key_arrow", k_arrow, None, None),
         ("shuffle_aggregate", a_ours, "spark_group_by_agg", lambda: group_by(df)),
         ("reuse_three_consumers", reuse_ours, "spark_three_consumers",
          lambda: spark_consumers(df)),

@@ -180,8 +180,7 @@ def check_partitions(
                 time.sleep(0.25)
                 continue
             raise ShuffleTopicNotFoundError(
-                f"the data topic {layout.topic!r} of the shuffle is missing "
-                "(its commit log exists)"
+                f"the data topic {layout.topic!r} of the shuffle is missing (its commit log exists)"
             ) from None
     if n != layout.num_partitions:
         raise ShuffleLayoutError(
