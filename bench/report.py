@@ -98,6 +98,7 @@ MEMORY_PHASES = (
     "shuffle_per_key_200k",
     "shuffle_aggregate_200k",
     "reuse_three_consumers",
+    "reuse_three_consumers_arrow",
     "recover_one_consumer",
     "read_1_of_30_windows",
     "read_30_windows",

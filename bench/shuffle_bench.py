@@ -65,7 +65,9 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from confluent_kafka.admin import AdminClient
 
@@ -113,6 +115,7 @@ PHASES = (
     "read_30_windows_auto",
     "kafka_perf_test",
     "reuse_three_consumers",
+    "reuse_three_consumers_arrow",
     "spark_three_consumers",
     "recover_one_consumer",
     "rerun_day_pipeline",
@@ -136,6 +139,8 @@ TARGETS = (
      "shuffle_write", "kafka_perf_test", "speedup", 0.5),
     ("T6", "write + 3 consumers / 3 x (Parquet + Spark shuffle + consumer)",
      "reuse_three_consumers", "spark_three_consumers", "ratio", 0.5),
+    ("T6-arrow", "the same, per-key consumers on Arrow (data=arrow)",
+     "reuse_three_consumers_arrow", "spark_three_consumers", "ratio", 0.5),
     ("T7", "re-run 1 consumer for 1 day / re-run the day's pipeline",
      "recover_one_consumer", "rerun_day_pipeline", "ratio", 0.25),
     ("T8-tick", "sensor tick, 30 windows / 1 window",
@@ -301,6 +306,37 @@ def top3_batch(pdf):
 TOP3_SCHEMA = "k string, ts timestamp, b double"
 
 
+def _key_starts(keys) -> np.ndarray:
+    """Where each run of equal keys begins in ``keys`` (an Arrow array grouped by key)."""
+    n = len(keys)
+    changes = pc.not_equal(keys.slice(1), keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    return np.flatnonzero(np.r_[True, changes])
+
+
+def gaps_arrow(table):
+    """``gaps_batch`` on Arrow (``data="arrow"``): rows come grouped by key, in time order."""
+    n = table.num_rows
+    unit = table.schema.field("ts").type.unit
+    ts = pc.cast(table["ts"], pa.int64()).to_numpy(zero_copy_only=False)
+    gap = np.empty(n)
+    gap[1:] = np.diff(ts) / {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}[unit]
+    first = np.zeros(n, dtype=bool)
+    first[_key_starts(table["k"])] = True
+    out = pa.table({"k": table["k"], "gap": pa.array(gap, mask=first)})
+    out = out.group_by("k").aggregate([([], "count_all"), ("gap", "max")])
+    return out.rename_columns({"count_all": "n", "gap_max": "max_gap"})
+
+
+def top3_arrow(table):
+    """``top3_batch`` on Arrow (``data="arrow"``): each key's three rows with the largest b."""
+    order = pc.sort_indices(table, [("k", "ascending"), ("b", "descending")])
+    table = table.take(order)
+    starts = _key_starts(table["k"])
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, table.num_rows]))
+    rank = np.arange(table.num_rows) - starts[group]
+    return table.filter(pa.array(rank < 3)).select(["k", "ts", "b"])
+
+
 def spark_gaps(df) -> None:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -328,6 +364,19 @@ def our_consumers(spark, kafka: dict, topic: str, windows=None) -> None:
     our_gaps(spark, kafka, topic, windows)
     shuffled = read_shuffle(spark, topic, kafka=kafka, windows=windows)
     noop(apply_per_key(shuffled, "k", top3_batch, TOP3_SCHEMA, per="batch"))
+
+
+def our_consumers_arrow(spark, kafka: dict, topic: str, windows=None) -> None:
+    """The same three consumers with the two per-key ones written on Arrow."""
+    noop(aggregate_shuffle(spark, topic, kafka=kafka, windows=windows, aggregations=AGGREGATIONS))
+    shuffled = read_shuffle(spark, topic, kafka=kafka, windows=windows)
+    noop(
+        apply_per_key(
+            shuffled, "k", gaps_arrow, GAPS_SCHEMA, order_by=["ts"], per="batch", data="arrow"
+        )
+    )
+    shuffled = read_shuffle(spark, topic, kafka=kafka, windows=windows)
+    noop(apply_per_key(shuffled, "k", top3_arrow, TOP3_SCHEMA, per="batch", data="arrow"))
 
 
 def our_gaps(spark, kafka: dict, topic: str, windows) -> None:
@@ -402,6 +451,14 @@ def make_phases(
         write_shuffle(df, reuse, kafka=kafka, window="bench")
         our_consumers(spark, kafka, topics["reuse"], ["bench"])
 
+    def reuse_arrow():
+        reuse = ShuffleSpec(
+            topic=topics["reuse_arrow"], key=("k",), num_partitions=spec.num_partitions,
+            max_parallelism=spec.max_parallelism, event_time="ts",
+        )  # fmt: skip
+        write_shuffle(df, reuse, kafka=kafka, window="bench")
+        our_consumers_arrow(spark, kafka, topics["reuse_arrow"], ["bench"])
+
     def w_theirs():
         (
             df.selectExpr("k as key", "to_json(struct(*)) as value")
@@ -462,6 +519,7 @@ def make_phases(
         ("shuffle_aggregate", a_ours, "spark_group_by_agg", lambda: group_by(df)),
         ("reuse_three_consumers", reuse_ours, "spark_three_consumers",
          lambda: spark_consumers(df)),
+        ("reuse_three_consumers_arrow", reuse_arrow, None, None),
     ]  # fmt: skip
 
 
@@ -600,6 +658,7 @@ def run_size(
         topics = {
             "perf": f"bench.perf.{uuid.uuid4().hex[:8]}",
             "reuse": f"bench.reuse.{uuid.uuid4().hex[:8]}",
+            "reuse_arrow": f"bench.reuse.{uuid.uuid4().hex[:8]}",
         }
         ensure_topic(
             kafka, topics["perf"], partitions,
@@ -638,9 +697,12 @@ def run_size(
                     f"{rows / seconds / 1e3:9.0f}k rows/s  worker peak {peak / 2**20:6.0f} MiB",
                     flush=True,
                 )
-        reuse = topics["reuse"]
+        reuses = [topics["reuse"], topics["reuse_arrow"]]
         drop_topics(
-            kafka, [ours, commit_topic(ours), theirs, topics["perf"], reuse, commit_topic(reuse)]
+            kafka,
+            [ours, commit_topic(ours), theirs, topics["perf"]]
+            + reuses
+            + [commit_topic(t) for t in reuses],
         )
     drop_topics(kafka, [t for x in fixtures.topics() for t in (x, commit_topic(x))])
     summary: dict = {}
