@@ -56,6 +56,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -436,8 +437,10 @@ def make_phases(
         return state["write"]
 
     def w_rows():
-        # The row path (Spark's hash, rows handed over through mapInArrow), for comparison.
-        return write_shuffle(df, spec, kafka=kafka, window="bench-rows", columnar=False)
+        # The row path (Spark's hash, rows handed over through mapInArrow), for comparison;
+        # to a topic of its own, so the reads below see the columnar write's rows only.
+        rows_spec = dataclasses.replace(spec, topic=topics["rows"])
+        return write_shuffle(df, rows_spec, kafka=kafka, window="bench", columnar=False)
 
     def perf():
         w = state["write"]
@@ -659,6 +662,7 @@ def run_size(
             "perf": f"bench.perf.{uuid.uuid4().hex[:8]}",
             "reuse": f"bench.reuse.{uuid.uuid4().hex[:8]}",
             "reuse_arrow": f"bench.reuse.{uuid.uuid4().hex[:8]}",
+            "rows": f"bench.rows.{uuid.uuid4().hex[:8]}",
         }
         ensure_topic(
             kafka, topics["perf"], partitions,
@@ -697,7 +701,7 @@ def run_size(
                     f"{rows / seconds / 1e3:9.0f}k rows/s  worker peak {peak / 2**20:6.0f} MiB",
                     flush=True,
                 )
-        reuses = [topics["reuse"], topics["reuse_arrow"]]
+        reuses = [topics["reuse"], topics["reuse_arrow"], topics["rows"]]
         drop_topics(
             kafka,
             [ours, commit_topic(ours), theirs, topics["perf"]]
