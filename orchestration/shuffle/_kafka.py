@@ -156,8 +156,13 @@ def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
     return Consumer(conf)
 
 
-def check_reachable(kafka: Mapping[str, Any] | None, timeout: float = CONNECT_TIMEOUT_S) -> int:
+def check_reachable(
+    kafka: Mapping[str, Any] | None, timeout: float = CONNECT_TIMEOUT_S, topic: str | None = None
+) -> int:
     """Fails fast with :class:`ShuffleConnectionError` when no broker answers.
+
+    With ``topic``, only that topic's metadata is asked for (whether it exists or not),
+    not every topic's: the answer's size then does not grow with the cluster.
 
     The error says why when the client knows: authentication refused (wrong user or
     password), a TLS handshake that failed (e.g. no ``ssl.ca.location``), a PLAINTEXT client
@@ -166,7 +171,7 @@ def check_reachable(kafka: Mapping[str, Any] | None, timeout: float = CONNECT_TI
     Returns:
         The number of brokers in the cluster's metadata.
     """
-    return len(metadata(kafka, timeout=timeout).brokers)
+    return len(metadata(kafka, topic, timeout=timeout).brokers)
 
 
 def metadata(
@@ -179,7 +184,9 @@ def metadata(
     seen: list[KafkaError] = []
     logged = _ClientLog()
     conf = client_config(kafka, error_cb=seen.append, logger=logged.logger)
-    admin = AdminClient(conf)
+    # Asking for a topic that does not exist must not create it, whatever the brokers'
+    # auto.create.topics.enable says (an admin client's default is to allow it).
+    admin = AdminClient({**conf, "allow.auto.create.topics": False})
     deadline = time.monotonic() + timeout
     # Asked in short steps: a refusal that waiting cannot cure (authentication, TLS, a
     # PLAINTEXT client at a TLS listener) is reported at once rather than at the timeout.

@@ -22,7 +22,15 @@ from ._log_io import create_or_check, read_commits_since, read_log, read_plan
 from ._options import kafka_to_options
 from ._testing import write_attempts_to_fail
 from .columnar import ColumnarPlan, ColumnarUnavailable, plan_columnar
-from .commitlog import Commit, Layout, ShuffleLog, TaskResult, from_micros, to_micros
+from .commitlog import (
+    Commit,
+    Layout,
+    ShuffleLog,
+    TaskResult,
+    commit_topic,
+    from_micros,
+    to_micros,
+)
 from .errors import (
     ShuffleKeyError,
     ShuffleOptionError,
@@ -171,7 +179,7 @@ def write_shuffle(
     window: str | None = None,
     complete_until: dt.datetime | None = None,
     frame_rows: int | None = None,
-    compression: str = "zstd",
+    compression: str = "lz4",
     attrs: Mapping[str, str] | None = None,
     columnar: bool | None = None,
 ) -> WriteResult:
@@ -203,7 +211,9 @@ def write_shuffle(
         window: Optional label of what this run covers (e.g. a Dagster partition key).
         complete_until: Optional: the run declares event time complete up to here.
         frame_rows: Rows per DATA frame per partition (default 65536).
-        compression: Arrow IPC body compression: ``zstd``, ``lz4`` or ``none``.
+        compression: Arrow IPC body compression: ``lz4`` (default, as Spark's own shuffle:
+            the cheapest to write and read), ``zstd`` (about a quarter fewer bytes in Kafka
+            for more CPU on both sides) or ``none``.
         attrs: Free-form strings stored in the commit record.
         columnar: None (default): the columnar path when it applies, else the row path.
             False: always the row path. True: the columnar path, or a
@@ -226,7 +236,7 @@ def write_shuffle(
         )
     conf = client_config(kafka)
     _check_columns(df, spec)
-    check_reachable(conf)
+    check_reachable(conf, topic=commit_topic(spec.topic))
     schema = _arrow_schema(df)
     plan = _columnar_plan(df, spec, schema, columnar)
     if plan is None or not plan.nulls_ruled_out:
@@ -496,7 +506,7 @@ def plan_shuffle_read(
     conf = client_config(kafka)
     if log is None:
         # A refused client (authentication, TLS) is told so at once, not after a timeout.
-        check_reachable(conf)
+        check_reachable(conf, topic=commit_topic(topic))
     start_us, end_us = _micros_range(event_time_range)
     plan = read_plan(
         conf,

@@ -16,8 +16,8 @@ Header (big-endian)::
 
 Payloads:
 
-- DATA: an Arrow IPC stream (schema and one record batch, body compressed with zstd or
-  lz4) holding rows of one partition. The batch carries the shuffle's columns plus
+- DATA: an Arrow IPC stream (schema and one record batch, body compressed with lz4 or
+  zstd) holding rows of one partition. The batch carries the shuffle's columns plus
   ``_key_group`` (int32).
 - WATERMARK: int64, the subtask's watermark in microseconds since the epoch (UTC):
   the largest event time it has seen minus the allowed out-of-orderness. Broadcast to
@@ -116,7 +116,7 @@ def _ipc_options(compression: str | None) -> pa.ipc.IpcWriteOptions:
 
 
 def encode_data(
-    header: FrameHeader, batch: pa.RecordBatch, compression: str | None = "zstd"
+    header: FrameHeader, batch: pa.RecordBatch, compression: str | None = "lz4"
 ) -> bytes:
     """A DATA frame holding ``batch``."""
     sink = pa.BufferOutputStream()

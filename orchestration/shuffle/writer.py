@@ -53,7 +53,7 @@ class WriteOptions:
     max_out_of_orderness_us: int = 0
     frame_rows: int = DEFAULT_FRAME_ROWS
     frame_bytes: int = DEFAULT_FRAME_BYTES
-    compression: str | None = "zstd"
+    compression: str | None = "lz4"
     # Set only through orchestration.shuffle._testing: an attempt whose number is below
     # this fails after its first frame, to show that failed attempts stay invisible.
     fail_attempts_below: int = 0
