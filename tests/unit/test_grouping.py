@@ -123,3 +123,58 @@ def test_many_outputs_are_emitted_in_bounded_batches(monkeypatch):
     kf = KeyFunction(("k",), lambda t: t.select(["k", "v"]), schema, data="arrow")
     batches = list(kf.apply(table))
     assert sum(b.num_rows for b in batches) == n and max(b.num_rows for b in batches) <= 7
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([3, None, 1, 2, None, 1, 7, -4], pa.int64()),
+        pa.array([0.5, float("nan"), None, -1.0, 2.0, float("nan"), None, 0.5], pa.float64()),
+        pa.array([True, None, False, True, False, None, True, False], pa.bool_()),
+        pa.array([5, 1, None, 3, 2, 2, 9, 0], pa.timestamp("us", tz="UTC")),
+        pa.array([5, 1, None, 3, 2, 2, 9, 0], pa.date32()),
+        pa.array(["b", None, "a", "c", "a", "b", None, "d"], pa.string()),  # Arrow's sort
+    ],
+)
+def test_order_by_sorts_each_key_nulls_first_and_nan_last(column):
+    keys = pa.array(["x", "y", "x", "y", "x", "y", "x", "y"])
+    table = pa.table({"k": keys, "o": column, "v": pa.array(range(8))})
+    ordered, starts = sort_by_key(table, ("k",), ("o",))
+    assert list(starts) == [0, 4]  # two keys, each in one run
+    all_nans = 0
+    for s, e in ((0, 4), (4, 8)):
+        got = ordered.slice(s, e - s)
+        assert len(set(got["k"].to_pylist())) == 1
+        values = got["o"].to_pylist()
+        nulls = [v for v in values if v is None]
+        assert values[: len(nulls)] == nulls, values  # nulls first
+        rest = values[len(nulls) :]
+        nans = [v for v in rest if isinstance(v, float) and np.isnan(v)]
+        all_nans += len(nans)
+        numbers = rest[: len(rest) - len(nans)]
+        assert numbers == sorted(numbers), values  # NaN after every number, as in Spark
+        # Ties keep their order as read (a stable sort).
+        for a, b in zip(got.to_pylist(), got.to_pylist()[1:], strict=False):
+            if a["o"] == b["o"]:
+                assert a["v"] < b["v"]
+    assert all_nans == (2 if pa.types.is_floating(column.type) else 0)
+
+
+def test_order_by_two_columns_in_numpy_equals_arrows_sort():
+    rnd = random.Random(5)
+    n = 5000
+    table = pa.table(
+        {
+            "k": pa.array([f"k{rnd.randint(0, 60)}" for _ in range(n)]),
+            "a": pa.array([None if rnd.random() < 0.1 else rnd.randint(0, 5) for _ in range(n)]),
+            "b": pa.array([rnd.random() for _ in range(n)]),
+            "v": pa.array(range(n)),
+        }
+    )
+    ordered, _ = sort_by_key(table, ("k",), ("a", "b"))
+    ids = group_ids(table, ("k",))
+    sortable = pa.table([pa.array(ids), table["a"], table["b"]], names=["g", "a", "b"])
+    from orchestration.shuffle.grouping import _sort_indices_nulls_first
+
+    by_arrow = table.take(_sort_indices_nulls_first(sortable))
+    assert ordered["v"].to_pylist() == by_arrow["v"].to_pylist()
