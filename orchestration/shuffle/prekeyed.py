@@ -151,7 +151,8 @@ def apply_per_key(
             ``per="batch"`` and no ``order_by``, rows come in no particular order).
             Returns rows of ``schema`` in the same form (or None for no rows).
         schema: The output schema (DDL string or StructType).
-        order_by: Columns that order each key's rows (ascending, nulls first).
+        order_by: Columns that order each key's rows (ascending, nulls first, NaN after
+            every number, as Spark sorts).
         per: ``"key"`` or ``"batch"``.
         data: ``"pandas"`` or ``"arrow"``.
         pass_rows: Rows one pass of the in-reader path holds (default 2,000,000).
