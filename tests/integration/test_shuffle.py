@@ -263,6 +263,21 @@ def test_missing_topic_and_unreachable_broker(spark, kafka_conf, unique):
     assert time.monotonic() - start < 30
 
 
+def test_metadata_client_is_kept_per_config_and_dropped_after_a_failure(kafka_conf):
+    from orchestration.shuffle import _kafka
+
+    assert _kafka.check_reachable(kafka_conf) >= 1
+    first, _ = _kafka._admin(kafka_conf)
+    assert _kafka.check_reachable(kafka_conf, topic="no-such-topic-here") >= 1
+    assert _kafka._admin(kafka_conf)[0] is first  # kept: no fresh client per request
+    bad = {"bootstrap.servers": "127.0.0.1:1"}
+    with pytest.raises(ShuffleConnectionError, match="127.0.0.1:1"):
+        _kafka.check_reachable(bad, timeout=1)
+    assert not [k for k in _kafka._ADMINS if "'127.0.0.1:1'" in repr(k)]  # dropped
+    # Asking for a missing topic did not create it.
+    assert "no-such-topic-here" not in AdminClient(kafka_conf).list_topics(timeout=10).topics
+
+
 def test_corrupt_frame_names_topic_partition_offset(spark, kafka_conf, unique):
     topic = unique("sh-bad")
     res = write_shuffle(rows_df(spark, 200), spec_for(topic), kafka=kafka_conf)
