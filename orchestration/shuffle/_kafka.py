@@ -202,7 +202,8 @@ def metadata(
                 fatal = _refusal(admin.errors, admin.log.lines, conf)
                 if fatal is None and time.monotonic() < deadline:
                     continue
-                _ADMINS.pop(admin.key, None)  # the next call starts with a fresh client
+                with _ADMINS_LOCK:
+                    _ADMINS.pop(admin.key, None)  # the next call starts with a fresh client
                 why = (
                     fatal
                     or _why(admin.errors, admin.log.lines, conf)
