@@ -359,30 +359,30 @@ def spark_top3(df) -> None:
     noop(df.withColumn("r", rank).where("r <= 3").select("k", "ts", "b"))
 
 
-def our_consumers(spark, kafka: dict, topic: str, windows=None) -> None:
-    """The three consumers of T6 (and of T7's whole day) over the persisted shuffle."""
-    noop(aggregate_shuffle(spark, topic, kafka=kafka, windows=windows, aggregations=AGGREGATIONS))
-    our_gaps(spark, kafka, topic, windows)
-    shuffled = read_shuffle(spark, topic, kafka=kafka, windows=windows)
-    noop(apply_per_key(shuffled, "k", top3_batch, TOP3_SCHEMA, per="batch"))
+# T6's two per-key consumers: (function, output schema, order_by) per data form.
+PER_KEY_CONSUMERS = {
+    "pandas": [(gaps_batch, GAPS_SCHEMA, ["ts"]), (top3_batch, TOP3_SCHEMA, [])],
+    "arrow": [(gaps_arrow, GAPS_SCHEMA, ["ts"]), (top3_arrow, TOP3_SCHEMA, [])],
+}
 
 
-def our_consumers_arrow(spark, kafka: dict, topic: str, windows=None) -> None:
-    """The same three consumers with the two per-key ones written on Arrow."""
+def our_consumers(spark, kafka: dict, topic: str, windows=None, data: str = "pandas") -> None:
+    """The three consumers of T6 (and of T7's whole day) over the persisted shuffle; with
+    ``data="arrow"`` the two per-key ones are written on Arrow."""
     noop(aggregate_shuffle(spark, topic, kafka=kafka, windows=windows, aggregations=AGGREGATIONS))
+    for fn, schema, order_by in PER_KEY_CONSUMERS[data]:
+        our_per_key(spark, kafka, topic, windows, fn, schema, order_by, data)
+
+
+def our_per_key(spark, kafka: dict, topic: str, windows, fn, schema, order_by, data) -> None:
     shuffled = read_shuffle(spark, topic, kafka=kafka, windows=windows)
-    noop(
-        apply_per_key(
-            shuffled, "k", gaps_arrow, GAPS_SCHEMA, order_by=["ts"], per="batch", data="arrow"
-        )
-    )
-    shuffled = read_shuffle(spark, topic, kafka=kafka, windows=windows)
-    noop(apply_per_key(shuffled, "k", top3_arrow, TOP3_SCHEMA, per="batch", data="arrow"))
+    noop(apply_per_key(shuffled, "k", fn, schema, order_by=order_by, per="batch", data=data))
 
 
 def our_gaps(spark, kafka: dict, topic: str, windows) -> None:
-    shuffled = read_shuffle(spark, topic, kafka=kafka, windows=windows)
-    noop(apply_per_key(shuffled, "k", gaps_batch, GAPS_SCHEMA, order_by=["ts"], per="batch"))
+    """T7's failed consumer (the pandas gaps one)."""
+    fn, schema, order_by = PER_KEY_CONSUMERS["pandas"][0]
+    our_per_key(spark, kafka, topic, windows, fn, schema, order_by, "pandas")
 
 
 def spark_consumers(df) -> None:
@@ -446,21 +446,9 @@ def make_phases(
         w = state["write"]
         return kafka_perf_test(kafka, topics["perf"], max(w.bytes // max(w.frames, 1), 1), w.bytes)
 
-    def reuse_ours():
-        reuse = ShuffleSpec(
-            topic=topics["reuse"], key=("k",), num_partitions=spec.num_partitions,
-            max_parallelism=spec.max_parallelism, event_time="ts",
-        )  # fmt: skip
-        write_shuffle(df, reuse, kafka=kafka, window="bench")
-        our_consumers(spark, kafka, topics["reuse"], ["bench"])
-
-    def reuse_arrow():
-        reuse = ShuffleSpec(
-            topic=topics["reuse_arrow"], key=("k",), num_partitions=spec.num_partitions,
-            max_parallelism=spec.max_parallelism, event_time="ts",
-        )  # fmt: skip
-        write_shuffle(df, reuse, kafka=kafka, window="bench")
-        our_consumers_arrow(spark, kafka, topics["reuse_arrow"], ["bench"])
+    def reuse(topic: str, data: str):
+        write_shuffle(df, dataclasses.replace(spec, topic=topic), kafka=kafka, window="bench")
+        our_consumers(spark, kafka, topic, ["bench"], data=data)
 
     def w_theirs():
         (
@@ -520,9 +508,9 @@ def make_phases(
         ("shuffle_per_key", k_ours, "spark_group_by", lambda: group_by(df)),
         ("shuffle_per_key_arrow", k_arrow, None, None),
         ("shuffle_aggregate", a_ours, "spark_group_by_agg", lambda: group_by(df)),
-        ("reuse_three_consumers", reuse_ours, "spark_three_consumers",
+        ("reuse_three_consumers", lambda: reuse(topics["reuse"], "pandas"), "spark_three_consumers",
          lambda: spark_consumers(df)),
-        ("reuse_three_consumers_arrow", reuse_arrow, None, None),
+        ("reuse_three_consumers_arrow", lambda: reuse(topics["reuse_arrow"], "arrow"), None, None),
     ]  # fmt: skip
 
 
