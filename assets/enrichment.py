@@ -32,7 +32,7 @@ from dagster_pyspark import LazyPySparkResource
 from assets.pipeline import FLIGHTS_BY_TAILNUM, PIPELINE_GROUP, FaultInjection, daily
 from orchestration import KafkaResource, WarehouseResource
 from orchestration.shuffle import process_queue, shuffle_log
-from orchestration.shuffle._kafka import consumer, end_offsets, read_range
+from orchestration.shuffle.kafka.client import consumer, end_offsets, read_range
 
 ENRICHED = "flights_enriched"
 DEAD_LETTERS = "flights_enriched_dead_letters"

@@ -7,8 +7,8 @@ from dagster_pyspark import LazyPySparkResource
 
 from orchestration.resources import KafkaResource
 from orchestration.shuffle import register_data_sources
-from orchestration.shuffle._kafka import end_offsets, ensure_topic
-from orchestration.shuffle.records import write_records
+from orchestration.shuffle.kafka.client import end_offsets, ensure_topic
+from orchestration.shuffle.spark.records import write_records
 
 STACK_CHECK_TOPIC = "shuffle.stack-check"
 STACK_CHECK_ROWS = 1000

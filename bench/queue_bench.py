@@ -39,10 +39,10 @@ from confluent_kafka import Producer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestration import localstack  # noqa: E402
+from devstack import localstack  # noqa: E402
 from orchestration.shuffle import process_queue, register_data_sources  # noqa: E402
-from orchestration.shuffle._kafka import ensure_topic  # noqa: E402
-from orchestration.shuffle.spark import spark_session  # noqa: E402
+from orchestration.shuffle.kafka.client import ensure_topic  # noqa: E402
+from orchestration.shuffle.spark.session import spark_session  # noqa: E402
 
 WORK = ROOT / ".local" / "bench"
 SCHEMA = "id long, digest string"

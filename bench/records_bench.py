@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from shuffle_bench import BASELINE_JARS, WORK  # noqa: E402  (the same connector and folder)
 
-from orchestration import localstack  # noqa: E402
+from devstack import localstack  # noqa: E402
 from orchestration.shuffle import (  # noqa: E402
     ShuffleSpec,
     read_shuffle,
@@ -45,8 +45,8 @@ from orchestration.shuffle import (  # noqa: E402
     register_data_sources,
     write_shuffle,
 )
-from orchestration.shuffle._kafka import ensure_topic  # noqa: E402
-from orchestration.shuffle.spark import spark_session  # noqa: E402
+from orchestration.shuffle.kafka.client import ensure_topic  # noqa: E402
+from orchestration.shuffle.spark.session import spark_session  # noqa: E402
 
 
 def produce(kafka: dict, topic: str, messages: int, value_bytes: int, partitions: int) -> None:

@@ -77,7 +77,7 @@ sys.path.insert(0, str(ROOT))
 
 from report import T9_BOUND, memory_growth  # noqa: E402  (bench/ is the script's directory)
 
-from orchestration import localstack  # noqa: E402
+from devstack import localstack  # noqa: E402
 from orchestration.shuffle import (  # noqa: E402
     ShuffleSpec,
     aggregate_shuffle,
@@ -86,10 +86,10 @@ from orchestration.shuffle import (  # noqa: E402
     shuffle_commits_since,
     write_shuffle,
 )
-from orchestration.shuffle._kafka import ensure_topic  # noqa: E402
-from orchestration.shuffle._log_io import log_end  # noqa: E402
-from orchestration.shuffle.commitlog import commit_topic  # noqa: E402
-from orchestration.shuffle.spark import spark_session  # noqa: E402
+from orchestration.shuffle.core.commitlog import commit_topic  # noqa: E402
+from orchestration.shuffle.kafka.client import ensure_topic  # noqa: E402
+from orchestration.shuffle.kafka.commitlog import log_end  # noqa: E402
+from orchestration.shuffle.spark.session import spark_session  # noqa: E402
 
 WORK = ROOT / ".local" / "bench"
 PHASES = (

@@ -5,7 +5,7 @@ one committed shuffle run per day), then the sensors: the commit sensor launches
 consumer jobs for every complete day, and the failed-region sensor retries what fails.
 Runs are recorded in ``$DAGSTER_HOME`` (``scripts/dev`` sets ``.local/dagster``), so
 ``scripts/dev ui`` shows them. Configuration: the environment variables of
-:mod:`orchestration.definitions`. Prints rows per asset per day, the shuffle's watermark
+:mod:`jobs.definitions`. Prints rows per asset per day, the shuffle's watermark
 and where outputs are.
 
     scripts/dev main                                  # 2013-01-01 .. 2013-01-07
@@ -72,12 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("KAFKA_BOOTSTRAP_SERVERS is not set (scripts/dev main sets it)")
 
     from assets.pipeline import CONSUMERS, FLIGHTS_BY_TAILNUM
+    from devstack.runner import LocalRunner
+    from jobs.definitions import defs
     from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR, RUNNING_TOTALS_JOB
-    from orchestration.definitions import defs
-    from orchestration.local_runner import LocalRunner
     from orchestration.metadata import shuffle_asset
     from orchestration.shuffle import shuffle_log
-    from orchestration.shuffle.commitlog import from_micros
+    from orchestration.shuffle.core.commitlog import from_micros
 
     started = time.monotonic()
     runner = LocalRunner(

@@ -10,7 +10,7 @@ Dagster, Spark or Kafka.
 
 from typing import TYPE_CHECKING
 
-from orchestration.shuffle._lazy import lazy_exports
+from orchestration.shuffle.core.exports import lazy_exports
 
 _EXPORTS = {
     "KafkaResource": "resources",

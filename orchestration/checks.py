@@ -29,7 +29,7 @@ from dagster import (
 from orchestration.io_manager import DAGSTER_RUN_ATTR
 from orchestration.sensors import asset_io_manager_key, asset_shuffle
 from orchestration.shuffle import ShuffleError, plan_shuffle_read, shuffle_log
-from orchestration.shuffle._log_io import check_partitions
+from orchestration.shuffle.kafka.commitlog import check_partitions
 
 
 def shuffle_asset_checks(asset: AssetsDefinition, *, blocking: bool = True) -> list:

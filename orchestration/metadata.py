@@ -9,7 +9,8 @@ Example::
 Keys (all under ``shuffle/``): ``key`` (a column or a list), ``num_partitions`` (int),
 ``max_parallelism`` (int, default 128), ``event_time`` (optional column), ``topic`` (optional;
 default the asset key path joined with "."), ``window_column`` (optional: the column whose
-value is the partition key, needed to write a range of partitions in one run).
+value is the partition key, needed to write a range of partitions in one run),
+``replication_factor`` (optional int; default min(3, brokers)).
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from typing import Any
 from orchestration.shuffle import ShuffleOptionError, ShuffleSpec
 
 PREFIX = "shuffle/"
-KEYS = ("key", "num_partitions", "max_parallelism", "event_time", "topic", "window_column")
+KEYS = (
+    "key",
+    "num_partitions",
+    "max_parallelism",
+    "event_time",
+    "topic",
+    "window_column",
+    "replication_factor",
+)
 
 
 def shuffle_metadata(

@@ -5,7 +5,7 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from orchestration.shuffle._kafka import check_reachable
+from orchestration.shuffle.kafka.client import check_reachable
 
 
 class KafkaResource(ConfigurableResource):

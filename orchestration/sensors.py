@@ -27,7 +27,7 @@ from dagster import (
 from orchestration.io_manager import FAILED_WINDOWS_TAG
 from orchestration.metadata import ShuffleAsset, shuffle_asset
 from orchestration.shuffle import ShuffleTopicNotFoundError, shuffle_commits_since
-from orchestration.shuffle.commitlog import from_micros, to_micros
+from orchestration.shuffle.core.commitlog import from_micros, to_micros
 
 PARTITION_TAG = "dagster/partition"
 RETRY_TAG = "shuffle/retry"

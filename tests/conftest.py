@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def bootstrap() -> str:
     """The bootstrap address of a real broker: $KAFKA_BOOTSTRAP_SERVERS or the local one."""
-    from orchestration import localstack
+    from devstack import localstack
 
     return localstack.start()
 

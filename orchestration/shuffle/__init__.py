@@ -19,10 +19,10 @@ This package imports no Dagster. Its pure modules (``keygroups``, ``frames``,
 
 from typing import TYPE_CHECKING
 
-from ._lazy import lazy_exports
+from orchestration.shuffle.core.exports import lazy_exports
 
 # Names are imported on first use, so that importing a pure module (e.g.
-# ``orchestration.shuffle.keygroups``) does not drag in Spark or Kafka.
+# ``orchestration.shuffle.core.keygroups``) does not drag in Spark or Kafka.
 _EXPORTS = {
     "ShuffleRead": "api",
     "ShuffleSpec": "api",
@@ -36,12 +36,12 @@ _EXPORTS = {
     "shuffle_watermark": "api",
     "stream_metrics": "api",
     "group_offsets_behind": "api",
-    "BatchMetrics": "sourcemetrics",
-    "summarize_stream_metrics": "sourcemetrics",
+    "BatchMetrics": "core.metrics",
+    "summarize_stream_metrics": "core.metrics",
     "write_shuffle": "api",
-    "Commit": "commitlog",
-    "Layout": "commitlog",
-    "ShuffleLog": "commitlog",
+    "Commit": "core.commitlog",
+    "Layout": "core.commitlog",
+    "ShuffleLog": "core.commitlog",
     "ShuffleConnectionError": "errors",
     "ShuffleError": "errors",
     "ShuffleFormatError": "errors",
@@ -53,28 +53,27 @@ _EXPORTS = {
     "ShuffleWatermarkError": "errors",
     "ShuffleWindowNotFoundError": "errors",
     "ShuffleWriteError": "errors",
-    "key_group_of": "keygroups",
-    "key_group_range": "keygroups",
-    "partition_of": "keygroups",
-    "apply_per_key": "prekeyed",
-    "ExpiryResult": "expiry",
-    "expire_shuffle": "expiry",
-    "register_data_sources": "spark",
-    "spark_session": "spark",
+    "key_group_of": "core.keygroups",
+    "key_group_range": "core.keygroups",
+    "partition_of": "core.keygroups",
+    "apply_per_key": "spark.perkey",
+    "ExpiryResult": "kafka.retention",
+    "expire_shuffle": "kafka.retention",
+    "register_data_sources": "spark.session",
+    "spark_session": "spark.session",
     "QueueGroupError": "errors",
-    "QueueResult": "queue",
+    "QueueResult": "queue.driver",
     "QueueSchemaError": "errors",
-    "feed_queue": "queue",
-    "process_queue": "queue",
-    "read_queue_output": "queue",
-    "QueueCounts": "queueplan",
-    "grant_shuffle_access": "access",
-    "shuffle_acls": "access",
+    "feed_queue": "queue.driver",
+    "process_queue": "queue.driver",
+    "read_queue_output": "queue.driver",
+    "QueueCounts": "core.queue",
+    "grant_shuffle_access": "kafka.access",
+    "shuffle_acls": "kafka.access",
 }
 
 if TYPE_CHECKING:
-    from .access import grant_shuffle_access, shuffle_acls
-    from .api import (
+    from orchestration.shuffle.api import (
         ShuffleRead,
         ShuffleSpec,
         WriteResult,
@@ -89,8 +88,11 @@ if TYPE_CHECKING:
         stream_metrics,
         write_shuffle,
     )
-    from .commitlog import Commit, Layout, ShuffleLog
-    from .errors import (
+    from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog
+    from orchestration.shuffle.core.keygroups import key_group_of, key_group_range, partition_of
+    from orchestration.shuffle.core.metrics import BatchMetrics, summarize_stream_metrics
+    from orchestration.shuffle.core.queue import QueueCounts
+    from orchestration.shuffle.errors import (
         QueueGroupError,
         QueueSchemaError,
         ShuffleConnectionError,
@@ -105,18 +107,16 @@ if TYPE_CHECKING:
         ShuffleWindowNotFoundError,
         ShuffleWriteError,
     )
-    from .expiry import ExpiryResult, expire_shuffle
-    from .keygroups import key_group_of, key_group_range, partition_of
-    from .prekeyed import apply_per_key
-    from .queue import (
+    from orchestration.shuffle.kafka.access import grant_shuffle_access, shuffle_acls
+    from orchestration.shuffle.kafka.retention import ExpiryResult, expire_shuffle
+    from orchestration.shuffle.queue.driver import (
         QueueResult,
         feed_queue,
         process_queue,
         read_queue_output,
     )
-    from .queueplan import QueueCounts
-    from .sourcemetrics import BatchMetrics, summarize_stream_metrics
-    from .spark import register_data_sources, spark_session
+    from orchestration.shuffle.spark.perkey import apply_per_key
+    from orchestration.shuffle.spark.session import register_data_sources, spark_session
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -15,14 +15,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import aggregation as agg
-from . import frames as fr
-from ._kafka import check_reachable, client_config
-from ._log_io import create_or_check, read_commits_since, read_log, read_plan
-from ._options import kafka_to_options
-from ._testing import write_attempts_to_fail
-from .columnar import ColumnarPlan, ColumnarUnavailable, plan_columnar
-from .commitlog import (
+from orchestration.shuffle.core import aggregation as agg
+from orchestration.shuffle.core import frames as fr
+from orchestration.shuffle.core.commitlog import (
     Commit,
     Layout,
     ShuffleLog,
@@ -31,25 +26,35 @@ from .commitlog import (
     from_micros,
     to_micros,
 )
-from .errors import (
+from orchestration.shuffle.core.keygroups import validate_layout
+from orchestration.shuffle.core.metrics import BatchMetrics, offsets_behind, progress_metrics
+from orchestration.shuffle.core.options import kafka_to_options
+from orchestration.shuffle.core.reader import AUTO, ReadPlan, SplitPlan, balance_splits
+from orchestration.shuffle.errors import (
     ShuffleKeyError,
     ShuffleOptionError,
     ShuffleSchemaError,
     ShuffleWriteError,
 )
-from .keygroups import validate_layout
-from .planning import AUTO, ReadPlan, SplitPlan, balance_splits
-from .prekeyed import KEY_METADATA
-from .reader import output_schema
-from .sourcemetrics import BatchMetrics, offsets_behind, progress_metrics
-from .spark import register_data_sources, task_slots
-from .writer import (
+from orchestration.shuffle.kafka.client import check_reachable, client_config
+from orchestration.shuffle.kafka.commitlog import (
+    create_or_check,
+    read_commits_since,
+    read_log,
+    read_plan,
+)
+from orchestration.shuffle.spark.columnar import ColumnarPlan, ColumnarUnavailable, plan_columnar
+from orchestration.shuffle.spark.perkey import KEY_METADATA
+from orchestration.shuffle.spark.reader import output_schema
+from orchestration.shuffle.spark.session import register_data_sources, task_slots
+from orchestration.shuffle.spark.writer import (
     DEFAULT_FRAME_ROWS,
     ColumnarProducerTask,
     ProducerTask,
     WriteOptions,
     commit_run,
 )
+from orchestration.shuffle.testing import write_attempts_to_fail
 
 log = logging.getLogger(__name__)
 
@@ -468,7 +473,7 @@ class ShuffleRead:
         """Aggregates the rows per key inside the reader (see :func:`aggregate_shuffle`).
 
         Without a ``parallelism`` asked for, the read runs as one task per core, each
-        aggregating whole Kafka partitions (see :func:`~orchestration.shuffle.planning.
+        aggregating whole Kafka partitions (see :func:`~orchestration.shuffle.core.reader.
         balance_splits`): the output is one row per key, not keyed rows, so nothing needs
         a task per partition.
         """
@@ -551,7 +556,7 @@ def read_shuffle(
         parallelism: Spark partitions; default one per Kafka partition. ``"auto"``: the
             same, but a small read merges whole contiguous partitions so that each task
             reads about 500k rows or more (each task has a fixed cost). See
-            :mod:`orchestration.shuffle.planning` for smaller and larger values.
+            :mod:`orchestration.shuffle.core.reader` for smaller and larger values.
         with_metadata: Add ``_partition``, ``_key_group``, ``_run_id``, ``_offset``,
             ``_window``.
         log: The shuffle's commit log if the caller has just read it (saves reading it
@@ -593,7 +598,7 @@ def aggregate_shuffle(
     """Aggregates committed runs of a shuffle per key, inside the reader.
 
     Equal to ``read_shuffle(...).groupBy(*key).agg(...)``, but the rows are aggregated
-    as their frames are decoded (see :mod:`orchestration.shuffle.aggregation`): they never
+    as their frames are decoded (see :mod:`orchestration.shuffle.core.aggregation`): they never
     cross from Python to the JVM, no Spark shuffle runs, and a reader's memory follows
     the number of keys in its partition (plus one chunk of rows), not the number of rows.
     Frames decode only the key and the aggregated columns. Without ``parallelism``, the
@@ -712,7 +717,7 @@ def stream_metrics(query: Any) -> list[BatchMetrics]:
     behind latest (min / max / avg over partitions, as Spark's Kafka source reports them),
     and what the source reported with its latest offset: for ``kafka-records``, offset
     commits succeeded / failed and records lost so far; for ``kafka-shuffle``, the runs
-    each batch read and their bytes. See :mod:`orchestration.shuffle.sourcemetrics`;
+    each batch read and their bytes. See :mod:`orchestration.shuffle.core.metrics`;
     :func:`summarize_stream_metrics` totals them (e.g. for Dagster metadata).
 
     Example::
@@ -733,8 +738,8 @@ def group_offsets_behind(
     partition (``"topic/partition"``) and min / max / avg, from the offsets the group
     committed (e.g. by a ``kafka-records`` read with ``commitOffsets``). A partition with no
     committed offset counts from its earliest offset."""
-    from .records import bounds, committed_offsets, discover
-    from .recordsplan import Subscription
+    from orchestration.shuffle.core.records import Subscription
+    from orchestration.shuffle.spark.records import bounds, committed_offsets, discover
 
     conf = client_config(kafka)
     tps = discover(conf, Subscription(topics=tuple(topics)))

@@ -17,7 +17,7 @@ _KEYS = (
 
 @contextlib.contextmanager
 def own_stack(name: str, port: int, *, nodes: int = 1, security: str = "plaintext"):
-    """While inside, ``orchestration.localstack`` manages the stack ``.local/<name>``."""
+    """While inside, ``devstack.localstack`` manages the stack ``.local/<name>``."""
     saved = {k: os.environ.get(k) for k in _KEYS}
     os.environ.update(
         SHUFFLE_LOCAL_KAFKA_NODES=str(nodes),

@@ -7,7 +7,7 @@ import time
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from orchestration import localstack
+from devstack import localstack
 from orchestration.shuffle import (
     ShuffleError,
     ShuffleSpec,
@@ -16,8 +16,8 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
 )
-from orchestration.shuffle._kafka import admin_client
-from orchestration.shuffle.commitlog import commit_topic
+from orchestration.shuffle.core.commitlog import commit_topic
+from orchestration.shuffle.kafka.client import admin_client
 from tests.integration.stacks import own_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

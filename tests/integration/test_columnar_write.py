@@ -15,8 +15,8 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
 )
-from orchestration.shuffle._testing import data_frames_of_attempt, fail_write_attempts_below
-from orchestration.shuffle.columnar import ColumnarUnavailable, plan_columnar
+from orchestration.shuffle.spark.columnar import ColumnarUnavailable, plan_columnar
+from orchestration.shuffle.testing import data_frames_of_attempt, fail_write_attempts_below
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from orchestration.shuffle import (
     shuffle_watermark,
     write_shuffle,
 )
-from orchestration.shuffle._kafka import end_offsets
-from orchestration.shuffle._testing import fail_write_attempts_below
+from orchestration.shuffle.kafka.client import end_offsets
+from orchestration.shuffle.testing import fail_write_attempts_below
 
 pytestmark = pytest.mark.integration
 

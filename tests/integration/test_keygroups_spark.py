@@ -67,7 +67,7 @@ def test_vectorized_hash_matches_spark_on_random_keys(spark):
 
     import pyarrow as pa
 
-    from orchestration.shuffle.vhash import key_groups
+    from orchestration.shuffle.core.vhash import key_groups
 
     rng = random.Random(20130102)
     specials = [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324]

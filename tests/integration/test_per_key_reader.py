@@ -12,7 +12,7 @@ from orchestration.shuffle import (
     read_shuffle,
     write_shuffle,
 )
-from orchestration.shuffle.prekeyed import shuffle_scan_options
+from orchestration.shuffle.spark.perkey import shuffle_scan_options
 
 pytestmark = pytest.mark.integration
 

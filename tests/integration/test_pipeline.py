@@ -18,10 +18,10 @@ from assets.pipeline import (
     daily_utilization,
     delay_streaks,
 )
+from devstack.runner import PARENT_RUN_TAG, RETRY_NUMBER_TAG, LocalRunner
+from jobs.definitions import build_defs
 from jobs.pipeline import COMMIT_SENSOR, CONSUMER_JOBS, PRODUCER_JOB, REGION_SENSOR
 from orchestration import FAILED_WINDOWS_TAG, KafkaResource, WarehouseResource
-from orchestration.definitions import build_defs
-from orchestration.local_runner import PARENT_RUN_TAG, RETRY_NUMBER_TAG, LocalRunner
 from orchestration.sensors import RETRY_OF_TAG, RETRY_TAG
 from orchestration.shuffle import plan_shuffle_read, read_shuffle, shuffle_log
 
@@ -457,7 +457,7 @@ def test_queue_mode_enrichment_equals_a_batch_computation(stack, spark, kafka_co
     )
     from jobs.pipeline import ENRICHED_JOB
     from orchestration.shuffle import read_queue_output
-    from orchestration.shuffle._kafka import consumer, end_offsets, read_range
+    from orchestration.shuffle.kafka.client import consumer, end_offsets, read_range
 
     topic = stack["topic"]
     rows = read_shuffle(spark, topic, kafka=kafka_conf, windows=[D1]).toPandas()

@@ -28,9 +28,9 @@ from orchestration.shuffle import (
     read_shuffle,
     write_shuffle,
 )
-from orchestration.shuffle._kafka import consumer, ensure_topic, read_range
-from orchestration.shuffle._testing import fail_write_attempts_below
-from orchestration.shuffle.queue import _set_group_configs
+from orchestration.shuffle.kafka.client import consumer, ensure_topic, read_range
+from orchestration.shuffle.queue.driver import _set_group_configs
+from orchestration.shuffle.testing import fail_write_attempts_below
 
 pytestmark = pytest.mark.integration
 
@@ -180,8 +180,8 @@ def test_more_consumers_than_partitions_all_get_work(spark, kafka_conf, unique, 
 KILLED = """
 import sys, threading, time
 import pyarrow as pa
-from orchestration.shuffle.commitlog import schema_to_b64
-from orchestration.shuffle.queue import _Consumer, _Spec
+from orchestration.shuffle.core.commitlog import schema_to_b64
+from orchestration.shuffle.queue.driver import _Consumer, _Spec
 
 topic, group, servers, marker, out = sys.argv[1:6]
 

@@ -13,7 +13,7 @@ from orchestration.shuffle import (
     stream_metrics,
     summarize_stream_metrics,
 )
-from orchestration.shuffle.records import commit_group_offsets
+from orchestration.shuffle.spark.records import commit_group_offsets
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import time
 import pytest
 from dagster import build_sensor_context, instance_for_test
 
-from orchestration import localstack
-from orchestration.definitions import KAFKA_SECURITY_ENV, kafka_resource
+from devstack import localstack
+from jobs.definitions import KAFKA_SECURITY_ENV, kafka_resource
 from orchestration.shuffle import (
     ShuffleConnectionError,
     ShuffleError,

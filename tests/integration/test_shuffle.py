@@ -28,9 +28,9 @@ from orchestration.shuffle import (
     shuffle_watermark,
     write_shuffle,
 )
-from orchestration.shuffle._kafka import end_offsets
-from orchestration.shuffle._log_io import write_commit
-from orchestration.shuffle._testing import data_frames_of_attempt, fail_write_attempts_below
+from orchestration.shuffle.kafka.client import end_offsets
+from orchestration.shuffle.kafka.commitlog import write_commit
+from orchestration.shuffle.testing import data_frames_of_attempt, fail_write_attempts_below
 
 pytestmark = pytest.mark.integration
 
@@ -264,7 +264,7 @@ def test_missing_topic_and_unreachable_broker(spark, kafka_conf, unique):
 
 
 def test_metadata_client_is_kept_per_config_and_dropped_after_a_failure(kafka_conf):
-    from orchestration.shuffle import _kafka
+    from orchestration.shuffle.kafka import client as _kafka
 
     assert _kafka.check_reachable(kafka_conf) >= 1
     first, _ = _kafka._admin(kafka_conf)

@@ -15,10 +15,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from orchestration import localstack
+from devstack import localstack
 from orchestration.shuffle import register_data_sources
-from orchestration.shuffle._kafka import check_reachable, ensure_topic
 from orchestration.shuffle.errors import ShuffleConnectionError, ShuffleError
+from orchestration.shuffle.kafka.client import check_reachable, ensure_topic
 
 pytestmark = pytest.mark.integration
 
@@ -135,7 +135,7 @@ def test_unreachable_bootstrap_fails_fast():
 def test_localstack_cli_reports_bad_external_cluster_quickly():
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestration.localstack", "start"],
+        [sys.executable, "-m", "devstack.localstack", "start"],
         env={"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

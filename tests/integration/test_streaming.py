@@ -12,7 +12,7 @@ from orchestration.shuffle import (
     summarize_stream_metrics,
     write_shuffle,
 )
-from orchestration.shuffle._testing import fail_write_attempts_below
+from orchestration.shuffle.testing import fail_write_attempts_below
 
 pytestmark = pytest.mark.integration
 

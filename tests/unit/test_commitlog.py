@@ -3,7 +3,7 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.commitlog import (
+from orchestration.shuffle.core.commitlog import (
     COMMIT_PREFIX,
     LAYOUT_KEY,
     Commit,

@@ -6,7 +6,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.prekeyed import _GroupRunner
+from orchestration.shuffle.spark.perkey import _GroupRunner
 
 OUT = pa.schema([("k", pa.string()), ("j", pa.int64()), ("n", pa.int64()), ("first", pa.int64())])
 

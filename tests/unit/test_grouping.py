@@ -7,7 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.grouping import KeyFunction, group_ids, sort_by_key
+from orchestration.shuffle.core.perkey import KeyFunction, group_ids, sort_by_key
 
 OUT = pa.schema([("k", pa.string()), ("j", pa.int64()), ("n", pa.int64()), ("vs", pa.string())])
 
@@ -114,7 +114,7 @@ def test_the_function_sees_only_its_columns_and_none_means_no_rows():
 
 
 def test_many_outputs_are_emitted_in_bounded_batches(monkeypatch):
-    from orchestration.shuffle import grouping
+    from orchestration.shuffle.core import perkey as grouping
 
     monkeypatch.setattr(grouping, "EMIT_EVERY", 7)
     n = 100
@@ -174,7 +174,7 @@ def test_order_by_two_columns_in_numpy_equals_arrows_sort():
     ordered, _ = sort_by_key(table, ("k",), ("a", "b"))
     ids = group_ids(table, ("k",))
     sortable = pa.table([pa.array(ids), table["a"], table["b"]], names=["g", "a", "b"])
-    from orchestration.shuffle.grouping import _sort_indices_nulls_first
+    from orchestration.shuffle.core.perkey import _sort_indices_nulls_first
 
     by_arrow = table.take(_sort_indices_nulls_first(sortable))
     assert ordered["v"].to_pylist() == by_arrow["v"].to_pylist()

@@ -2,7 +2,7 @@ import datetime as dt
 
 import pytest
 
-from orchestration.shuffle.keygroups import (
+from orchestration.shuffle.core.keygroups import (
     hash_bytes,
     key_group_of,
     key_group_range,

@@ -1,6 +1,6 @@
 import base64
 
-from orchestration import localstack
+from devstack import localstack
 
 
 def test_cluster_ids_never_start_with_a_dash_and_hold_16_bytes():

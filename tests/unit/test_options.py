@@ -1,8 +1,8 @@
 import pytest
 
-from orchestration.shuffle._kafka import client_config
-from orchestration.shuffle._options import Options, kafka_to_options
+from orchestration.shuffle.core.options import Options, kafka_to_options
 from orchestration.shuffle.errors import ShuffleError, ShuffleOptionError
+from orchestration.shuffle.kafka.client import client_config
 
 
 def test_client_config_requires_bootstrap():

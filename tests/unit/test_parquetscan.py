@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestration.shuffle.parquetscan import (
+from orchestration.shuffle.core.columnar import (
     ParquetScan,
     Piece,
     ScanColumn,

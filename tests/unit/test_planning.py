@@ -1,10 +1,9 @@
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.commitlog import Commit, Layout, PartitionRange
-from orchestration.shuffle.errors import ShuffleOptionError
-from orchestration.shuffle.keygroups import key_group_range
-from orchestration.shuffle.planning import (
+from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange
+from orchestration.shuffle.core.keygroups import key_group_range
+from orchestration.shuffle.core.reader import (
     AUTO_TASK_ROWS,
     Segment,
     SplitPlan,
@@ -14,6 +13,7 @@ from orchestration.shuffle.planning import (
     plan_splits,
     split_passes,
 )
+from orchestration.shuffle.errors import ShuffleOptionError
 
 LAYOUT = Layout("t", ("k",), 4, 16, pa.schema([("k", pa.string())]))
 

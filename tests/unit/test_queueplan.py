@@ -4,9 +4,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.commitlog import Commit, Expired, PartitionRange, ShuffleLog
-from orchestration.shuffle.errors import QueueSchemaError
-from orchestration.shuffle.queueplan import (
+from orchestration.shuffle.core.commitlog import Commit, Expired, PartitionRange, ShuffleLog
+from orchestration.shuffle.core.queue import (
     Outcome,
     QueueCounts,
     WorkItem,
@@ -19,6 +18,7 @@ from orchestration.shuffle.queueplan import (
     work_items,
     work_topic,
 )
+from orchestration.shuffle.errors import QueueSchemaError
 
 
 def _commit(run: str, partitions: dict[int, tuple[int, int]]) -> Commit:

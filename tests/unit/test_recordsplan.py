@@ -2,8 +2,7 @@
 
 import pytest
 
-from orchestration.shuffle.errors import ShuffleOptionError
-from orchestration.shuffle.recordsplan import (
+from orchestration.shuffle.core.records import (
     Position,
     Range,
     offsets_from_json,
@@ -13,6 +12,7 @@ from orchestration.shuffle.recordsplan import (
     resolve,
     split,
 )
+from orchestration.shuffle.errors import ShuffleOptionError
 
 K = {"kafka.bootstrap.servers": "h:1"}
 

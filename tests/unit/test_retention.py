@@ -4,9 +4,9 @@ import datetime as dt
 
 import pytest
 
-from orchestration.shuffle.commitlog import Commit, PartitionRange, ShuffleLog
+from orchestration.shuffle.core.commitlog import Commit, PartitionRange, ShuffleLog
+from orchestration.shuffle.core.retention import bytes_deleted, marker, plan_expiry
 from orchestration.shuffle.errors import ShuffleOptionError
-from orchestration.shuffle.retention import bytes_deleted, marker, plan_expiry
 
 NOW = dt.datetime(2024, 1, 10, tzinfo=dt.UTC)
 

@@ -1,6 +1,6 @@
 """Source metrics from progress reports: the offset arithmetic and what is taken as ours."""
 
-from orchestration.shuffle.sourcemetrics import (
+from orchestration.shuffle.core.metrics import (
     METRICS_KEY,
     OffsetsBehind,
     batch_metrics,

@@ -2,15 +2,15 @@
 
 import pytest
 
-from orchestration.shuffle.commitlog import Commit, PartitionRange
-from orchestration.shuffle.errors import ShuffleOptionError
-from orchestration.shuffle.streamplan import (
+from orchestration.shuffle.core.commitlog import Commit, PartitionRange
+from orchestration.shuffle.core.stream import (
     LogRecord,
     StreamOffset,
     admit,
     starting_offset,
     stream_commits,
 )
+from orchestration.shuffle.errors import ShuffleOptionError
 
 
 def commit(run: str, window: str | None, rows: int, at: str = "2024-01-01T00:00:00+00:00"):

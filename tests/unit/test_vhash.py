@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.keygroups import SPARK_HASH_SEED, hash_int, hash_long, spark_hash
-from orchestration.shuffle.vhash import key_groups, spark_hash_arrays, unsupported_reason
+from orchestration.shuffle.core.keygroups import SPARK_HASH_SEED, hash_int, hash_long, spark_hash
+from orchestration.shuffle.core.vhash import key_groups, spark_hash_arrays, unsupported_reason
 
 N = 3000
 ALPHABET = "abcXYZ09 -_é日本語\u00ff\u0100🎉\U0001f600\x80"

@@ -1,0 +1,116 @@
+"""The single Dagster composition root: ``workspace.yaml`` loads ``defs`` from here.
+
+The environment is read here and nowhere else:
+
+| variable | configures | default |
+|---|---|---|
+| ``KAFKA_BOOTSTRAP_SERVERS`` | the ``kafka`` resource (``bootstrap_servers``) | required |
+| ``SPARK_MASTER`` | the ``spark`` resource's ``spark.master`` | ``local[2]`` |
+| ``SPARK_DRIVER_MEMORY`` | the ``spark`` resource's ``spark.driver.memory`` | ``2g`` |
+| ``SHUFFLE_WAREHOUSE`` | the ``warehouse`` resource (``path``) | ``.local/warehouse`` |
+| ``SHUFFLE_FLIGHTS_TOPIC`` | the topic of ``flights_by_tailnum`` | ``flights.by_tailnum`` |
+| ``SHUFFLE_MAX_RETRIES`` | retries of a failed consumer run / producer day | ``2`` |
+| ``SHUFFLE_INJECT_FAILURES`` | the ``faults`` resource (``asset:YYYY-MM-DD,...``) | none |
+| ``KAFKA_SECURITY_PROTOCOL`` | ``kafka``'s ``security_protocol`` (e.g. SASL_SSL) | none |
+| ``KAFKA_SASL_MECHANISM`` | ``sasl_mechanism`` (e.g. SCRAM-SHA-512) | none |
+| ``KAFKA_SASL_USERNAME`` | ``sasl_username`` | none |
+| ``KAFKA_SASL_PASSWORD`` | ``sasl_password`` (read by Dagster when used, never stored) | none |
+| ``KAFKA_SSL_CA_LOCATION`` | ``ssl_ca_location``: the CA's PEM file | none |
+"""
+
+import os
+import sys
+from collections.abc import Mapping
+
+from dagster import Definitions, EnvVar
+from dagster_pyspark import LazyPySparkResource
+
+from assets.pipeline import DEFAULT_TOPIC, SHUFFLE_IO_MANAGER, FaultInjection, flights_pipeline
+from assets.stack_check import kafka_stack_check
+from jobs.pipeline import flights_jobs
+from orchestration.io_manager import KafkaShuffleIOManager
+from orchestration.resources import KafkaResource, WarehouseResource
+from orchestration.shuffle.spark.session import session_settings
+
+
+def spark_resource(master: str = "local[2]", driver_memory: str = "2g") -> LazyPySparkResource:
+    """A lazily started SparkSession with settings that suit the pipeline."""
+    config = {
+        **session_settings(master),
+        "spark.app.name": "kafka-shuffle",
+        "spark.driver.memory": driver_memory,
+    }
+    return LazyPySparkResource(spark_config=config)
+
+
+KAFKA_SECURITY_ENV = {
+    "security_protocol": "KAFKA_SECURITY_PROTOCOL",
+    "sasl_mechanism": "KAFKA_SASL_MECHANISM",
+    "sasl_username": "KAFKA_SASL_USERNAME",
+    "sasl_password": "KAFKA_SASL_PASSWORD",
+    "ssl_ca_location": "KAFKA_SSL_CA_LOCATION",
+}
+
+
+def kafka_resource(env: Mapping[str, str]) -> KafkaResource:
+    """The ``kafka`` resource: each setting an ``EnvVar`` when its variable is set, so values
+    (the password above all) are read by Dagster at run time and never stored."""
+    fields = {f: EnvVar(var) for f, var in KAFKA_SECURITY_ENV.items() if env.get(var)}
+    return KafkaResource(bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS"), **fields)
+
+
+def build_defs(
+    *,
+    topic: str = DEFAULT_TOPIC,
+    num_partitions: int = 8,
+    max_parallelism: int = 128,
+    max_retries: int = 2,
+    resources: Mapping[str, object] | None = None,
+) -> Definitions:
+    """The project's definitions; ``resources`` replace the defaults (tests use this)."""
+    pipeline = flights_pipeline(
+        topic, num_partitions=num_partitions, max_parallelism=max_parallelism
+    )
+    jobs = flights_jobs(pipeline, max_retries=max_retries)
+    kafka = kafka_resource(os.environ)
+    merged = {
+        "kafka": kafka,
+        "spark": spark_resource(),
+        "warehouse": WarehouseResource(path=os.path.abspath(".local/warehouse")),
+        "faults": FaultInjection(),
+        **dict(resources or {}),
+    }
+    merged.setdefault(
+        SHUFFLE_IO_MANAGER, KafkaShuffleIOManager(kafka=merged["kafka"], spark=merged["spark"])
+    )
+    return Definitions(
+        assets=[*pipeline.assets, kafka_stack_check],
+        asset_checks=pipeline.checks,
+        jobs=jobs.jobs,
+        schedules=jobs.schedules,
+        sensors=jobs.sensors,
+        resources=merged,
+    )
+
+
+def defs_from_env(env: Mapping[str, str]) -> Definitions:
+    """The definitions configured from environment variables (see the table above)."""
+    # Python workers must run this interpreter, which has pyarrow and the project installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    faults = [i.strip() for i in env.get("SHUFFLE_INJECT_FAILURES", "").split(",") if i.strip()]
+    return build_defs(
+        topic=env.get("SHUFFLE_FLIGHTS_TOPIC", DEFAULT_TOPIC),
+        max_retries=int(env.get("SHUFFLE_MAX_RETRIES", "2")),
+        resources={
+            "spark": spark_resource(
+                env.get("SPARK_MASTER", "local[2]"), env.get("SPARK_DRIVER_MEMORY", "2g")
+            ),
+            "warehouse": WarehouseResource(
+                path=os.path.abspath(env.get("SHUFFLE_WAREHOUSE", ".local/warehouse"))
+            ),
+            "faults": FaultInjection(fail=faults),
+        },
+    )
+
+
+defs = defs_from_env(os.environ)

@@ -1,0 +1,449 @@
+"""The commit-log model: a shuffle's layout and its committed runs. No Spark, no Kafka.
+
+Each shuffle has a compacted companion topic (``<topic>__commits``, one partition) holding:
+
+- key ``layout``: the :class:`Layout` (key columns, key groups, partitions, Arrow schema),
+  written once when the shuffle is created;
+- key ``commit/<run_id>``: one :class:`Commit` per successful producer run, written by the
+  Spark driver after every task of the run has finished;
+- key ``expired/<run_id>``: an :class:`Expired` marker for a run that retention removed (its
+  commit record is then deleted), so readers can say why a run is gone and an interrupted
+  expiry knows what it was deleting.
+
+Readers and sensors read this topic only, never the data topic, to know what exists. A
+run is visible only once its commit record is written, and among the runs of one
+``window`` only the latest commit (the one later in the commit log) is visible: a re-run of
+a window replaces it, like a partition overwrite.
+
+Records are JSON so that any tool can read them.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from orchestration.shuffle.core.frames import VERSION as FRAME_VERSION
+from orchestration.shuffle.errors import ShuffleFormatError, ShuffleLayoutError
+
+LAYOUT_KEY = "layout"
+COMMIT_PREFIX = "commit/"
+EXPIRED_PREFIX = "expired/"
+COMMIT_TOPIC_SUFFIX = "__commits"
+
+
+def commit_topic(topic: str) -> str:
+    """The commit-log topic of the shuffle whose data topic is ``topic``."""
+    return topic + COMMIT_TOPIC_SUFFIX
+
+
+def to_micros(value: dt.datetime | None) -> int | None:
+    """Epoch microseconds of a datetime (naive is taken as UTC)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(value: int | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=value)
+
+
+def schema_to_b64(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_b64(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a shuffle is laid out; fixed when it is created.
+
+    ``schema`` is the Arrow schema of the shuffled columns (without ``_key_group``).
+    """
+
+    topic: str
+    key: tuple[str, ...]
+    num_partitions: int
+    max_parallelism: int
+    schema: pa.Schema
+    event_time: str | None = None
+    max_out_of_orderness_us: int = 0
+    format_version: int = FRAME_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "type": "layout",
+                "topic": self.topic,
+                "key": list(self.key),
+                "num_partitions": self.num_partitions,
+                "max_parallelism": self.max_parallelism,
+                "event_time": self.event_time,
+                "max_out_of_orderness_us": self.max_out_of_orderness_us,
+                "format_version": self.format_version,
+                "schema": schema_to_b64(self.schema),
+                "schema_text": [f"{f.name}: {f.type}" for f in self.schema],
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Layout:
+        d = json.loads(text)
+        return cls(
+            topic=d["topic"],
+            key=tuple(d["key"]),
+            num_partitions=int(d["num_partitions"]),
+            max_parallelism=int(d["max_parallelism"]),
+            schema=schema_from_b64(d["schema"]),
+            event_time=d.get("event_time"),
+            max_out_of_orderness_us=int(d.get("max_out_of_orderness_us", 0)),
+            format_version=int(d.get("format_version", 1)),
+        )
+
+    def differences(self, other: Layout) -> list[str]:
+        """What in ``other`` (a write's intended layout) is incompatible with this one."""
+        diffs = []
+        if self.key != other.key:
+            diffs.append(f"key is {list(self.key)}, not {list(other.key)}")
+        if self.num_partitions != other.num_partitions:
+            diffs.append(f"num_partitions is {self.num_partitions}, not {other.num_partitions}")
+        if self.max_parallelism != other.max_parallelism:
+            diffs.append(f"max_parallelism is {self.max_parallelism}, not {other.max_parallelism}")
+        if self.event_time != other.event_time:
+            diffs.append(f"event_time is {self.event_time!r}, not {other.event_time!r}")
+        diffs.extend(schema_differences(self.schema, other.schema))
+        return diffs
+
+
+def schema_differences(recorded: pa.Schema, incoming: pa.Schema) -> list[str]:
+    """Why rows with schema ``incoming`` cannot be appended to a shuffle of ``recorded``.
+
+    Columns are matched by name (order does not matter). Types must be equal; a column the
+    shuffle records as non-nullable cannot receive a nullable one.
+    """
+    diffs = []
+    names_in = set(incoming.names)
+    names_rec = set(recorded.names)
+    for name in recorded.names:
+        if name not in names_in:
+            diffs.append(f"column {name!r} is missing")
+    for name in incoming.names:
+        if name not in names_rec:
+            diffs.append(f"column {name!r} is not in the shuffle's schema")
+    for name in recorded.names:
+        if name in names_in:
+            r, i = recorded.field(name), incoming.field(name)
+            if not r.type.equals(i.type):
+                diffs.append(f"column {name!r} has type {i.type}, the shuffle has {r.type}")
+            elif not r.nullable and i.nullable:
+                diffs.append(f"column {name!r} is nullable, the shuffle's is not")
+    return diffs
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """The offsets (inclusive) a run's frames occupy in one partition, and what they hold."""
+
+    first: int
+    last: int
+    rows: int = 0
+    frames: int = 0
+
+    def merge(self, other: PartitionRange) -> PartitionRange:
+        return PartitionRange(
+            min(self.first, other.first),
+            max(self.last, other.last),
+            self.rows + other.rows,
+            self.frames + other.frames,
+        )
+
+
+def ranges_to_json(ranges: dict[int, PartitionRange]) -> dict[str, list[int]]:
+    """Per-partition ranges as JSON: ``{"partition": [first, last, rows, frames]}``."""
+    return {str(p): [r.first, r.last, r.rows, r.frames] for p, r in sorted(ranges.items())}
+
+
+def ranges_from_json(d: dict[str, list]) -> dict[int, PartitionRange]:
+    return {int(p): PartitionRange(*map(int, v)) for p, v in d.items()}
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One committed producer run."""
+
+    run_id: str
+    window: str | None
+    committed_at: str
+    tasks: tuple[tuple[int, int], ...]
+    partitions: dict[int, PartitionRange]
+    rows: int
+    bytes: int
+    frames: int
+    event_time_min: int | None = None
+    event_time_max: int | None = None
+    watermark: int | None = None
+    complete_until: int | None = None
+    attrs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def effective_watermark(self) -> int | None:
+        """The event time up to which this run's window is complete."""
+        marks = [w for w in (self.watermark, self.complete_until) if w is not None]
+        return max(marks) if marks else None
+
+    @property
+    def subtasks(self) -> frozenset[int]:
+        return frozenset(s for s, _ in self.tasks)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "type": "commit",
+                "run_id": self.run_id,
+                "window": self.window,
+                "committed_at": self.committed_at,
+                "tasks": [list(t) for t in self.tasks],
+                "partitions": ranges_to_json(self.partitions),
+                "rows": self.rows,
+                "bytes": self.bytes,
+                "frames": self.frames,
+                "event_time_min": self.event_time_min,
+                "event_time_max": self.event_time_max,
+                "watermark": self.watermark,
+                "complete_until": self.complete_until,
+                "attrs": self.attrs,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Commit:
+        d = json.loads(text)
+        return cls(
+            run_id=d["run_id"],
+            window=d.get("window"),
+            committed_at=d["committed_at"],
+            tasks=tuple((int(s), int(a)) for s, a in d["tasks"]),
+            partitions=ranges_from_json(d["partitions"]),
+            rows=int(d["rows"]),
+            bytes=int(d["bytes"]),
+            frames=int(d["frames"]),
+            event_time_min=d.get("event_time_min"),
+            event_time_max=d.get("event_time_max"),
+            watermark=d.get("watermark"),
+            complete_until=d.get("complete_until"),
+            attrs=dict(d.get("attrs") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one producer subtask attempt wrote (the Spark writer's commit message)."""
+
+    subtask: int
+    attempt: int
+    partitions: dict[int, PartitionRange]
+    rows: int
+    bytes: int
+    frames: int
+    event_time_min: int | None
+    event_time_max: int | None
+    watermark: int | None
+
+    def to_json(self) -> str:
+        d = dict(self.__dict__)
+        d["partitions"] = ranges_to_json(self.partitions)
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TaskResult:
+        d = json.loads(text)
+        d["partitions"] = ranges_from_json(d["partitions"])
+        return cls(**d)
+
+
+def build_commit(
+    run_id: str,
+    window: str | None,
+    results: Sequence[TaskResult],
+    complete_until: int | None,
+    committed_at: dt.datetime | None = None,
+    attrs: dict[str, str] | None = None,
+) -> Commit:
+    """Merges the results of a run's successful subtask attempts into its commit record."""
+    from orchestration.shuffle.core.watermarks import run_watermark
+
+    subtasks = [r.subtask for r in results]
+    if len(subtasks) != len(set(subtasks)):
+        raise ShuffleLayoutError(f"run {run_id}: more than one attempt of a subtask to commit")
+    partitions: dict[int, PartitionRange] = {}
+    for r in results:
+        for p, rng in r.partitions.items():
+            partitions[p] = partitions[p].merge(rng) if p in partitions else rng
+    mins = [r.event_time_min for r in results if r.event_time_min is not None]
+    maxs = [r.event_time_max for r in results if r.event_time_max is not None]
+    return Commit(
+        run_id=run_id,
+        window=window,
+        committed_at=(committed_at or dt.datetime.now(dt.UTC)).isoformat(),
+        tasks=tuple(sorted((r.subtask, r.attempt) for r in results)),
+        partitions=partitions,
+        rows=sum(r.rows for r in results),
+        bytes=sum(r.bytes for r in results),
+        frames=sum(r.frames for r in results),
+        event_time_min=min(mins) if mins else None,
+        event_time_max=max(maxs) if maxs else None,
+        watermark=run_watermark([r.watermark for r in results if r.rows], complete_until),
+        complete_until=complete_until,
+        attrs=dict(attrs or {}),
+    )
+
+
+@dataclass(frozen=True)
+class Expired:
+    """A run that retention removed: when, and which offsets its frames occupied."""
+
+    run_id: str
+    window: str | None
+    expired_at: str
+    reason: str
+    partitions: dict[int, PartitionRange]
+    rows: int = 0
+    bytes: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "type": "expired",
+                "rows": self.rows,
+                "bytes": self.bytes,
+                "run_id": self.run_id,
+                "window": self.window,
+                "expired_at": self.expired_at,
+                "reason": self.reason,
+                "partitions": ranges_to_json(self.partitions),
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Expired:
+        d = json.loads(text)
+        return cls(
+            run_id=d["run_id"],
+            window=d.get("window"),
+            expired_at=d["expired_at"],
+            reason=d.get("reason", ""),
+            partitions=ranges_from_json(d["partitions"]),
+            rows=int(d.get("rows", 0)),
+            bytes=int(d.get("bytes", 0)),
+        )
+
+
+@dataclass
+class ShuffleLog:
+    """A shuffle's commit log, as read: its layout and its commits in log order."""
+
+    topic: str
+    layout: Layout | None = None
+    commits: list[Commit] = field(default_factory=list)
+    expired: dict[str, Expired] = field(default_factory=dict)
+
+    @classmethod
+    def from_records(
+        cls, topic: str, records: Iterable[tuple[bytes | str, bytes | None]]
+    ) -> ShuffleLog:
+        """Builds the log from (key, value) records in offset order; None values are deletes."""
+        log = cls(topic)
+        by_run: dict[str, int] = {}
+        for key, value in records:
+            k = key.decode() if isinstance(key, bytes) else key
+            if k == LAYOUT_KEY:
+                if value is not None:
+                    log.layout = Layout.from_json(value)
+            elif k.startswith(COMMIT_PREFIX):
+                run = k[len(COMMIT_PREFIX) :]
+                if run in by_run:
+                    log.commits[by_run.pop(run)] = None  # type: ignore[call-overload]
+                if value is not None:
+                    by_run[run] = len(log.commits)
+                    log.commits.append(Commit.from_json(value))
+            elif k.startswith(EXPIRED_PREFIX):
+                run = k[len(EXPIRED_PREFIX) :]
+                if value is None:
+                    log.expired.pop(run, None)
+                else:
+                    log.expired[run] = Expired.from_json(value)
+            else:
+                raise ShuffleFormatError(
+                    f"commit log {commit_topic(topic)!r} has a record with unknown key {k!r}"
+                )
+        log.commits = [c for c in log.commits if c is not None]
+        return log
+
+    def require_layout(self) -> Layout:
+        if self.layout is None:
+            raise ShuffleLayoutError(
+                f"shuffle {self.topic!r} has no layout record in {commit_topic(self.topic)!r}"
+            )
+        return self.layout
+
+    def latest_by_window(self) -> dict[str | None, Commit]:
+        """The visible commit of each window (runs without a window are not in here)."""
+        latest: dict[str | None, Commit] = {}
+        for c in self.commits:
+            if c.window is not None:
+                latest[c.window] = c
+        return latest
+
+    def visible(
+        self, windows: Iterable[str] | None = None, runs: Iterable[str] | None = None
+    ) -> list[Commit]:
+        """The commits a reader sees, in log order.
+
+        A run with a window is visible only if it is its window's latest commit; runs
+        without a window are all visible. ``windows`` / ``runs`` narrow the selection; a
+        run named in ``runs`` is returned even if superseded, so old runs stay readable
+        while their data is retained.
+        """
+        wanted_windows = set(windows) if windows is not None else None
+        wanted_runs = set(runs) if runs is not None else None
+        latest = {c.run_id for c in self.latest_by_window().values()}
+        out = []
+        for c in self.commits:
+            if wanted_runs is not None:
+                if c.run_id not in wanted_runs:
+                    continue
+            elif c.window is not None and c.run_id not in latest:
+                continue
+            if wanted_windows is not None and c.window not in wanted_windows:
+                continue
+            out.append(c)
+        return out
+
+    def commit(self, run_id: str) -> Commit | None:
+        return next((c for c in self.commits if c.run_id == run_id), None)
+
+    def watermark(self) -> int | None:
+        """The shuffle's event-time completeness: the furthest watermark any visible run declares.
+
+        A run's watermark covers what that run produced (and ``complete_until`` what it
+        declares complete); windows are expected to be produced in event-time order, so the
+        furthest visible watermark is the topic's. Use per-window commits to track gaps.
+        """
+        marks = [c.effective_watermark for c in self.visible()]
+        marks = [m for m in marks if m is not None]
+        return max(marks) if marks else None

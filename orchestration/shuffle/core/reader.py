@@ -1,0 +1,325 @@
+"""Read planning: which offsets each Spark partition of a shuffle read fetches. Pure Python.
+
+The plan comes from the commit log alone. For each visible commit and each partition it
+touched, the reader fetches that run's offset range and keeps the frames of the run's
+committed subtask attempts; everything else in the range (other runs, failed attempts) is
+skipped.
+
+Parallelism (the number of Spark partitions of the read):
+
+- default, equal to the partition count: Spark partition *i* holds exactly Kafka
+  partition *i*;
+- smaller: Spark partition *i* holds the whole Kafka partitions
+  ``[i * n // p, (i + 1) * n // p)``, so key groups never split;
+- larger: Kafka partition *j* is read by every Spark partition *i* with
+  ``i * n // p == j``; each keeps a contiguous sub-range of *j*'s key groups, so a key
+  group still never splits, at the price of each of them fetching all of *j*'s frames;
+- ``"auto"``: as the default, but a small read merges whole contiguous partitions (as a
+  smaller parallelism does) so that each Spark task reads about ``AUTO_TASK_ROWS`` rows or
+  more, by the rows the commit records give per partition. A task of a Python data source
+  costs about 80 ms before it reads anything (on a 2-core machine, about as long as
+  reading 400k rows), so reading one small window in one task per partition is mostly that
+  cost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog
+from orchestration.shuffle.core.keygroups import key_group_range, split_range
+from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWindowNotFoundError
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One run's frames in one partition: offsets ``[first, last]`` and its attempts."""
+
+    run_id: str
+    first: int
+    last: int
+    tasks: tuple[tuple[int, int], ...]
+    window: str | None = None
+    rows: int = 0  # the run's rows in this partition, from its commit record
+
+
+@dataclass(frozen=True)
+class PartitionRead:
+    """What one Spark partition reads from one Kafka partition."""
+
+    partition: int
+    key_group_start: int
+    key_group_end: int  # exclusive
+    full: bool  # the whole key-group range of the partition: no row filtering needed
+    segments: tuple[Segment, ...]
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    index: int
+    reads: tuple[PartitionRead, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SplitPlan:
+        d = json.loads(text)
+        return cls(
+            d["index"],
+            tuple(
+                PartitionRead(
+                    r["partition"],
+                    r["key_group_start"],
+                    r["key_group_end"],
+                    r["full"],
+                    tuple(
+                        Segment(
+                            s["run_id"],
+                            s["first"],
+                            s["last"],
+                            tuple(tuple(t) for t in s["tasks"]),
+                            s.get("window"),
+                            int(s.get("rows", 0)),
+                        )
+                        for s in r["segments"]
+                    ),
+                )
+                for r in d["reads"]
+            ),
+        )
+
+
+def overlaps(commit: Commit, start_us: int | None, end_us: int | None) -> bool:
+    """Whether a commit may hold rows with event time in ``[start_us, end_us)``."""
+    if start_us is None and end_us is None:
+        return True
+    if commit.event_time_min is None:
+        return False
+    if end_us is not None and commit.event_time_min >= end_us:
+        return False
+    return not (start_us is not None and commit.event_time_max < start_us)
+
+
+def segments_by_partition(commits: Sequence[Commit], num_partitions: int) -> list[list[Segment]]:
+    out: list[list[Segment]] = [[] for _ in range(num_partitions)]
+    for c in commits:
+        for p, rng in c.partitions.items():
+            if not 0 <= p < num_partitions:
+                raise ShuffleOptionError(
+                    f"commit of run {c.run_id} names partition {p}, outside [0, {num_partitions})"
+                )
+            out[p].append(Segment(c.run_id, rng.first, rng.last, c.tasks, c.window, rng.rows))
+    return out
+
+
+AUTO = "auto"
+# Rows a task of an "auto" read is given at least (when the read has that many).
+AUTO_TASK_ROWS = 500_000
+
+
+def auto_parallelism(segments: Sequence[Sequence[Segment]]) -> int:
+    """Spark partitions of an ``"auto"`` read: one per Kafka partition, fewer when the read
+    holds under ``AUTO_TASK_ROWS`` rows per partition; as many as partitions when the
+    commit records give no row counts."""
+    n = len(segments)
+    rows = sum(s.rows for segs in segments for s in segs)
+    if rows == 0 and any(segments):
+        return n
+    return max(1, min(n, -(-rows // AUTO_TASK_ROWS)))
+
+
+def check_parallelism(parallelism: int | str | None) -> None:
+    if parallelism is None or parallelism == AUTO:
+        return
+    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism <= 0:
+        raise ShuffleOptionError(
+            f"parallelism must be a positive integer or 'auto', got {parallelism!r}"
+        )
+
+
+def plan_splits(
+    layout: Layout, commits: Sequence[Commit], parallelism: int | str | None = None
+) -> list[SplitPlan]:
+    """Splits a read of ``commits`` into ``parallelism`` Spark partitions (see module doc)."""
+    check_parallelism(parallelism)
+    n = layout.num_partitions
+    m = layout.max_parallelism
+    segs = segments_by_partition(commits, n)
+    if parallelism == AUTO:
+        p = auto_parallelism(segs)
+    else:
+        p = n if parallelism is None else int(parallelism)
+
+    def read(j: int, groups: range | None = None) -> PartitionRead:
+        full = key_group_range(j, m, n)
+        g = full if groups is None else groups
+        return PartitionRead(j, g.start, g.stop, g == full, tuple(segs[j]))
+
+    if p <= n:
+        return [
+            SplitPlan(i, tuple(read(j) for j in range(i * n // p, (i + 1) * n // p)))
+            for i in range(p)
+        ]
+    owners: dict[int, list[int]] = {}
+    for i in range(p):
+        owners.setdefault(i * n // p, []).append(i)
+    plans: list[SplitPlan] = []
+    for j in range(n):
+        pieces = split_range(key_group_range(j, m, n), len(owners[j]))
+        plans.extend(SplitPlan(i, (read(j, g),)) for i, g in zip(owners[j], pieces, strict=True))
+    return sorted(plans, key=lambda s: s.index)
+
+
+def split_passes(
+    read: PartitionRead, max_parallelism: int, num_partitions: int, max_rows: int
+) -> list[PartitionRead]:
+    """``read`` cut into contiguous key-group ranges of about ``max_rows`` rows each.
+
+    Per-key work holds every row of the keys it is working on; reading a partition in
+    passes over parts of its key-group range (each pass fetches the partition's frames and
+    keeps its own key groups) bounds what one pass holds. Rows per key group are estimated
+    from the commit records' row counts, as if spread evenly over the partition's key
+    groups; a key group is never split, so one larger than ``max_rows`` is a pass of its own.
+    """
+    if max_rows <= 0:
+        raise ShuffleOptionError(f"rows per pass must be a positive integer, got {max_rows}")
+    groups = range(read.key_group_start, read.key_group_end)
+    full = key_group_range(read.partition, max_parallelism, num_partitions)
+    rows = sum(s.rows for s in read.segments) * len(groups) / max(len(full), 1)
+    passes = min(len(groups), max(1, -(-int(rows) // max_rows)))
+    if passes <= 1:
+        return [read]
+    return [
+        PartitionRead(read.partition, g.start, g.stop, g == full, read.segments)
+        for g in split_range(groups, passes)
+    ]
+
+
+def estimated_rows(read: PartitionRead, max_parallelism: int, num_partitions: int) -> float:
+    """Rows ``read`` holds, from the commit records (as if spread evenly over key groups)."""
+    full = key_group_range(read.partition, max_parallelism, num_partitions)
+    share = (read.key_group_end - read.key_group_start) / max(len(full), 1)
+    return sum(s.rows for s in read.segments) * share
+
+
+def balance_splits(
+    splits: Sequence[SplitPlan], tasks: int, max_parallelism: int, num_partitions: int
+) -> list[SplitPlan]:
+    """The reads of ``splits`` regrouped into at most ``tasks`` splits of near-equal rows.
+
+    For work whose output is not keyed rows (in-reader aggregation and per-key functions):
+    each Spark task has a fixed cost (about 80 ms per task of a Python data source on a
+    2-core machine, more than reading 400k rows), so one task per core, each reading several
+    whole Kafka partitions, beats one task per partition. Reads are placed largest first on
+    the least loaded task, so a partition made large by a hot key does not leave one task
+    working alone. Nothing changes when there are no more reads than ``tasks``.
+    """
+    reads = [r for s in splits for r in s.reads]
+    if tasks <= 0 or len(splits) <= tasks:
+        return list(splits)
+    sized = sorted(
+        reads, key=lambda r: (-estimated_rows(r, max_parallelism, num_partitions), r.partition)
+    )
+    loads = [0.0] * tasks
+    bins: list[list[PartitionRead]] = [[] for _ in range(tasks)]
+    for r in sized:
+        i = min(range(tasks), key=lambda t: (loads[t], t))
+        bins[i].append(r)
+        loads[i] += estimated_rows(r, max_parallelism, num_partitions)
+    out = [
+        SplitPlan(i, tuple(sorted(b, key=lambda r: (r.partition, r.key_group_start))))
+        for i, b in enumerate(x for x in bins if x)
+    ]
+    return out
+
+
+def merged_intervals(segments: Sequence[Segment]) -> list[tuple[int, int]]:
+    """The union of segments' inclusive offset ranges, so that each offset is fetched once."""
+    out: list[list[int]] = []
+    for s in sorted(segments, key=lambda s: s.first):
+        if out and s.first <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], s.last)
+        else:
+            out.append([s.first, s.last])
+    return [(a, b) for a, b in out]
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """A planned read: the layout, the commits it reads and one split per Spark partition."""
+
+    layout: Layout
+    commits: tuple[Commit, ...]
+    splits: tuple[SplitPlan, ...]
+    event_time_start: int | None = None
+    event_time_end: int | None = None
+
+    @property
+    def rows(self) -> int:
+        """Rows the commits hold (before any event-time filter)."""
+        return sum(c.rows for c in self.commits)
+
+
+def plan_read(
+    log: ShuffleLog,
+    *,
+    windows: Sequence[str] | None = None,
+    runs: Sequence[str] | None = None,
+    event_time_start: int | None = None,
+    event_time_end: int | None = None,
+    parallelism: int | str | None = None,
+) -> ReadPlan:
+    """The one read planner: which commits a read sees and which offsets each split fetches.
+
+    Args:
+        log: The shuffle's commit log.
+        windows: Only these windows (the latest committed run of each); each must exist.
+        runs: Only these runs (even superseded ones); each must exist.
+        event_time_start / event_time_end: Epoch microseconds; only commits whose event
+            times may fall in ``[start, end)`` are read (rows are filtered by the reader).
+        parallelism: Spark partitions of the read, or ``"auto"`` (see the module doc).
+
+    Raises:
+        ShuffleWindowNotFoundError: A window or run named has no committed run.
+        ShuffleOptionError: An event-time range on a shuffle without an event-time column,
+            or a parallelism that is not positive.
+    """
+    layout = log.require_layout()
+    topic = log.topic
+    commits = log.visible(windows, runs)
+    if windows is not None:
+        missing = sorted(set(windows) - {c.window for c in commits})
+        if missing:
+            raise ShuffleWindowNotFoundError(
+                f"shuffle {topic!r} has no committed run for window(s) {missing}"
+            )
+    if runs is not None:
+        missing = sorted(set(runs) - {c.run_id for c in commits})
+        expired = [
+            f"{r} (window {log.expired[r].window!r}, expired {log.expired[r].expired_at}: "
+            f"{log.expired[r].reason})"
+            for r in missing
+            if r in log.expired
+        ]
+        if expired:
+            raise ShuffleWindowNotFoundError(
+                f"shuffle {topic!r}: run(s) {expired} were removed by retention"
+            )
+        if missing:
+            raise ShuffleWindowNotFoundError(f"shuffle {topic!r} has no committed run(s) {missing}")
+    if event_time_start is not None or event_time_end is not None:
+        if layout.event_time is None:
+            raise ShuffleOptionError(
+                f"shuffle {topic!r} has no event_time column; an event-time range cannot apply"
+            )
+        commits = [c for c in commits if overlaps(c, event_time_start, event_time_end)]
+    return ReadPlan(
+        layout,
+        tuple(commits),
+        tuple(plan_splits(layout, commits, parallelism)),
+        event_time_start,
+        event_time_end,
+    )

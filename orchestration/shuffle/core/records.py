@@ -1,0 +1,302 @@
+"""``kafka-records`` without I/O: its options, start and end positions, rate limits, splits
+and data-loss rules. Pure Python.
+
+Option names and formats follow Spark's own ``kafka`` source where it has them:
+
+- what to read (exactly one): ``subscribe`` (comma-separated topics), ``subscribePattern``
+  (a regular expression), ``assign`` (JSON ``{"topicA": [0, 1]}``); ``topic`` is an alias of
+  ``subscribe``;
+- ``startingOffsets``: ``earliest``, ``latest``, ``committed`` (the group ``kafka.group.id``'s
+  offsets, ``offsetResetStrategy`` for partitions without one) or JSON
+  ``{"topicA": {"0": 23, "1": -2}}`` (-2 = earliest, -1 = latest); ``startingTimestamp``
+  (epoch ms, every partition) or ``startingOffsetsByTimestamp`` (JSON, per partition);
+- batch reads only: ``endingOffsets`` (``latest`` or JSON, -1 = latest), ``endingTimestamp``,
+  ``endingOffsetsByTimestamp``;
+- ``maxOffsetsPerTrigger`` (streaming), ``minPartitions``, ``failOnDataLoss`` (default
+  true), ``includeHeaders`` (default false), ``commitOffsets`` (default false).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from orchestration.shuffle.core.metrics import METRICS_KEY
+from orchestration.shuffle.core.options import Options
+from orchestration.shuffle.errors import ShuffleOptionError
+
+OWNER = "kafka-records"
+EARLIEST, LATEST = -2, -1
+
+# Offsets per topic and partition.
+TopicOffsets = dict[str, dict[int, int]]
+
+
+@dataclass(frozen=True)
+class Subscription:
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: tuple[tuple[str, int], ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        if self.assign:
+            return any(t == topic for t, _ in self.assign)
+        return topic in self.topics
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where to start or end: ``kind`` is earliest, latest, committed, offsets or
+    timestamps (``values`` per topic and partition; ``timestamp`` for every partition)."""
+
+    kind: str
+    values: TopicOffsets = field(default_factory=dict)
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class RecordsOptions:
+    kafka: dict[str, str] = field(repr=False)
+    subscription: Subscription
+    starting: Position
+    ending: Position
+    reset: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    commit_offsets: bool = False
+
+    @property
+    def group(self) -> str | None:
+        return self.kafka.get("group.id")
+
+
+def _json(opts: Options, name: str, raw: str) -> dict:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ShuffleOptionError(f"{OWNER}: option {name!r} must be a JSON object, got {raw!r}")
+    return parsed
+
+
+def _per_partition(opts: Options, name: str, raw: str) -> TopicOffsets:
+    out: TopicOffsets = {}
+    for topic, parts in _json(opts, name, raw).items():
+        if not isinstance(parts, dict):
+            raise ShuffleOptionError(
+                f'{OWNER}: option {name!r} must look like {{"topic": {{"0": 23}}}}, got {raw!r}'
+            )
+        try:
+            out[str(topic)] = {int(p): int(o) for p, o in parts.items()}
+        except (TypeError, ValueError):
+            raise ShuffleOptionError(
+                f"{OWNER}: option {name!r}: partitions and offsets must be integers, got {raw!r}"
+            ) from None
+    return out
+
+
+def _position(
+    opts: Options, offsets: str, timestamp: str, by_timestamp: str, default: str, allowed
+) -> Position:
+    given = [n for n in (offsets, timestamp, by_timestamp) if opts.text(n) is not None]
+    if len(given) > 1:
+        raise ShuffleOptionError(f"{OWNER}: options {given} cannot be combined; give one")
+    if opts.text(timestamp) is not None:
+        return Position("timestamp", timestamp=opts.integer(timestamp))
+    if opts.text(by_timestamp) is not None:
+        return Position("timestamps", _per_partition(opts, by_timestamp, opts.text(by_timestamp)))
+    raw = (opts.text(offsets) or default).strip()
+    if raw.lower() in allowed:
+        return Position(raw.lower())
+    if raw.startswith("{"):
+        return Position("offsets", _per_partition(opts, offsets, raw))
+    raise ShuffleOptionError(
+        f"{OWNER}: option {offsets!r} must be {', '.join(allowed)} or a JSON object "
+        f'{{"topic": {{"partition": offset}}}}, got {raw!r}'
+    )
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> RecordsOptions:
+    """Parses and checks ``kafka-records`` options; errors name the option."""
+    opts = Options(options, OWNER)
+    kafka = opts.kafka()
+    chosen = [n for n in ("subscribe", "subscribePattern", "assign", "topic") if opts.text(n)]
+    if len(chosen) != 1:
+        raise ShuffleOptionError(
+            f"{OWNER}: give exactly one of 'subscribe', 'subscribePattern' or 'assign' "
+            f"(got {chosen or 'none'})"
+        )
+    name = chosen[0]
+    value = opts.text(name) or ""
+    if name in ("subscribe", "topic"):
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise ShuffleOptionError(f"{OWNER}: option {name!r} names no topic")
+        subscription = Subscription(topics=topics)
+    elif name == "subscribePattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ShuffleOptionError(
+                f"{OWNER}: option 'subscribePattern' is not a regular expression: {exc}"
+            ) from None
+        subscription = Subscription(pattern=value)
+    else:
+        parsed = _json(opts, "assign", value)
+        try:
+            pairs = tuple(sorted((str(t), int(p)) for t, parts in parsed.items() for p in parts))
+        except (TypeError, ValueError):
+            raise ShuffleOptionError(
+                f"{OWNER}: option 'assign' must look like {{\"topic\": [0, 1]}}, got {value!r}"
+            ) from None
+        subscription = Subscription(assign=pairs)
+    starting = _position(
+        opts,
+        "startingOffsets",
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "latest" if streaming else "earliest",
+        ("earliest", "latest", "committed"),
+    )
+    if starting.kind == "committed" and not kafka.get("group.id"):
+        raise ShuffleOptionError(
+            f"{OWNER}: startingOffsets='committed' needs option 'kafka.group.id'"
+        )
+    ending_names = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+    if streaming:
+        given = [n for n in ending_names if opts.text(n) is not None]
+        if given:
+            raise ShuffleOptionError(f"{OWNER}: {given} apply to batch reads only")
+        ending = Position("latest")
+    else:
+        ending = _position(opts, *ending_names, "latest", ("latest",))
+        if opts.text("maxOffsetsPerTrigger") is not None:
+            raise ShuffleOptionError(f"{OWNER}: 'maxOffsetsPerTrigger' applies to streams only")
+    commit = opts.flag("commitOffsets")
+    if commit and not kafka.get("group.id"):
+        raise ShuffleOptionError(f"{OWNER}: commitOffsets=true needs option 'kafka.group.id'")
+    return RecordsOptions(
+        kafka=kafka,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        reset=opts.choice("offsetResetStrategy", ("earliest", "latest", "none"), "earliest"),
+        max_offsets_per_trigger=opts.integer("maxOffsetsPerTrigger", minimum=1),
+        min_partitions=opts.integer("minPartitions", minimum=1),
+        fail_on_data_loss=opts.flag("failOnDataLoss", default=True),
+        include_headers=opts.flag("includeHeaders"),
+        commit_offsets=commit,
+    )
+
+
+def resolve(
+    position: Position,
+    bounds: Mapping[tuple[str, int], tuple[int, int]],
+    *,
+    committed: Mapping[tuple[str, int], int] | None = None,
+    by_time: Mapping[tuple[str, int], int] | None = None,
+    reset: str = "earliest",
+    option: str = "startingOffsets",
+) -> dict[tuple[str, int], int]:
+    """Concrete offsets of ``position`` for each partition, given their (low, high) offsets,
+    the group's committed offsets and the offsets found for the timestamps (-1: none, the
+    end). Offsets are clamped to ``[low, high]``."""
+    out: dict[tuple[str, int], int] = {}
+    missing = []
+    for tp, (low, high) in bounds.items():
+        if position.kind == "earliest":
+            off = low
+        elif position.kind == "latest":
+            off = high
+        elif position.kind == "committed":
+            off = (committed or {}).get(tp)
+            if off is None or off < 0:
+                if reset == "none":
+                    missing.append(tp)
+                    continue
+                off = low if reset == "earliest" else high
+        elif position.kind in ("timestamp", "timestamps"):
+            found = (by_time or {}).get(tp)
+            off = high if found is None or found < 0 else found
+        else:
+            given = position.values.get(tp[0], {}).get(tp[1])
+            off = low if given is None or given == EARLIEST else high if given == LATEST else given
+        out[tp] = min(max(off, low), high)
+    if missing:
+        names = ", ".join(f"{t}-{p}" for t, p in sorted(missing))
+        raise ShuffleOptionError(
+            f"{OWNER}: {option}='committed' with offsetResetStrategy='none': the group has no "
+            f"committed offset for partition(s) {names}"
+        )
+    return out
+
+
+def rate_limit(
+    start: Mapping[tuple[str, int], int], latest: Mapping[tuple[str, int], int], limit: int
+) -> dict[tuple[str, int], int]:
+    """End offsets reading at most about ``limit`` records, shared among partitions in
+    proportion to how far behind each is (as Spark's source does)."""
+    lag = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(lag.values())
+    if total <= limit:
+        return dict(latest)
+    out = {}
+    for tp, end in latest.items():
+        begin = start.get(tp, end)
+        share = limit * lag[tp] / total
+        step = math.ceil(share) if share < 1 else math.floor(share)
+        out[tp] = min(end, begin + step)
+    return out
+
+
+@dataclass(frozen=True)
+class Range:
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+
+
+def split(ranges: list[Range], min_partitions: int | None) -> list[Range]:
+    """Splits the largest ranges so that there are at least ``min_partitions`` pieces."""
+    ranges = [r for r in ranges if r.end > r.start]
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+    out = []
+    for r in ranges:
+        size = r.end - r.start
+        pieces = max(1, min(size, round(min_partitions * size / total)))
+        bounds = [r.start + size * i // pieces for i in range(pieces + 1)]
+        out += [Range(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return out
+
+
+def offsets_to_json(offsets: Mapping[tuple[str, int], int]) -> dict:
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), off in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = off
+    return out
+
+
+def offsets_from_json(d: Mapping) -> dict[tuple[str, int], int]:
+    try:
+        return {
+            (t, int(p)): int(o)
+            for t, parts in d.items()
+            if t != METRICS_KEY  # metrics shown next to a reported offset, not an offset
+            for p, o in parts.items()
+        }
+    except (AttributeError, TypeError, ValueError):
+        raise ShuffleOptionError(
+            f"{OWNER}: {d!r} is not a kafka-records offset; was the checkpoint written by "
+            "another source?"
+        ) from None

@@ -1,0 +1,136 @@
+"""Streaming reads of a shuffle: offsets and admission control. Pure Python.
+
+A streaming query's offset is a position in the shuffle's commit log, ``{"log": N,
+"snapshot": S}``: the micro-batch ``(start, end]`` reads the runs whose commit records sit at
+commit-log offsets ``[start.log, end.log)``. Frames of runs that never committed are never
+planned, and a run is read in the micro-batch that admits its commit record, so a query
+restarted from its checkpoint reads each run once.
+
+``snapshot`` is where the query's history ends: commit records before it are read only if
+their run was still visible there (``startingOffsets=earliest`` reads every visible run, not
+the runs that were superseded before the query started); every commit at or after it is
+new data, including a run that supersedes an earlier run of its window.
+
+Admission control: ``max_runs`` and ``max_rows`` bound a micro-batch in whole runs, and a
+micro-batch always admits at least one run, so a run larger than ``max_rows`` still goes
+through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestration.shuffle.core.commitlog import COMMIT_PREFIX, Commit, ShuffleLog
+from orchestration.shuffle.errors import ShuffleOptionError
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One record of a commit log, with its offset."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class StreamOffset:
+    log: int
+    snapshot: int
+
+    def to_dict(self) -> dict:
+        return {"log": self.log, "snapshot": self.snapshot}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> StreamOffset:
+        try:
+            return cls(int(d["log"]), int(d["snapshot"]))
+        except (KeyError, TypeError, ValueError):
+            raise ShuffleOptionError(
+                f"kafka-shuffle: {d!r} is not a shuffle stream offset; was the checkpoint "
+                "written by another source?"
+            ) from None
+
+
+def _is_commit(r: LogRecord) -> bool:
+    return r.value is not None and (r.key or b"").decode().startswith(COMMIT_PREFIX)
+
+
+def visible_runs(topic: str, records: Sequence[LogRecord], before: int) -> set[str]:
+    """Run ids visible in the commit log as it was up to offset ``before`` (exclusive)."""
+    log = ShuffleLog.from_records(
+        topic,
+        [
+            (r.key or b"", r.value)
+            for r in records
+            if r.offset < before and (r.key or b"").decode().startswith(COMMIT_PREFIX)
+        ],
+    )
+    return {c.run_id for c in log.visible()}
+
+
+def stream_commits(
+    topic: str, records: Sequence[LogRecord], start: StreamOffset, end: int | None = None
+) -> list[tuple[int, Commit]]:
+    """The commits a stream reads from ``start`` up to offset ``end`` (exclusive), in log
+    order, with their commit-log offsets. ``records`` must hold every record from offset 0
+    when ``start.log < start.snapshot`` (visibility is computed from them)."""
+    visible = visible_runs(topic, records, start.snapshot) if start.log < start.snapshot else set()
+    out = []
+    for r in records:
+        if r.offset < start.log or (end is not None and r.offset >= end):
+            continue
+        if not _is_commit(r):
+            continue
+        commit = Commit.from_json(r.value)  # type: ignore[arg-type]
+        if r.offset < start.snapshot and commit.run_id not in visible:
+            continue  # superseded before the query's history ended
+        out.append((r.offset, commit))
+    return out
+
+
+def admit(
+    commits: Sequence[tuple[int, Commit]],
+    start: StreamOffset,
+    high: int,
+    *,
+    max_runs: int | None = None,
+    max_rows: int | None = None,
+) -> StreamOffset:
+    """The end offset of the next micro-batch: every commit up to ``high`` (the log's end),
+    or fewer whole runs under ``max_runs`` / ``max_rows`` (at least one run)."""
+    if max_runs is None and max_rows is None:
+        return StreamOffset(max(high, start.log), start.snapshot)
+    runs = rows = 0
+    end = start.log
+    for offset, commit in commits:
+        if runs and (
+            (max_runs is not None and runs + 1 > max_runs)
+            or (max_rows is not None and rows + commit.rows > max_rows)
+        ):
+            return StreamOffset(end, start.snapshot)
+        runs += 1
+        rows += commit.rows
+        end = offset + 1
+    # Everything pending fits: skip past records that are not commits (layout, deletes) too.
+    return StreamOffset(max(high, start.log), start.snapshot)
+
+
+def starting_offset(
+    records: Sequence[LogRecord], high: int, starting: str, starting_timestamp_ms: int | None
+) -> StreamOffset:
+    """Where a new query starts: ``earliest`` (every visible run), ``latest`` (runs committed
+    after it starts) or the first commit at or after ``starting_timestamp_ms``."""
+    if starting_timestamp_ms is not None:
+        import datetime as dt
+
+        for r in records:
+            if _is_commit(r):
+                committed = dt.datetime.fromisoformat(Commit.from_json(r.value).committed_at)
+                if committed.timestamp() * 1000 >= starting_timestamp_ms:
+                    return StreamOffset(r.offset, r.offset)
+        return StreamOffset(high, high)
+    if starting == "latest":
+        return StreamOffset(high, high)
+    return StreamOffset(0, high)

@@ -1,0 +1,501 @@
+"""Kafka clients of the engine, and the one place where Kafka's errors become ours.
+
+Every call into confluent-kafka that can fail goes through :func:`kafka_errors`, which turns
+a ``KafkaException`` into the :class:`~orchestration.shuffle.errors.ShuffleError` subclass
+that fits and names what was being done (topic, partition, offset). Clients are used in
+``with`` blocks so they are closed whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from orchestration.shuffle.errors import (
+    ShuffleConnectionError,
+    ShuffleError,
+    ShuffleOptionError,
+    ShuffleTopicNotFoundError,
+)
+
+# How long a metadata request may take before an unreachable cluster is reported. Short on
+# purpose: a wrong address must fail in seconds, not hang a Spark job.
+CONNECT_TIMEOUT_S = 8.0
+
+# Errors a just-created or just-moved partition gives for a moment; worth a retry.
+_TRANSIENT = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+}
+_NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+_AUTH = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError._AUTHENTICATION,
+}
+
+
+def client_config(kafka: Mapping[str, Any] | None, **overrides: Any) -> dict[str, Any]:
+    """Returns a librdkafka config dict from the user's ``kafka`` options plus overrides.
+
+    The user's dict (dotted librdkafka keys, e.g. ``bootstrap.servers``, ``security.protocol``)
+    is copied, never mutated. Values are kept as given; librdkafka validates them.
+    """
+    if not kafka or not kafka.get("bootstrap.servers"):
+        raise ShuffleOptionError(
+            "kafka option 'bootstrap.servers' is required, e.g. "
+            "kafka={'bootstrap.servers': 'localhost:9092'}"
+        )
+    conf = {str(k): v for k, v in kafka.items()}
+    # Without this, librdkafka retries connecting forever and metadata calls block until
+    # their own timeout; with it, the first failure surfaces quickly.
+    conf.setdefault("socket.connection.setup.timeout.ms", int(CONNECT_TIMEOUT_S * 1000))
+    conf.update(overrides)
+    return conf
+
+
+def error_code(exc: BaseException) -> int | None:
+    err = exc.args[0] if exc.args else None
+    return err.code() if isinstance(err, KafkaError) else None
+
+
+def translate(
+    exc: KafkaException, what: str, kafka: Mapping[str, Any] | None = None
+) -> ShuffleError:
+    """The engine's error for a Kafka error raised while doing ``what``."""
+    code = error_code(exc)
+    err = exc.args[0] if exc.args else exc
+    reason = err.str() if isinstance(err, KafkaError) else str(err)
+    where = f" at bootstrap.servers={kafka.get('bootstrap.servers')!r}" if kafka else ""
+    if code in _NOT_FOUND:
+        return ShuffleTopicNotFoundError(f"{what}: {reason}")
+    if code in _AUTH:
+        return ShuffleConnectionError(f"{what}: not authorized{where}: {reason}")
+    if code in _UNREACHABLE and kafka:
+        # "All broker connections are down" says nothing of why: ask a fresh client, whose
+        # error names a refused password, a failed TLS handshake or a wrong protocol.
+        try:
+            check_reachable(kafka)
+        except ShuffleConnectionError as diagnosed:
+            return ShuffleConnectionError(f"{what}: {diagnosed}")
+    return ShuffleConnectionError(f"{what}{where}: {reason}")
+
+
+_UNREACHABLE = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT}
+
+
+@contextlib.contextmanager
+def kafka_errors(what: str, kafka: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """Translates any ``KafkaException`` raised inside into the engine's error for ``what``."""
+    try:
+        yield
+    except KafkaException as exc:
+        raise translate(exc, what, kafka) from None
+
+
+def admin_client(kafka: Mapping[str, Any] | None) -> AdminClient:
+    return AdminClient(client_config(kafka))
+
+
+def producer(kafka: Mapping[str, Any], **overrides: Any) -> Producer:
+    return Producer(client_config(kafka, **overrides))
+
+
+# librdkafka needs a group id even for assigned reads; no group API is ever used with it, but
+# the client looks its coordinator up, so a cluster with ACLs should let readers READ it.
+READER_GROUP = "kafka-shuffle-reader"
+# Errors a reader of assigned partitions may see and ignore: they concern the group only.
+_GROUP_ONLY = {KafkaError.GROUP_AUTHORIZATION_FAILED}
+
+
+def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
+    """A consumer for assigned (not subscribed) reads: no group offsets are committed."""
+    conf = client_config(
+        kafka,
+        **{
+            # Reads are planned by offsets, never by a group's position.
+            "group.id": overrides.pop("group.id", READER_GROUP),
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            # A fetch holds a few frames (a frame is cut at 4 MiB before compression). The
+            # prefetch queue is what a reader holds beyond the frame it decodes: kept small,
+            # memory stays flat however much is read.
+            "fetch.max.bytes": 4 * 1024 * 1024,
+            "max.partition.fetch.bytes": 4 * 1024 * 1024,
+            "queued.max.messages.kbytes": 4 * 1024,
+            # With a small queue the queue is often full; librdkafka then postpones the next
+            # fetch by this much (1 s by default), which made a reader wait more than it read.
+            "fetch.queue.backoff.ms": 5,
+            # A read ends at a committed offset, often the partition's end, where the broker
+            # holds a fetch until this passes (500 ms by default). The next range read with
+            # the same consumer (another partition, another pass) waited behind it: half a
+            # second per partition for a task reading several.
+            "fetch.wait.max.ms": 10,
+            **overrides,
+        },
+    )
+    return Consumer(conf)
+
+
+def check_reachable(
+    kafka: Mapping[str, Any] | None, timeout: float = CONNECT_TIMEOUT_S, topic: str | None = None
+) -> int:
+    """Fails fast with :class:`ShuffleConnectionError` when no broker answers.
+
+    With ``topic``, only that topic's metadata is asked for (whether it exists or not),
+    not every topic's: the answer's size then does not grow with the cluster.
+
+    The error says why when the client knows: authentication refused (wrong user or
+    password), a TLS handshake that failed (e.g. no ``ssl.ca.location``), a PLAINTEXT client
+    at a TLS listener, or nothing listening.
+
+    Returns:
+        The number of brokers in the cluster's metadata.
+    """
+    return len(metadata(kafka, topic, timeout=timeout).brokers)
+
+
+def metadata(
+    kafka: Mapping[str, Any] | None,
+    topic: str | None = None,
+    timeout: float = CONNECT_TIMEOUT_S,
+    what: str = "",
+) -> Any:
+    """The cluster's metadata (of one topic, if given), or an error that says why not."""
+    admin, conf = _admin(kafka)
+    with admin.lock:
+        admin.errors.clear()
+        admin.log.lines.clear()
+        deadline = time.monotonic() + timeout
+        # Asked in short steps: a refusal that waiting cannot cure (authentication, TLS, a
+        # PLAINTEXT client at a TLS listener) is reported at once rather than at the timeout.
+        while True:
+            try:
+                return admin.client.list_topics(
+                    topic=topic, timeout=max(0.05, min(1.0, deadline - time.monotonic()))
+                )
+            except KafkaException as exc:
+                admin.client.poll(0)  # serves the error and log callbacks: why it failed
+                fatal = _refusal(admin.errors, admin.log.lines, conf)
+                if fatal is None and time.monotonic() < deadline:
+                    continue
+                with _ADMINS_LOCK:
+                    _ADMINS.pop(admin.key, None)  # the next call starts with a fresh client
+                why = (
+                    fatal
+                    or _why(admin.errors, admin.log.lines, conf)
+                    or (exc.args[0] if exc.args else exc)
+                )
+                waited = "" if fatal else f" within {timeout:.0f}s"
+                raise ShuffleConnectionError(
+                    f"cannot reach Kafka at bootstrap.servers={conf['bootstrap.servers']!r}"
+                    f"{what}{waited}: {why}"
+                ) from None
+
+
+@dataclass
+class _Admin:
+    """An admin client kept for metadata requests, with what it reported during the call
+    in progress (errors, log lines)."""
+
+    key: tuple
+    client: AdminClient
+    errors: list[KafkaError]
+    log: _ClientLog
+    lock: threading.Lock
+
+
+# Admin clients by configuration (and process: a forked child makes its own). A fresh
+# client's first metadata request took either ~2 ms or ~53 ms here, at random; a kept one
+# answers in well under a millisecond, so a read's planning does not pay that twice.
+_ADMINS: OrderedDict[tuple, _Admin] = OrderedDict()
+_ADMINS_LOCK = threading.Lock()
+_ADMINS_KEPT = 8
+
+
+def _admin(kafka: Mapping[str, Any] | None) -> tuple[_Admin, dict[str, Any]]:
+    base = client_config(kafka)
+    key = (os.getpid(), tuple(sorted((k, repr(v)) for k, v in base.items())))
+    with _ADMINS_LOCK:
+        admin = _ADMINS.get(key)
+        if admin is None:
+            errors: list[KafkaError] = []
+            log = _ClientLog()
+            conf = client_config(kafka, error_cb=errors.append, logger=log.logger)
+            # Asking for a topic that does not exist must not create it, whatever the
+            # brokers' auto.create.topics.enable says (an admin client's default allows it).
+            client = AdminClient({**conf, "allow.auto.create.topics": False})
+            admin = _Admin(key, client, errors, log, threading.Lock())
+            _ADMINS[key] = admin
+            while len(_ADMINS) > _ADMINS_KEPT:
+                _ADMINS.popitem(last=False)
+        _ADMINS.move_to_end(key)
+    return admin, base
+
+
+class _ClientLog(logging.Handler):
+    """Keeps a client's log lines (they name a wrong ``security.protocol``, for one)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.logger = logging.getLogger(f"{__name__}.client.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _refusal(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) -> str | None:
+    """Why the brokers refuse this client, when waiting cannot change it: authentication,
+    TLS, or a PLAINTEXT client at a TLS listener."""
+    for err in errors:
+        if err.code() == KafkaError._AUTHENTICATION:
+            return f"authentication failed: {err.str()}"
+    for err in errors:
+        if err.code() == KafkaError._SSL or "SSL" in err.str():
+            return f"TLS failed: {err.str()}"
+    protocol = str(conf.get("security.protocol", "plaintext")).lower()
+    for line in [*(e.str() for e in errors), *lines]:
+        if "security.protocol" in line or (
+            protocol == "plaintext" and "in state APIVERSION_QUERY" in line
+        ):
+            return (
+                "the broker closed the connection at its first request: the listener probably "
+                "needs security.protocol SSL or SASL_SSL (this client speaks PLAINTEXT)"
+                if protocol == "plaintext"
+                else line
+            )
+    return None
+
+
+def _why(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) -> str | None:
+    """The most telling of the errors the client reported while connecting."""
+    refusal = _refusal(errors, lines, conf)
+    if refusal is not None:
+        return refusal
+    telling = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+    return (telling or errors)[-1].str() if errors else None
+
+
+def partition_count(
+    kafka: Mapping[str, Any], topic: str, timeout: float = CONNECT_TIMEOUT_S
+) -> int:
+    """The number of partitions of ``topic``; errors name the topic and the cluster."""
+    md = metadata(kafka, topic, timeout, what=f" to describe topic {topic!r}")
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None:
+        raise ShuffleTopicNotFoundError(
+            f"topic {topic!r} does not exist on {kafka.get('bootstrap.servers')!r}"
+        )
+    return len(tmd.partitions)
+
+
+def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[tuple[int, int]]:
+    """(low, high) offsets of each partition, read from the brokers (not a cache)."""
+    with consumer(kafka) as c:
+        out = []
+        for p in range(partitions):
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S
+            while True:
+                try:
+                    tp = TopicPartition(topic, p)
+                    out.append(c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False))
+                    break
+                except KafkaException as exc:
+                    if error_code(exc) in _TRANSIENT and time.monotonic() < deadline:
+                        time.sleep(0.2)
+                        continue
+                    what = f"reading the offsets of topic {topic!r} partition {p}"
+                    raise translate(exc, what, kafka) from None
+        return out
+
+
+def quick_end_offsets(
+    c: Consumer, topic: str, partition: int, kafka: Mapping[str, Any] | None = None
+) -> tuple[int, int] | None:
+    """(low, high) offsets of one partition with ``c``, in one round trip; None when the
+    topic is unknown or the partition has no leader yet (missing, or just created), so the
+    caller can find out which with :func:`partition_count`."""
+    try:
+        tp = TopicPartition(topic, partition)
+        return c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False)
+    except KafkaException as exc:
+        if error_code(exc) in _TRANSIENT | _NOT_FOUND:
+            return None
+        what = f"reading the offsets of topic {topic!r} partition {partition}"
+        raise translate(exc, what, kafka) from None
+
+
+def read_chunks(
+    c: Consumer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    poll_timeout: float = 30.0,
+    max_batch: int = 1000,
+) -> Iterator[list[Any]]:
+    """Yields the messages of ``topic``/``partition`` with offsets in ``[start, end)``, in
+    lists of at most ``max_batch`` (as the client hands them over).
+
+    Stops at ``end`` or at the end of the partition, whichever comes first (offsets may
+    have gaps, e.g. transaction markers, so the last offset is not always a record).
+    For large messages (shuffle frames) keep ``max_batch`` at 1, so that a taken list does
+    not hold the whole prefetch queue while the client fills the queue again.
+    """
+    if end <= start:
+        return
+    c.assign([TopicPartition(topic, partition, start)])
+    idle_since = time.monotonic()
+    next_offset = start
+    try:
+        while True:
+            # consume() waits until it has num_messages or its timeout passes, even when the
+            # end of the partition has been reached: keep its timeout short and track idleness.
+            # Ask for no more than the range holds, so the last call returns at once.
+            with kafka_errors(f"reading topic {topic!r} partition {partition}"):
+                msgs = c.consume(
+                    num_messages=max(1, min(max_batch, end - next_offset)), timeout=0.2
+                )
+            if not msgs:
+                if time.monotonic() - idle_since > poll_timeout:
+                    raise ShuffleConnectionError(
+                        f"no data from topic {topic!r} partition {partition} for "
+                        f"{poll_timeout:.0f}s while reading offsets [{start}, {end})"
+                    )
+                continue
+            # The common case, no error and not at the end, costs no Python loop per message
+            # (map over the unbound method is a C-level pass).
+            has_errors = any(map(Message.error, msgs))
+            if has_errors:
+                msgs = [m for m in msgs if m.error() is None or m.error().code() not in _GROUP_ONLY]
+                if not msgs:
+                    continue
+            idle_since = time.monotonic()
+            good, done = msgs, False
+            if has_errors or msgs[-1].offset() >= end - 1:
+                good = []
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            done = True
+                            break
+                        what = f"reading topic {topic!r} partition {partition} near offset"
+                        raise translate(KafkaException(err), f"{what} {next_offset}")
+                    if m.offset() >= end:
+                        done = True
+                        break
+                    good.append(m)
+                    if m.offset() >= end - 1:
+                        done = True
+                        break
+            if good:
+                next_offset = max(next_offset, good[-1].offset() + 1)
+                yield good
+            if done:
+                return
+    finally:
+        c.unassign()
+
+
+def read_range(
+    c: Consumer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    poll_timeout: float = 30.0,
+    max_batch: int = 1000,
+) -> Iterator[Any]:
+    """Yields the messages of ``topic``/``partition`` with offsets in ``[start, end)``, one
+    at a time (see :func:`read_chunks`)."""
+    for chunk in read_chunks(c, topic, partition, start, end, poll_timeout, max_batch):
+        yield from chunk
+
+
+def replication_for(kafka: Mapping[str, Any], requested: int | None = None) -> int:
+    """The replication factor a new topic gets: ``requested`` (the broker refuses one larger
+    than the cluster), or min(3, brokers), which asks the cluster for its size."""
+    if requested is not None:
+        if requested < 1:
+            raise ShuffleOptionError(f"replication_factor must be >= 1, got {requested}")
+        return requested
+    return max(1, min(3, check_reachable(kafka)))
+
+
+def ensure_topic(
+    kafka: Mapping[str, Any],
+    topic: str,
+    partitions: int,
+    config: Mapping[str, str] | None = None,
+    replication_factor: int | None = None,
+    timeout: float = 30.0,
+) -> bool:
+    """Creates ``topic`` unless it exists. Returns True if this call created it.
+
+    ``replication_factor`` None: min(3, brokers). ``min.insync.replicas`` is set to one less
+    than the replication factor (at least 1) unless ``config`` says otherwise, so with
+    ``acks=all`` a write survives one broker down and is on two replicas when acknowledged.
+    """
+    rf = replication_for(kafka, replication_factor)
+    conf = {"min.insync.replicas": str(max(1, rf - 1)), **dict(config or {})}
+    admin = admin_client(kafka)
+    fut = admin.create_topics(
+        [NewTopic(topic, partitions, rf, config=conf)],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )[topic]
+    try:
+        fut.result(timeout=timeout)
+    except KafkaException as exc:
+        if error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise translate(exc, f"creating topic {topic!r}", kafka) from None
+    _wait_for_leaders(admin, topic, timeout)
+    return True
+
+
+def _wait_for_leaders(admin: AdminClient, topic: str, timeout: float) -> None:
+    # A created topic is not writable or readable until each partition has a leader.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with kafka_errors(f"describing topic {topic!r}"):
+            tmd = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+        if (
+            tmd is not None
+            and tmd.error is None
+            and tmd.partitions
+            and all(p.leader >= 0 for p in tmd.partitions.values())
+        ):
+            return
+        time.sleep(0.1)
+    raise ShuffleConnectionError(
+        f"topic {topic!r} has partitions without a leader after {timeout}s"
+    )

@@ -1,0 +1,263 @@
+"""Reading and writing a shuffle's commit-log topic and creating its topics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from orchestration.shuffle.core.commitlog import (
+    COMMIT_PREFIX,
+    EXPIRED_PREFIX,
+    LAYOUT_KEY,
+    Commit,
+    Expired,
+    Layout,
+    ShuffleLog,
+    commit_topic,
+)
+from orchestration.shuffle.core.reader import ReadPlan, plan_read
+from orchestration.shuffle.core.stream import LogRecord
+from orchestration.shuffle.errors import (
+    ShuffleConnectionError,
+    ShuffleLayoutError,
+    ShuffleTopicNotFoundError,
+)
+from orchestration.shuffle.kafka.client import (
+    consumer,
+    end_offsets,
+    ensure_topic,
+    kafka_errors,
+    partition_count,
+    producer,
+    quick_end_offsets,
+    read_range,
+    replication_for,
+)
+
+# How long a topic missing from one broker's metadata is looked for again (see
+# check_partitions).
+CREATE_GRACE_S = 3.0
+
+# The data topic keeps every frame until the user says otherwise: a shuffle is a
+# persisted intermediate, and its commit log points into it.
+DATA_TOPIC_CONFIG = {
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    # Data frames are compressed Arrow batches of up to a few MiB.
+    "max.message.bytes": str(32 * 1024 * 1024),
+    # Frames are already compressed; do not pay for it twice.
+    "compression.type": "producer",
+}
+COMMIT_TOPIC_CONFIG = {
+    # Keep the latest record per key (layout, commit/<run>) forever.
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "min.compaction.lag.ms": "0",
+}
+
+
+def read_log_records(
+    kafka: Mapping[str, Any], topic: str, offset: int = 0
+) -> tuple[list[LogRecord], int]:
+    """The commit log's records from ``offset`` on, with their offsets, and its end offset."""
+    ctopic = commit_topic(topic)
+    with consumer(kafka) as c:
+        # One consumer and one round trip for the offsets in the common case: a metadata
+        # request from a fresh client (what partition_count makes) took 2 ms or 53 ms at
+        # random here, which made a sensor tick 6 ms or 58 ms.
+        offsets = quick_end_offsets(c, ctopic, 0, kafka)
+        if offsets is None:
+            try:
+                partition_count(kafka, ctopic)
+            except ShuffleTopicNotFoundError:
+                raise ShuffleTopicNotFoundError(
+                    f"shuffle {topic!r} does not exist on {kafka.get('bootstrap.servers')!r} "
+                    f"(no commit-log topic {ctopic!r})"
+                ) from None
+            ((low, high),) = end_offsets(kafka, ctopic, 1)  # exists: waits for its leader
+        else:
+            low, high = offsets
+        records = [
+            LogRecord(m.offset(), m.key(), m.value())
+            for m in read_range(c, ctopic, 0, max(offset, low), high)
+        ]
+    return records, max(high, offset)
+
+
+def log_end(kafka: Mapping[str, Any], topic: str) -> int:
+    """The commit log's end offset (the offset its next record will get)."""
+    ((_, high),) = end_offsets(kafka, commit_topic(topic), 1)
+    return high
+
+
+def _read_records(
+    kafka: Mapping[str, Any], topic: str, offset: int = 0
+) -> tuple[list[tuple[bytes | None, bytes | None]], int]:
+    """(key, value) records of the commit log from ``offset`` on, and the next offset."""
+    records, high = read_log_records(kafka, topic, offset)
+    return [(r.key, r.value) for r in records], high
+
+
+def read_log(kafka: Mapping[str, Any], topic: str) -> ShuffleLog:
+    """Reads a shuffle's whole commit log (small: one record per run)."""
+    records, _ = _read_records(kafka, topic)
+    return ShuffleLog.from_records(topic, records)
+
+
+def _produce_one(kafka: Mapping[str, Any], topic: str, key: str, value: str) -> None:
+    errors: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    # One record: idempotence buys nothing (a retried duplicate of a keyed, compacted record
+    # is harmless) and its producer-id handshake costs a round trip; acks=all still does.
+    with producer(kafka, **{"acks": "all", "linger.ms": 0}) as p:
+        with kafka_errors(f"writing {key!r} to commit log {topic!r}", kafka):
+            p.produce(topic, key=key.encode(), value=value.encode(), on_delivery=on_delivery)
+            remaining = p.flush(30)
+    if remaining or errors:
+        raise ShuffleConnectionError(
+            f"writing {key!r} to commit log {topic!r} failed: {errors or 'timed out'}"
+        )
+
+
+def write_commit(kafka: Mapping[str, Any], topic: str, commit: Commit) -> None:
+    """Makes a run visible: appends its commit record (acks=all) to the commit log."""
+    _produce_one(kafka, commit_topic(topic), COMMIT_PREFIX + commit.run_id, commit.to_json())
+
+
+def create_or_check(
+    kafka: Mapping[str, Any], layout: Layout, replication_factor: int | None = None
+) -> tuple[Layout, bool]:
+    """Creates the shuffle's topics and layout record, or checks an existing layout.
+
+    New topics get ``replication_factor`` replicas (None: min(3, brokers)) and
+    ``min.insync.replicas`` one less (at least 1).
+
+    Returns:
+        The recorded layout and whether this call created the shuffle.
+
+    Raises:
+        ShuffleLayoutError: The shuffle exists with a different key, partition count,
+            max_parallelism, event-time column or an incompatible schema, or its data
+            topic's partition count changed behind its back.
+    """
+    topic = layout.topic
+    rf = replication_for(kafka, replication_factor)  # one look at the cluster for both topics
+    if ensure_topic(kafka, commit_topic(topic), 1, COMMIT_TOPIC_CONFIG, rf):
+        # Just created, so empty; and on a cluster, the broker asked next may not know it yet.
+        log = ShuffleLog.from_records(topic, [])
+    else:
+        log = read_log(kafka, topic)
+    if log.layout is None:
+        if not ensure_topic(kafka, topic, layout.num_partitions, DATA_TOPIC_CONFIG, rf):
+            check_partitions(kafka, layout)  # made by someone else: is it the right one?
+        _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
+        return layout, True
+    diffs = log.layout.differences(layout)
+    if diffs:
+        raise ShuffleLayoutError(
+            f"shuffle {topic!r} exists with a different layout: " + "; ".join(diffs)
+        )
+    check_partitions(kafka, log.layout)
+    return log.layout, False
+
+
+def check_partitions(
+    kafka: Mapping[str, Any], layout: Layout, grace_s: float = CREATE_GRACE_S
+) -> None:
+    """Refuses a data topic whose partition count is not the layout's.
+
+    On a cluster, a topic just created through one broker can be unknown to another for a
+    moment, so a missing topic is looked for again for up to ``grace_s`` seconds.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            n = partition_count(kafka, layout.topic)
+            break
+        except ShuffleTopicNotFoundError:
+            if time.monotonic() < deadline:
+                time.sleep(0.25)
+                continue
+            raise ShuffleTopicNotFoundError(
+                f"the data topic {layout.topic!r} of the shuffle is missing (its commit log exists)"
+            ) from None
+    if n != layout.num_partitions:
+        raise ShuffleLayoutError(
+            f"data topic {layout.topic!r} has {n} partitions but the shuffle was created with "
+            f"{layout.num_partitions}; partitions were added behind its back, so key groups "
+            "would land in the wrong partitions. Create a new shuffle topic instead."
+        )
+
+
+def read_commits_since(
+    kafka: Mapping[str, Any], topic: str, offset: int
+) -> tuple[list[Commit], int]:
+    """The commits appended to the commit log at or after ``offset``, and the next offset.
+
+    What a sensor calls on each tick: its cost depends on what is new, not on the size of
+    the shuffle or of its commit log.
+    """
+    records, next_offset = _read_records(kafka, topic, offset)
+    commits = [
+        Commit.from_json(value)
+        for key, value in records
+        if value is not None and (key or b"").decode().startswith(COMMIT_PREFIX)
+    ]
+    return commits, next_offset
+
+
+def read_plan(
+    kafka: Mapping[str, Any],
+    topic: str,
+    *,
+    log: ShuffleLog | None = None,
+    windows: list[str] | None = None,
+    runs: list[str] | None = None,
+    event_time_start: int | None = None,
+    event_time_end: int | None = None,
+    parallelism: int | str | None = None,
+) -> ReadPlan:
+    """Plans a read from the commit log (read here unless given) and checks the data topic."""
+    log = log if log is not None else read_log(kafka, topic)
+    plan = plan_read(
+        log,
+        windows=windows,
+        runs=runs,
+        event_time_start=event_time_start,
+        event_time_end=event_time_end,
+        parallelism=parallelism,
+    )
+    check_partitions(kafka, plan.layout)
+    return plan
+
+
+def write_expired(kafka: Mapping[str, Any], topic: str, markers: list[Expired]) -> None:
+    """Marks runs as expired, then deletes their commit records (markers first, so a reader
+    never sees a run vanish without a reason)."""
+    if not markers:
+        return
+    ctopic = commit_topic(topic)
+    errors: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    with producer(kafka, **{"acks": "all", "enable.idempotence": True}) as p:
+        with kafka_errors(f"writing to commit log {ctopic!r}", kafka):
+            for m in markers:
+                key = (EXPIRED_PREFIX + m.run_id).encode()
+                p.produce(ctopic, key=key, value=m.to_json().encode(), on_delivery=on_delivery)
+            for m in markers:
+                key = (COMMIT_PREFIX + m.run_id).encode()
+                p.produce(ctopic, key=key, value=None, on_delivery=on_delivery)
+            remaining = p.flush(30)
+    if remaining or errors:
+        raise ShuffleConnectionError(
+            f"expiring runs in commit log {ctopic!r} failed: {errors or 'timed out'}"
+        )
