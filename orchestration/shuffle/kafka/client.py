@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from confluent_kafka import (
     Consumer,
@@ -56,23 +56,244 @@ _AUTH = {
 }
 
 
-def client_config(kafka: Mapping[str, Any] | None, **overrides: Any) -> dict[str, Any]:
-    """Returns a librdkafka config dict from the user's ``kafka`` options plus overrides.
+KafkaSettings = Union["KafkaClient", Mapping[str, Any]]
+"""What a public function's ``kafka=`` accepts: a :class:`KafkaClient`, or a dict of
+librdkafka settings by their dotted names (``{"bootstrap.servers": "host:9092"}``)."""
 
-    The user's dict (dotted librdkafka keys, e.g. ``bootstrap.servers``, ``security.protocol``)
-    is copied, never mutated. Values are kept as given; librdkafka validates them.
+
+class KafkaClient:
+    """One Kafka cluster as the engine talks to it: its settings, checked and completed once,
+    and every cluster-level operation the engine needs (metadata, topics, offsets, clients).
+
+    Holds settings only, never a connection: it pickles into Spark tasks, and the clients it
+    makes are closed by whoever asked for them (``with kafka.consumer() as c:``). Errors are
+    the engine's (:class:`~orchestration.shuffle.errors.ShuffleError` subclasses) and name
+    the cluster, topic and partition.
+
+    Example::
+
+        kafka = KafkaClient({"bootstrap.servers": "127.0.0.1:19092"})
+        kafka.check_reachable()                      # brokers, or an error within seconds
+        kafka.ensure_topic("events", partitions=4)
+        low, high = kafka.end_offsets("events", 4)[0]
+        with kafka.consumer() as c:
+            for message in read_range(c, "events", 0, low, high):
+                ...
     """
-    if not kafka or not kafka.get("bootstrap.servers"):
-        raise ShuffleOptionError(
-            "kafka option 'bootstrap.servers' is required, e.g. "
-            "kafka={'bootstrap.servers': 'localhost:9092'}"
+
+    __slots__ = ("settings",)
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        if isinstance(settings, KafkaClient):
+            settings = settings.settings
+        if not settings or not settings.get("bootstrap.servers"):
+            raise ShuffleOptionError(
+                "kafka option 'bootstrap.servers' is required, e.g. "
+                "kafka={'bootstrap.servers': 'localhost:9092'}"
+            )
+        conf = {str(k): v for k, v in settings.items()}
+        # Without this, librdkafka retries connecting forever and metadata calls block until
+        # their own timeout; with it, the first failure surfaces quickly.
+        conf.setdefault("socket.connection.setup.timeout.ms", int(CONNECT_TIMEOUT_S * 1000))
+        self.settings: dict[str, Any] = conf
+
+    @classmethod
+    def of(cls, kafka: KafkaSettings | None) -> KafkaClient:
+        """``kafka`` itself when it is a client, else a client of those settings."""
+        if isinstance(kafka, KafkaClient):
+            return kafka
+        return cls(kafka or {})
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self.settings["bootstrap.servers"])
+
+    def __repr__(self) -> str:
+        # Settings may hold a password: only the address is shown.
+        return f"KafkaClient(bootstrap.servers={self.bootstrap_servers!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KafkaClient) and other.settings == self.settings
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((k, repr(v)) for k, v in self.settings.items())))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.settings = state["settings"]
+
+    def config(self, **overrides: Any) -> dict[str, Any]:
+        """A copy of the settings with ``overrides`` applied (librdkafka validates them)."""
+        return {**self.settings, **overrides}
+
+    def producer(self, **overrides: Any) -> Producer:
+        return Producer(self.config(**overrides))
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.config())
+
+    def consumer(self, **overrides: Any) -> Consumer:
+        """A consumer for assigned (not subscribed) reads: no group offsets are committed."""
+        return Consumer(
+            self.config(
+                **{
+                    # Reads are planned by offsets, never by a group's position.
+                    "group.id": overrides.pop("group.id", READER_GROUP),
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "error",
+                    "enable.partition.eof": True,
+                    # A fetch holds a few frames (a frame is cut at 4 MiB before compression).
+                    # The prefetch queue is what a reader holds beyond the frame it decodes:
+                    # kept small, memory stays flat however much is read.
+                    "fetch.max.bytes": 4 * 1024 * 1024,
+                    "max.partition.fetch.bytes": 4 * 1024 * 1024,
+                    "queued.max.messages.kbytes": 4 * 1024,
+                    # With a small queue the queue is often full; librdkafka then postpones the
+                    # next fetch by this much (1 s by default), which made a reader wait more
+                    # than it read.
+                    "fetch.queue.backoff.ms": 5,
+                    # A read ends at a committed offset, often the partition's end, where the
+                    # broker holds a fetch until this passes (500 ms by default). The next
+                    # range read with the same consumer (another partition, another pass)
+                    # waited behind it: half a second per partition for a task reading several.
+                    "fetch.wait.max.ms": 10,
+                    **overrides,
+                }
+            )
         )
-    conf = {str(k): v for k, v in kafka.items()}
-    # Without this, librdkafka retries connecting forever and metadata calls block until
-    # their own timeout; with it, the first failure surfaces quickly.
-    conf.setdefault("socket.connection.setup.timeout.ms", int(CONNECT_TIMEOUT_S * 1000))
-    conf.update(overrides)
-    return conf
+
+    def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """Translates any ``KafkaException`` raised inside into the engine's error for
+        ``what`` (see :func:`translate`)."""
+        return kafka_errors(what, self)
+
+    def check_reachable(
+        self, topic: str | None = None, *, timeout: float = CONNECT_TIMEOUT_S
+    ) -> int:
+        """Fails fast with :class:`ShuffleConnectionError` when no broker answers.
+
+        With ``topic``, only that topic's metadata is asked for (whether it exists or not),
+        not every topic's: the answer's size then does not grow with the cluster.
+
+        The error says why when the client knows: authentication refused (wrong user or
+        password), a TLS handshake that failed (e.g. no ``ssl.ca.location``), a PLAINTEXT
+        client at a TLS listener, or nothing listening.
+
+        Returns:
+            The number of brokers in the cluster's metadata.
+        """
+        return len(self.metadata(topic, timeout=timeout).brokers)
+
+    def metadata(
+        self, topic: str | None = None, *, timeout: float = CONNECT_TIMEOUT_S, what: str = ""
+    ) -> Any:
+        """The cluster's metadata (of one topic, if given), or an error that says why not."""
+        admin = _admin(self)
+        conf = self.settings
+        with admin.lock:
+            admin.errors.clear()
+            admin.log.lines.clear()
+            deadline = time.monotonic() + timeout
+            # Asked in short steps: a refusal that waiting cannot cure (authentication, TLS, a
+            # PLAINTEXT client at a TLS listener) is reported at once rather than at the
+            # timeout.
+            while True:
+                try:
+                    return admin.client.list_topics(
+                        topic=topic, timeout=max(0.05, min(1.0, deadline - time.monotonic()))
+                    )
+                except KafkaException as exc:
+                    admin.client.poll(0)  # serves the error and log callbacks: why it failed
+                    fatal = _refusal(admin.errors, admin.log.lines, conf)
+                    if fatal is None and time.monotonic() < deadline:
+                        continue
+                    with _ADMINS_LOCK:
+                        _ADMINS.pop(admin.key, None)  # the next call starts with a fresh client
+                    why = (
+                        fatal
+                        or _why(admin.errors, admin.log.lines, conf)
+                        or (exc.args[0] if exc.args else exc)
+                    )
+                    waited = "" if fatal else f" within {timeout:.0f}s"
+                    raise ShuffleConnectionError(
+                        f"cannot reach Kafka at bootstrap.servers={self.bootstrap_servers!r}"
+                        f"{what}{waited}: {why}"
+                    ) from None
+
+    def partition_count(self, topic: str, *, timeout: float = CONNECT_TIMEOUT_S) -> int:
+        """The number of partitions of ``topic``; errors name the topic and the cluster."""
+        md = self.metadata(topic, timeout=timeout, what=f" to describe topic {topic!r}")
+        tmd = md.topics.get(topic)
+        if tmd is None or tmd.error is not None:
+            raise ShuffleTopicNotFoundError(
+                f"topic {topic!r} does not exist on {self.bootstrap_servers!r}"
+            )
+        return len(tmd.partitions)
+
+    def end_offsets(self, topic: str, partitions: int) -> list[tuple[int, int]]:
+        """(low, high) offsets of each partition, read from the brokers (not a cache)."""
+        with self.consumer() as c:
+            out = []
+            for p in range(partitions):
+                deadline = time.monotonic() + CONNECT_TIMEOUT_S
+                while True:
+                    try:
+                        tp = TopicPartition(topic, p)
+                        out.append(
+                            c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False)
+                        )
+                        break
+                    except KafkaException as exc:
+                        if error_code(exc) in _TRANSIENT and time.monotonic() < deadline:
+                            time.sleep(0.2)
+                            continue
+                        what = f"reading the offsets of topic {topic!r} partition {p}"
+                        raise translate(exc, what, self) from None
+            return out
+
+    def replication_for(self, requested: int | None = None) -> int:
+        """The replication factor a new topic gets: ``requested`` (the broker refuses one
+        larger than the cluster), or min(3, brokers), which asks the cluster for its size."""
+        if requested is not None:
+            if requested < 1:
+                raise ShuffleOptionError(f"replication_factor must be >= 1, got {requested}")
+            return requested
+        return max(1, min(3, self.check_reachable()))
+
+    def ensure_topic(
+        self,
+        topic: str,
+        partitions: int,
+        *,
+        config: Mapping[str, str] | None = None,
+        replication_factor: int | None = None,
+        timeout: float = 30.0,
+    ) -> bool:
+        """Creates ``topic`` unless it exists. Returns True if this call created it.
+
+        ``replication_factor`` None: min(3, brokers). ``min.insync.replicas`` is set to one
+        less than the replication factor (at least 1) unless ``config`` says otherwise, so with
+        ``acks=all`` a write survives one broker down and is on two replicas when acknowledged.
+        """
+        rf = self.replication_for(replication_factor)
+        conf = {"min.insync.replicas": str(max(1, rf - 1)), **dict(config or {})}
+        admin = self.admin()
+        fut = admin.create_topics(
+            [NewTopic(topic, partitions, rf, config=conf)],
+            operation_timeout=timeout,
+            request_timeout=timeout,
+        )[topic]
+        try:
+            fut.result(timeout=timeout)
+        except KafkaException as exc:
+            if error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise translate(exc, f"creating topic {topic!r}", self) from None
+        _wait_for_leaders(admin, topic, timeout)
+        return True
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -80,14 +301,14 @@ def error_code(exc: BaseException) -> int | None:
     return err.code() if isinstance(err, KafkaError) else None
 
 
-def translate(
-    exc: KafkaException, what: str, kafka: Mapping[str, Any] | None = None
-) -> ShuffleError:
-    """The engine's error for a Kafka error raised while doing ``what``."""
+def translate(exc: KafkaException, what: str, kafka: KafkaSettings | None = None) -> ShuffleError:
+    """The engine's error for a Kafka error raised while doing ``what`` (on the cluster of
+    ``kafka``, when known: an unreachable one is then asked why)."""
+    kafka = KafkaClient.of(kafka) if kafka else None
     code = error_code(exc)
     err = exc.args[0] if exc.args else exc
     reason = err.str() if isinstance(err, KafkaError) else str(err)
-    where = f" at bootstrap.servers={kafka.get('bootstrap.servers')!r}" if kafka else ""
+    where = f" at bootstrap.servers={kafka.bootstrap_servers!r}" if kafka else ""
     if code in _NOT_FOUND:
         return ShuffleTopicNotFoundError(f"{what}: {reason}")
     if code in _AUTH:
@@ -96,7 +317,7 @@ def translate(
         # "All broker connections are down" says nothing of why: ask a fresh client, whose
         # error names a refused password, a failed TLS handshake or a wrong protocol.
         try:
-            check_reachable(kafka)
+            kafka.check_reachable()
         except ShuffleConnectionError as diagnosed:
             return ShuffleConnectionError(f"{what}: {diagnosed}")
     return ShuffleConnectionError(f"{what}{where}: {reason}")
@@ -106,7 +327,7 @@ _UNREACHABLE = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT}
 
 
 @contextlib.contextmanager
-def kafka_errors(what: str, kafka: Mapping[str, Any] | None = None) -> Iterator[None]:
+def kafka_errors(what: str, kafka: KafkaSettings | None = None) -> Iterator[None]:
     """Translates any ``KafkaException`` raised inside into the engine's error for ``what``."""
     try:
         yield
@@ -114,106 +335,11 @@ def kafka_errors(what: str, kafka: Mapping[str, Any] | None = None) -> Iterator[
         raise translate(exc, what, kafka) from None
 
 
-def admin_client(kafka: Mapping[str, Any] | None) -> AdminClient:
-    return AdminClient(client_config(kafka))
-
-
-def producer(kafka: Mapping[str, Any], **overrides: Any) -> Producer:
-    return Producer(client_config(kafka, **overrides))
-
-
 # librdkafka needs a group id even for assigned reads; no group API is ever used with it, but
 # the client looks its coordinator up, so a cluster with ACLs should let readers READ it.
 READER_GROUP = "kafka-shuffle-reader"
 # Errors a reader of assigned partitions may see and ignore: they concern the group only.
 _GROUP_ONLY = {KafkaError.GROUP_AUTHORIZATION_FAILED}
-
-
-def consumer(kafka: Mapping[str, Any], **overrides: Any) -> Consumer:
-    """A consumer for assigned (not subscribed) reads: no group offsets are committed."""
-    conf = client_config(
-        kafka,
-        **{
-            # Reads are planned by offsets, never by a group's position.
-            "group.id": overrides.pop("group.id", READER_GROUP),
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "enable.partition.eof": True,
-            # A fetch holds a few frames (a frame is cut at 4 MiB before compression). The
-            # prefetch queue is what a reader holds beyond the frame it decodes: kept small,
-            # memory stays flat however much is read.
-            "fetch.max.bytes": 4 * 1024 * 1024,
-            "max.partition.fetch.bytes": 4 * 1024 * 1024,
-            "queued.max.messages.kbytes": 4 * 1024,
-            # With a small queue the queue is often full; librdkafka then postpones the next
-            # fetch by this much (1 s by default), which made a reader wait more than it read.
-            "fetch.queue.backoff.ms": 5,
-            # A read ends at a committed offset, often the partition's end, where the broker
-            # holds a fetch until this passes (500 ms by default). The next range read with
-            # the same consumer (another partition, another pass) waited behind it: half a
-            # second per partition for a task reading several.
-            "fetch.wait.max.ms": 10,
-            **overrides,
-        },
-    )
-    return Consumer(conf)
-
-
-def check_reachable(
-    kafka: Mapping[str, Any] | None, timeout: float = CONNECT_TIMEOUT_S, topic: str | None = None
-) -> int:
-    """Fails fast with :class:`ShuffleConnectionError` when no broker answers.
-
-    With ``topic``, only that topic's metadata is asked for (whether it exists or not),
-    not every topic's: the answer's size then does not grow with the cluster.
-
-    The error says why when the client knows: authentication refused (wrong user or
-    password), a TLS handshake that failed (e.g. no ``ssl.ca.location``), a PLAINTEXT client
-    at a TLS listener, or nothing listening.
-
-    Returns:
-        The number of brokers in the cluster's metadata.
-    """
-    return len(metadata(kafka, topic, timeout=timeout).brokers)
-
-
-def metadata(
-    kafka: Mapping[str, Any] | None,
-    topic: str | None = None,
-    timeout: float = CONNECT_TIMEOUT_S,
-    what: str = "",
-) -> Any:
-    """The cluster's metadata (of one topic, if given), or an error that says why not."""
-    admin, conf = _admin(kafka)
-    with admin.lock:
-        admin.errors.clear()
-        admin.log.lines.clear()
-        deadline = time.monotonic() + timeout
-        # Asked in short steps: a refusal that waiting cannot cure (authentication, TLS, a
-        # PLAINTEXT client at a TLS listener) is reported at once rather than at the timeout.
-        while True:
-            try:
-                return admin.client.list_topics(
-                    topic=topic, timeout=max(0.05, min(1.0, deadline - time.monotonic()))
-                )
-            except KafkaException as exc:
-                admin.client.poll(0)  # serves the error and log callbacks: why it failed
-                fatal = _refusal(admin.errors, admin.log.lines, conf)
-                if fatal is None and time.monotonic() < deadline:
-                    continue
-                with _ADMINS_LOCK:
-                    _ADMINS.pop(admin.key, None)  # the next call starts with a fresh client
-                why = (
-                    fatal
-                    or _why(admin.errors, admin.log.lines, conf)
-                    or (exc.args[0] if exc.args else exc)
-                )
-                waited = "" if fatal else f" within {timeout:.0f}s"
-                raise ShuffleConnectionError(
-                    f"cannot reach Kafka at bootstrap.servers={conf['bootstrap.servers']!r}"
-                    f"{what}{waited}: {why}"
-                ) from None
 
 
 @dataclass
@@ -236,24 +362,26 @@ _ADMINS_LOCK = threading.Lock()
 _ADMINS_KEPT = 8
 
 
-def _admin(kafka: Mapping[str, Any] | None) -> tuple[_Admin, dict[str, Any]]:
-    base = client_config(kafka)
-    key = (os.getpid(), tuple(sorted((k, repr(v)) for k, v in base.items())))
+def _admin(kafka: KafkaClient) -> _Admin:
+    key = (os.getpid(), tuple(sorted((k, repr(v)) for k, v in kafka.settings.items())))
     with _ADMINS_LOCK:
         admin = _ADMINS.get(key)
         if admin is None:
             errors: list[KafkaError] = []
             log = _ClientLog()
-            conf = client_config(kafka, error_cb=errors.append, logger=log.logger)
             # Asking for a topic that does not exist must not create it, whatever the
             # brokers' auto.create.topics.enable says (an admin client's default allows it).
-            client = AdminClient({**conf, "allow.auto.create.topics": False})
+            client = AdminClient(
+                kafka.config(
+                    error_cb=errors.append, logger=log.logger, **{"allow.auto.create.topics": False}
+                )
+            )
             admin = _Admin(key, client, errors, log, threading.Lock())
             _ADMINS[key] = admin
             while len(_ADMINS) > _ADMINS_KEPT:
                 _ADMINS.popitem(last=False)
         _ADMINS.move_to_end(key)
-    return admin, base
+    return admin
 
 
 class _ClientLog(logging.Handler):
@@ -303,45 +431,12 @@ def _why(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) ->
     return (telling or errors)[-1].str() if errors else None
 
 
-def partition_count(
-    kafka: Mapping[str, Any], topic: str, timeout: float = CONNECT_TIMEOUT_S
-) -> int:
-    """The number of partitions of ``topic``; errors name the topic and the cluster."""
-    md = metadata(kafka, topic, timeout, what=f" to describe topic {topic!r}")
-    tmd = md.topics.get(topic)
-    if tmd is None or tmd.error is not None:
-        raise ShuffleTopicNotFoundError(
-            f"topic {topic!r} does not exist on {kafka.get('bootstrap.servers')!r}"
-        )
-    return len(tmd.partitions)
-
-
-def end_offsets(kafka: Mapping[str, Any], topic: str, partitions: int) -> list[tuple[int, int]]:
-    """(low, high) offsets of each partition, read from the brokers (not a cache)."""
-    with consumer(kafka) as c:
-        out = []
-        for p in range(partitions):
-            deadline = time.monotonic() + CONNECT_TIMEOUT_S
-            while True:
-                try:
-                    tp = TopicPartition(topic, p)
-                    out.append(c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False))
-                    break
-                except KafkaException as exc:
-                    if error_code(exc) in _TRANSIENT and time.monotonic() < deadline:
-                        time.sleep(0.2)
-                        continue
-                    what = f"reading the offsets of topic {topic!r} partition {p}"
-                    raise translate(exc, what, kafka) from None
-        return out
-
-
 def quick_end_offsets(
-    c: Consumer, topic: str, partition: int, kafka: Mapping[str, Any] | None = None
+    c: Consumer, topic: str, partition: int, kafka: KafkaSettings | None = None
 ) -> tuple[int, int] | None:
     """(low, high) offsets of one partition with ``c``, in one round trip; None when the
     topic is unknown or the partition has no leader yet (missing, or just created), so the
-    caller can find out which with :func:`partition_count`."""
+    caller can find out which with :meth:`KafkaClient.partition_count`."""
     try:
         tp = TopicPartition(topic, partition)
         return c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False)
@@ -440,48 +535,6 @@ def read_range(
         yield from chunk
 
 
-def replication_for(kafka: Mapping[str, Any], requested: int | None = None) -> int:
-    """The replication factor a new topic gets: ``requested`` (the broker refuses one larger
-    than the cluster), or min(3, brokers), which asks the cluster for its size."""
-    if requested is not None:
-        if requested < 1:
-            raise ShuffleOptionError(f"replication_factor must be >= 1, got {requested}")
-        return requested
-    return max(1, min(3, check_reachable(kafka)))
-
-
-def ensure_topic(
-    kafka: Mapping[str, Any],
-    topic: str,
-    partitions: int,
-    config: Mapping[str, str] | None = None,
-    replication_factor: int | None = None,
-    timeout: float = 30.0,
-) -> bool:
-    """Creates ``topic`` unless it exists. Returns True if this call created it.
-
-    ``replication_factor`` None: min(3, brokers). ``min.insync.replicas`` is set to one less
-    than the replication factor (at least 1) unless ``config`` says otherwise, so with
-    ``acks=all`` a write survives one broker down and is on two replicas when acknowledged.
-    """
-    rf = replication_for(kafka, replication_factor)
-    conf = {"min.insync.replicas": str(max(1, rf - 1)), **dict(config or {})}
-    admin = admin_client(kafka)
-    fut = admin.create_topics(
-        [NewTopic(topic, partitions, rf, config=conf)],
-        operation_timeout=timeout,
-        request_timeout=timeout,
-    )[topic]
-    try:
-        fut.result(timeout=timeout)
-    except KafkaException as exc:
-        if error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
-            return False
-        raise translate(exc, f"creating topic {topic!r}", kafka) from None
-    _wait_for_leaders(admin, topic, timeout)
-    return True
-
-
 def _wait_for_leaders(admin: AdminClient, topic: str, timeout: float) -> None:
     # A created topic is not writable or readable until each partition has a leader.
     deadline = time.monotonic() + timeout
@@ -498,4 +551,62 @@ def _wait_for_leaders(admin: AdminClient, topic: str, timeout: float) -> None:
         time.sleep(0.1)
     raise ShuffleConnectionError(
         f"topic {topic!r} has partitions without a leader after {timeout}s"
+    )
+
+
+# --- Transitional: the free functions that took a settings dict, until every caller holds a
+# KafkaClient. Removed once nothing calls them.
+def client_config(kafka: KafkaSettings | None, **overrides: Any) -> dict[str, Any]:
+    return KafkaClient.of(kafka).config(**overrides)
+
+
+def admin_client(kafka: KafkaSettings | None) -> AdminClient:
+    return KafkaClient.of(kafka).admin()
+
+
+def producer(kafka: KafkaSettings, **overrides: Any) -> Producer:
+    return KafkaClient.of(kafka).producer(**overrides)
+
+
+def consumer(kafka: KafkaSettings, **overrides: Any) -> Consumer:
+    return KafkaClient.of(kafka).consumer(**overrides)
+
+
+def check_reachable(
+    kafka: KafkaSettings | None, timeout: float = CONNECT_TIMEOUT_S, topic: str | None = None
+) -> int:
+    return KafkaClient.of(kafka).check_reachable(topic, timeout=timeout)
+
+
+def metadata(
+    kafka: KafkaSettings | None,
+    topic: str | None = None,
+    timeout: float = CONNECT_TIMEOUT_S,
+    what: str = "",
+) -> Any:
+    return KafkaClient.of(kafka).metadata(topic, timeout=timeout, what=what)
+
+
+def partition_count(kafka: KafkaSettings, topic: str, timeout: float = CONNECT_TIMEOUT_S) -> int:
+    return KafkaClient.of(kafka).partition_count(topic, timeout=timeout)
+
+
+def end_offsets(kafka: KafkaSettings, topic: str, partitions: int) -> list[tuple[int, int]]:
+    return KafkaClient.of(kafka).end_offsets(topic, partitions)
+
+
+def replication_for(kafka: KafkaSettings, requested: int | None = None) -> int:
+    return KafkaClient.of(kafka).replication_for(requested)
+
+
+def ensure_topic(
+    kafka: KafkaSettings,
+    topic: str,
+    partitions: int,
+    config: Mapping[str, str] | None = None,
+    replication_factor: int | None = None,
+    timeout: float = 30.0,
+) -> bool:
+    return KafkaClient.of(kafka).ensure_topic(
+        topic, partitions, config=config, replication_factor=replication_factor, timeout=timeout
     )
