@@ -5,9 +5,8 @@ import json
 from dagster import AssetExecutionContext, MaterializeResult, asset
 from dagster_pyspark import LazyPySparkResource
 
-from orchestration.resources import KafkaResource
+from orchestration import KafkaResource
 from orchestration.shuffle import register_data_sources
-from orchestration.shuffle.kafka.client import end_offsets, ensure_topic
 from orchestration.shuffle.spark.records import write_records
 
 STACK_CHECK_TOPIC = "shuffle.stack-check"
@@ -18,21 +17,21 @@ STACK_CHECK_ROWS = 1000
 def kafka_stack_check(
     context: AssetExecutionContext, spark: LazyPySparkResource, kafka: KafkaResource
 ) -> MaterializeResult:
-    conf = kafka.config()
-    kafka.check()
-    ensure_topic(conf, STACK_CHECK_TOPIC, partitions=2)
-    before = end_offsets(conf, STACK_CHECK_TOPIC, 2)
+    client = kafka.client()
+    client.check_reachable()
+    client.ensure_topic(STACK_CHECK_TOPIC, partitions=2)
+    before = client.end_offsets(STACK_CHECK_TOPIC, 2)
     session = spark.spark_session
     register_data_sources(session)
     df = session.range(STACK_CHECK_ROWS).selectExpr(
         "cast(id as string) as key", "concat('row-', id) as value"
     )
-    produced = write_records(df, STACK_CHECK_TOPIC, conf)
+    produced = write_records(df, STACK_CHECK_TOPIC, client)
     starting = {str(p): high for p, (_, high) in enumerate(before)}
     back = (
         session.read.format("kafka-records")
         .option("subscribe", STACK_CHECK_TOPIC)
-        .option("kafka.bootstrap.servers", conf["bootstrap.servers"])
+        .option("kafka.bootstrap.servers", client.bootstrap_servers)
         .option("startingOffsets", json.dumps({STACK_CHECK_TOPIC: starting}))
         .load()
     )

@@ -45,7 +45,7 @@ from orchestration.shuffle import (  # noqa: E402
     register_data_sources,
     write_shuffle,
 )
-from orchestration.shuffle.kafka.client import ensure_topic  # noqa: E402
+from orchestration.shuffle.kafka import KafkaClient  # noqa: E402
 from orchestration.shuffle.spark.session import spark_session  # noqa: E402
 
 
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in (int(m) for m in args.messages.split(",")):
         print(f"== {n} messages of {args.value_bytes} bytes", flush=True)
         topic = f"bench.records.{uuid.uuid4().hex[:8]}"
-        ensure_topic(kafka, topic, args.partitions, {"retention.ms": "-1"})
+        KafkaClient(kafka).ensure_topic(topic, args.partitions, config={"retention.ms": "-1"})
         produce(kafka, topic, n, args.value_bytes, args.partitions)
         records = side_by_side(records_pair(spark, kafka, topic), args.repeat, f"n={n}")
         shuffle = f"bench.stream.{uuid.uuid4().hex[:8]}"

@@ -87,7 +87,7 @@ from orchestration.shuffle import (  # noqa: E402
     write_shuffle,
 )
 from orchestration.shuffle.core.commitlog import commit_topic  # noqa: E402
-from orchestration.shuffle.kafka.client import ensure_topic  # noqa: E402
+from orchestration.shuffle.kafka import KafkaClient  # noqa: E402
 from orchestration.shuffle.kafka.commitlog import log_end  # noqa: E402
 from orchestration.shuffle.spark.session import spark_session  # noqa: E402
 
@@ -402,9 +402,9 @@ def kafka_perf_test(kafka: dict, topic: str, record_bytes: int, total_bytes: int
 
     records = max(total_bytes // record_bytes, 20)
     cmd = [
-        localstack._java(),
+        localstack.java_executable(),
         "-cp",
-        localstack._classpath(),
+        localstack.kafka_classpath(),
         "org.apache.kafka.tools.ProducerPerformance",
         "--topic", topic,
         "--num-records", str(records),
@@ -557,7 +557,8 @@ class Fixtures:
         self.spec_day = spec(self.topic_day)
         write_shuffle(self.day, self.spec_day, kafka=kafka, window="w07")
         # A sensor's cursor just before the newest commit: each tick reads one new commit.
-        self.cursor = {t: log_end(kafka, t) - 1 for t in (self.topic_30, self.topic_1)}
+        client = KafkaClient(kafka)
+        self.cursor = {t: log_end(client, t) - 1 for t in (self.topic_30, self.topic_1)}
 
     def topics(self) -> list[str]:
         windowed = [self.topic_30, self.topic_1, self.topic_day] if self.cursor else []
@@ -642,19 +643,20 @@ def run_size(
         <= skip,
     )
     results: dict[str, list[dict]] = {k: [] for k in PHASES}
+    client = KafkaClient(kafka)
     for i in range(repeat):
         ours = f"bench.shuffle.{uuid.uuid4().hex[:8]}"
         theirs = f"bench.spark.{uuid.uuid4().hex[:8]}"
-        ensure_topic(kafka, theirs, partitions, {"retention.ms": "-1"})
+        client.ensure_topic(theirs, partitions, config={"retention.ms": "-1"})
         topics = {
             "perf": f"bench.perf.{uuid.uuid4().hex[:8]}",
             "reuse": f"bench.reuse.{uuid.uuid4().hex[:8]}",
             "reuse_arrow": f"bench.reuse.{uuid.uuid4().hex[:8]}",
             "rows": f"bench.rows.{uuid.uuid4().hex[:8]}",
         }
-        ensure_topic(
-            kafka, topics["perf"], partitions,
-            {"retention.ms": "-1", "max.message.bytes": str(32 * 2**20)},
+        client.ensure_topic(
+            topics["perf"], partitions,
+            config={"retention.ms": "-1", "max.message.bytes": str(32 * 2**20)},
         )  # fmt: skip
         state: dict = {}
         spec = ShuffleSpec(

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestration.shuffle.errors import ShuffleConnectionError
-from orchestration.shuffle.kafka.client import check_reachable
+from orchestration.shuffle.kafka import KafkaClient
 
 ROOT = Path(__file__).resolve().parents[1]
 POM = ROOT / "stack" / "kafka" / "pom.xml"
@@ -57,7 +57,7 @@ SCRAM = "SCRAM-SHA-512"
 
 
 @dataclass(frozen=True)
-class _Node:
+class Node:
     """One KRaft node (broker + controller) of the local stack."""
 
     index: int  # node.id, from 1
@@ -87,7 +87,7 @@ class _Node:
 
 
 @dataclass(frozen=True)
-class _Local:
+class LocalStack:
     """Where the local stack lives and listens; read from the environment when used."""
 
     home: Path
@@ -102,11 +102,11 @@ class _Local:
         )
 
     @property
-    def all_nodes(self) -> list[_Node]:
+    def all_nodes(self) -> list[Node]:
         if self.nodes == 1:
-            return [_Node(1, self.home, self.port, self.port + 1)]
+            return [Node(1, self.home, self.port, self.port + 1)]
         return [
-            _Node(i, self.home / f"node-{i}", self.port + 2 * (i - 1), self.port + 2 * (i - 1) + 1)
+            Node(i, self.home / f"node-{i}", self.port + 2 * (i - 1), self.port + 2 * (i - 1) + 1)
             for i in range(1, self.nodes + 1)
         ]
 
@@ -131,7 +131,9 @@ class _Local:
         return self.home / "stack.json"
 
 
-def _local() -> _Local:
+def local_stack() -> LocalStack:
+    """The local stack as the environment configures it (``SHUFFLE_LOCAL_KAFKA_NODES``,
+    ``_SECURITY``, ``_DIR``, ``_PORT``): where it lives, its nodes and ports."""
     nodes = int(os.environ.get("SHUFFLE_LOCAL_KAFKA_NODES") or 1)
     security = (os.environ.get("SHUFFLE_LOCAL_KAFKA_SECURITY") or "plaintext").lower()
     if nodes < 1:
@@ -152,7 +154,7 @@ def _local() -> _Local:
         default_port = 19092 + 100 * (nodes - 1) + (1000 if security != "plaintext" else 0)
     home = os.environ.get("SHUFFLE_LOCAL_KAFKA_DIR") or default_home
     port = int(os.environ.get("SHUFFLE_LOCAL_KAFKA_PORT") or default_port)
-    return _Local(Path(home), port, nodes, security)
+    return LocalStack(Path(home), port, nodes, security)
 
 
 class LocalStackError(RuntimeError):
@@ -166,7 +168,8 @@ def external_bootstrap() -> str | None:
 
 
 def local_bootstrap() -> str:
-    return ",".join(f"{HOST}:{n.port}" for n in _local().all_nodes)
+    """The bootstrap address of the local stack's nodes."""
+    return ",".join(f"{HOST}:{n.port}" for n in local_stack().all_nodes)
 
 
 def bootstrap_servers() -> str:
@@ -210,10 +213,12 @@ def resolve_jars(pom: Path, dest: Path) -> Path:
 
 def ensure_jars() -> None:
     """Resolves the broker's jars with Maven, once per version of the pom."""
-    resolve_jars(POM, _local().libs)
+    resolve_jars(POM, local_stack().libs)
 
 
-def _java() -> str:
+def java_executable() -> str:
+    """The ``java`` to run Kafka's tools with: ``$JAVA_HOME/bin/java``, else the one on the
+    ``PATH``."""
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java:
@@ -221,7 +226,9 @@ def _java() -> str:
     return java
 
 
-def _listener_lines(local: _Local, node: _Node) -> list[str]:
+def listener_lines(local: LocalStack, node: Node) -> list[str]:
+    """The ``server.properties`` lines of ``node``'s listeners: PLAINTEXT, or SASL_SSL with
+    SCRAM, TLS and ACLs for a secure stack."""
     if not local.secure:
         return [
             f"listeners=PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
@@ -257,7 +264,8 @@ def _listener_lines(local: _Local, node: _Node) -> list[str]:
     ]
 
 
-def _write_configs(local: _Local, node: _Node) -> None:
+def write_configs(local: LocalStack, node: Node) -> None:
+    """Writes ``node``'s ``server.properties`` and log configuration (on every start)."""
     rf = local.replication
     voters = ",".join(f"{n.index}@{HOST}:{n.controller_port}" for n in local.all_nodes)
     node.home.mkdir(parents=True, exist_ok=True)
@@ -268,7 +276,7 @@ def _write_configs(local: _Local, node: _Node) -> None:
                 "process.roles=broker,controller",
                 f"node.id={node.index}",
                 f"controller.quorum.voters={voters}",
-                *_listener_lines(local, node),
+                *listener_lines(local, node),
                 "controller.listener.names=CONTROLLER",
                 f"log.dirs={node.data}",
                 "num.partitions=1",
@@ -313,11 +321,12 @@ def _write_configs(local: _Local, node: _Node) -> None:
     )
 
 
-def _classpath() -> str:
-    return str(_local().libs / "*")
+def kafka_classpath() -> str:
+    """The class path of the Kafka jars that :func:`ensure_jars` resolved."""
+    return str(local_stack().libs / "*")
 
 
-def _check_stamp(local: _Local) -> None:
+def check_stamp(local: LocalStack) -> None:
     """Refuses to start a stack formatted with another node count or security."""
     want = {"nodes": local.nodes, "security": local.security}
     if local.stamp.exists():
@@ -332,7 +341,7 @@ def _check_stamp(local: _Local) -> None:
         local.stamp.write_text(json.dumps(want))
 
 
-def _secrets(local: _Local) -> dict[str, str]:
+def _secrets(local: LocalStack) -> dict[str, str]:
     """The SCRAM passwords and the key store password, drawn once (file mode 0600)."""
     if not local.secrets.exists():
         local.home.mkdir(parents=True, exist_ok=True)
@@ -351,7 +360,7 @@ def _keytool() -> str:
     return tool
 
 
-def _ensure_tls(local: _Local) -> None:
+def _ensure_tls(local: LocalStack) -> None:
     """A self-signed certificate for 127.0.0.1 (key store), its PEM for clients (ca.pem) and
     a trust store holding it for the nodes' own connections."""
     if (local.tls / "truststore.p12").exists():
@@ -415,22 +424,22 @@ def _ensure_tls(local: _Local) -> None:
             raise LocalStackError(f"keytool {args[0]} failed:\n{proc.stdout}{proc.stderr}")
 
 
-def _cluster_id_of(local: _Local) -> str:
+def _cluster_id_of(local: LocalStack) -> str:
     path = local.home / "cluster.id"
     if not path.exists():
         local.home.mkdir(parents=True, exist_ok=True)
-        path.write_text(_cluster_id())
+        path.write_text(new_cluster_id())
     return path.read_text().strip()
 
 
-def _ensure_formatted(local: _Local, node: _Node) -> None:
+def _ensure_formatted(local: LocalStack, node: Node) -> None:
     if (node.data / "meta.properties").exists():
         return
     node.data.mkdir(parents=True, exist_ok=True)
     cmd = [
-        _java(),
+        java_executable(),
         "-cp",
-        _classpath(),
+        kafka_classpath(),
         "kafka.tools.StorageTool",
         "format",
         # "--cluster-id=<id>" in one argument: an id may begin with "-", which the
@@ -456,7 +465,7 @@ def _ensure_formatted(local: _Local, node: _Node) -> None:
         raise LocalStackError(f"formatting Kafka storage in {node.data} failed:\n{out}")
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A KRaft cluster id: a base64url-encoded 16-byte UUID without padding.
 
     Ids that begin with "-" are drawn again (as Kafka's own generator does): command-line
@@ -468,7 +477,7 @@ def _cluster_id() -> str:
             return cid
 
 
-def _pid(node: _Node) -> int | None:
+def _pid(node: Node) -> int | None:
     try:
         pid = int(node.pid.read_text().strip())
     except (FileNotFoundError, ValueError):
@@ -492,7 +501,7 @@ def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 def client_config(user: str = "admin") -> dict[str, str]:
     """The librdkafka settings of the local stack for ``user`` (SASL_SSL) or anyone."""
-    local = _local()
+    local = local_stack()
     conf = {"bootstrap.servers": local_bootstrap()}
     if local.secure:
         conf.update(
@@ -507,8 +516,8 @@ def client_config(user: str = "admin") -> dict[str, str]:
     return conf
 
 
-def _wait_ready(local: _Local, deadline: float, pids: dict[int, int]) -> None:
-    conf = client_config("admin")
+def _wait_ready(local: LocalStack, deadline: float, pids: dict[int, int]) -> None:
+    kafka = KafkaClient(client_config("admin"))
     while time.monotonic() < deadline:
         for node in local.all_nodes:
             if node.index in pids and _pid(node) != pids[node.index]:
@@ -518,7 +527,7 @@ def _wait_ready(local: _Local, deadline: float, pids: dict[int, int]) -> None:
                 )
         if all(_port_open(HOST, n.port) for n in local.all_nodes):
             try:
-                if check_reachable(conf, timeout=5) >= local.nodes:
+                if kafka.check_reachable(timeout=5) >= local.nodes:
                     return
             except ShuffleConnectionError:
                 pass
@@ -529,16 +538,16 @@ def _wait_ready(local: _Local, deadline: float, pids: dict[int, int]) -> None:
     )
 
 
-def _start_node(local: _Local, node: _Node) -> int:
+def _start_node(local: LocalStack, node: Node) -> int:
     heap = os.environ.get("SHUFFLE_LOCAL_KAFKA_HEAP", "768m" if local.nodes == 1 else "512m")
     cmd = [
-        _java(),
+        java_executable(),
         f"-Xmx{heap}",
         f"-Xms{heap}",
         "-XX:+UseG1GC",
         f"-Dlog4j2.configurationFile={node.log_config}",
         "-cp",
-        _classpath(),
+        kafka_classpath(),
         "kafka.Kafka",
         str(node.config),
     ]
@@ -567,10 +576,10 @@ def start(timeout: float = 120.0, node: int | None = None) -> str:
     """
     external = external_bootstrap()
     if external:
-        check_reachable({"bootstrap.servers": external})
+        KafkaClient({"bootstrap.servers": external}).check_reachable()
         return external
-    local = _local()
-    _check_stamp(local)
+    local = local_stack()
+    check_stamp(local)
     pids: dict[int, int] = {}
     to_start = []
     for n in local.all_nodes:
@@ -593,7 +602,7 @@ def start(timeout: float = 120.0, node: int | None = None) -> str:
         if local.secure:
             _ensure_tls(local)
         for n in to_start:
-            _write_configs(local, n)
+            write_configs(local, n)
             _ensure_formatted(local, n)
         for n in to_start:
             pids[n.index] = _start_node(local, n)
@@ -611,7 +620,7 @@ def stop(timeout: float = 60.0, node: int | None = None, kill: bool = False) -> 
     Returns:
         True if a node was running.
     """
-    local = _local()
+    local = local_stack()
     ran = False
     nodes = [n for n in local.all_nodes if node is None or n.index == node]
     pids = {}
@@ -651,11 +660,11 @@ def status() -> str:
     external = external_bootstrap()
     if external:
         try:
-            n = check_reachable({"bootstrap.servers": external}, timeout=5)
+            n = KafkaClient({"bootstrap.servers": external}).check_reachable(timeout=5)
             return f"external cluster {external}: reachable ({n} broker(s))"
         except ShuffleConnectionError as exc:
             return f"external cluster {external}: NOT reachable ({exc})"
-    local = _local()
+    local = local_stack()
     lines = []
     for n in local.all_nodes:
         pid = _pid(n)

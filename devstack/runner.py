@@ -23,16 +23,15 @@ from dagster import (
     build_run_status_sensor_context,
     build_sensor_context,
 )
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_TAG = "dagster/sensor_name"
 MAX_RETRIES_TAG = "dagster/max_retries"
 RETRY_NUMBER_TAG = "dagster/retry_number"
 PARENT_RUN_TAG = "dagster/parent_run_id"
+# A backfill run of a range of partitions, as Dagster's own backfills tag it.
+ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 ROOT_RUN_TAG = "dagster/root_run_id"
 
 

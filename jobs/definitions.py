@@ -16,6 +16,10 @@ The environment is read here and nowhere else:
 | ``KAFKA_SASL_USERNAME`` | ``sasl_username`` | none |
 | ``KAFKA_SASL_PASSWORD`` | ``sasl_password`` (read by Dagster when used, never stored) | none |
 | ``KAFKA_SSL_CA_LOCATION`` | ``ssl_ca_location``: the CA's PEM file | none |
+
+The definitions load without the required variables (Dagster reads an ``EnvVar`` when a run
+starts); :func:`require_env` names the missing ones up front, and :func:`kafka_client` reads
+the ``kafka`` resource's settings for code that talks to the cluster outside a run.
 """
 
 import os
@@ -30,7 +34,35 @@ from assets.stack_check import kafka_stack_check
 from jobs.pipeline import flights_jobs
 from orchestration.io_manager import KafkaShuffleIOManager
 from orchestration.resources import KafkaResource, WarehouseResource
+from orchestration.shuffle.kafka import KafkaClient
 from orchestration.shuffle.spark.session import session_settings
+
+# Variables of the table above without a default.
+REQUIRED_ENV = ("KAFKA_BOOTSTRAP_SERVERS",)
+
+
+class EnvironmentNotSet(RuntimeError):
+    """A variable the definitions require is not set."""
+
+
+def require_env(env: Mapping[str, str] | None = None) -> None:
+    """Raises :class:`EnvironmentNotSet` naming each required variable that ``env`` (the
+    process environment by default) does not set."""
+    env = os.environ if env is None else env
+    missing = [var for var in REQUIRED_ENV if not env.get(var)]
+    if missing:
+        raise EnvironmentNotSet(
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set "
+            "(the kafka resource's bootstrap_servers; see jobs/definitions.py)"
+        )
+
+
+def kafka_client(definitions: Definitions) -> KafkaClient:
+    """The cluster of ``definitions``' ``kafka`` resource, its ``EnvVar`` settings read now
+    as Dagster reads them when a run starts (security settings and password included): for
+    code that talks to the cluster outside a run, such as jobs/main.py's summary."""
+    resource: KafkaResource = definitions.resources["kafka"]
+    return resource.process_config_and_initialize().client()
 
 
 def spark_resource(master: str = "local[2]", driver_memory: str = "2g") -> LazyPySparkResource:

@@ -68,16 +68,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.end < args.start:
         parser.error(f"--end {args.end} is before --start {args.start}")
 
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        parser.error("KAFKA_BOOTSTRAP_SERVERS is not set (scripts/dev main sets it)")
+    from jobs.definitions import EnvironmentNotSet, require_env
+
+    try:
+        require_env()
+    except EnvironmentNotSet as exc:
+        parser.error(f"{exc}; scripts/dev main sets it")
 
     from assets.pipeline import CONSUMERS, FLIGHTS_BY_TAILNUM
     from devstack.runner import LocalRunner
-    from jobs.definitions import defs
+    from jobs.definitions import defs, kafka_client
     from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR, RUNNING_TOTALS_JOB
     from orchestration.metadata import shuffle_asset
-    from orchestration.shuffle import shuffle_log
-    from orchestration.shuffle.core.commitlog import from_micros
+    from orchestration.shuffle import shuffle_log, shuffle_watermark
 
     started = time.monotonic()
     runner = LocalRunner(
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     totals = runner.run(RUNNING_TOTALS_JOB)
 
     res = defs.resources
-    kafka = {"bootstrap.servers": os.environ["KAFKA_BOOTSTRAP_SERVERS"]}
+    kafka = kafka_client(defs)
     spec = defs.resolve_assets_def(FLIGHTS_BY_TAILNUM).specs_by_key[FLIGHTS_BY_TAILNUM]
     topic = shuffle_asset("flights_by_tailnum", ["flights_by_tailnum"], spec.metadata).topic
     warehouse = res["warehouse"]
@@ -124,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         for o in runner.outcomes
         if o.tags.get("shuffle/retry") or o.tags.get("dagster/retry_number")
     ]
-    wm = log.watermark()
+    wm = shuffle_watermark(topic, kafka=kafka)
     print()
     print(
         f"shuffle topic     {topic} ({len(log.commits)} committed runs, "
         f"{len(log.latest_by_window())} windows)"
     )
-    print(f"watermark         {from_micros(wm).isoformat() if wm is not None else 'none'}")
+    print(f"watermark         {wm.isoformat() if wm is not None else 'none'}")
     if totals.success:
         md = totals.result.asset_materializations_for_node("aircraft_running_totals")[0].metadata
         print(

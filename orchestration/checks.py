@@ -29,7 +29,7 @@ from dagster import (
 from orchestration.io_manager import DAGSTER_RUN_ATTR
 from orchestration.sensors import asset_io_manager_key, asset_shuffle
 from orchestration.shuffle import ShuffleError, plan_shuffle_read, shuffle_log
-from orchestration.shuffle.kafka.commitlog import check_partitions
+from orchestration.shuffle.kafka import check_partitions
 
 
 def shuffle_asset_checks(asset: AssetsDefinition, *, blocking: bool = True) -> list:
@@ -46,7 +46,7 @@ def shuffle_asset_checks(asset: AssetsDefinition, *, blocking: bool = True) -> l
         description="The commit log's layout is the one the asset's metadata declares.",
     )
     def _layout(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        kafka = getattr(context.resources, io_key).kafka.config()
+        kafka = getattr(context.resources, io_key).kafka.client()
         try:
             layout = shuffle_log(spec.topic, kafka=kafka).require_layout()
             check_partitions(kafka, layout)
@@ -68,7 +68,7 @@ def shuffle_asset_checks(asset: AssetsDefinition, *, blocking: bool = True) -> l
     )
     def _rows(context: AssetCheckExecutionContext) -> AssetCheckResult:
         io_manager = getattr(context.resources, io_key)
-        kafka = io_manager.kafka.config()
+        kafka = io_manager.kafka.client()
         try:
             log = shuffle_log(spec.topic, kafka=kafka)
         except ShuffleError as exc:
@@ -78,27 +78,30 @@ def shuffle_asset_checks(asset: AssetsDefinition, *, blocking: bool = True) -> l
         commits = mine or log.visible()[-1:]
         if not commits:
             return AssetCheckResult(passed=False, metadata={"error": "no committed run"})
-        per_run = {}
+        rows_read: dict[str, int] = {}
         try:
             for c in commits:
                 read = plan_shuffle_read(
                     io_manager.session(), spec.topic, kafka=kafka, runs=[c.run_id], log=log
                 )
                 counted = read.aggregate({"_rows": ("*", "count")}).agg({"_rows": "sum"}).first()
-                per_run[c.run_id] = {
-                    "window": c.window,
-                    "rows_read": int(counted[0] or 0),
-                    "rows_committed": c.rows,
-                }
+                rows_read[c.run_id] = int(counted[0] or 0) if counted is not None else 0
         except ShuffleError as exc:
             return AssetCheckResult(passed=False, metadata={"error": str(exc)})
-        passed = all(v["rows_read"] == v["rows_committed"] for v in per_run.values())
+        per_run = {
+            c.run_id: {
+                "window": c.window,
+                "rows_read": rows_read[c.run_id],
+                "rows_committed": c.rows,
+            }
+            for c in commits
+        }
         return AssetCheckResult(
-            passed=passed,
+            passed=all(rows_read[c.run_id] == c.rows for c in commits),
             metadata={
                 "runs": MetadataValue.json(per_run),
-                "rows_read": sum(v["rows_read"] for v in per_run.values()),
-                "rows_committed": sum(v["rows_committed"] for v in per_run.values()),
+                "rows_read": sum(rows_read.values()),
+                "rows_committed": sum(c.rows for c in commits),
             },
         )
 

@@ -5,7 +5,7 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from orchestration.shuffle.kafka.client import check_reachable
+from orchestration.shuffle.kafka import KafkaClient
 
 
 class KafkaResource(ConfigurableResource):
@@ -51,9 +51,13 @@ class KafkaResource(ConfigurableResource):
         conf.update(self.extra)
         return conf
 
+    def client(self) -> KafkaClient:
+        """The engine's client of this cluster (settings only: it opens no connection)."""
+        return KafkaClient(self.config())
+
     def check(self) -> int:
         """Fails within seconds when no broker answers; returns the broker count."""
-        return check_reachable(self.config())
+        return self.client().check_reachable()
 
 
 class WarehouseResource(ConfigurableResource):

@@ -11,6 +11,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestration.shuffle.kafka.client import KafkaSettings
 
 _fail_attempts_below: contextvars.ContextVar[int] = contextvars.ContextVar(
     "fail_attempts_below", default=0
@@ -29,20 +33,22 @@ def fail_write_attempts_below(attempts: int) -> Iterator[None]:
 
 
 def write_attempts_to_fail() -> int:
+    """The attempt number below which write tasks started now fail (0: none fail)."""
     return _fail_attempts_below.get()
 
 
 def data_frames_of_attempt(
-    kafka: dict, topic: str, partitions: int, run_id: str, attempt: int
+    kafka: KafkaSettings, topic: str, partitions: int, run_id: str, attempt: int
 ) -> int:
     """DATA frames that ``attempt`` of run ``run_id``'s tasks left in ``topic``, read back
     from the brokers: to show that a failed attempt's frames are there but never read."""
     from orchestration.shuffle.core.frames import FrameType, decode
-    from orchestration.shuffle.kafka.client import consumer, end_offsets, read_range
+    from orchestration.shuffle.kafka.client import KafkaClient, read_range
 
+    client = KafkaClient.of(kafka)
     count = 0
-    with consumer(kafka) as c:
-        for p, (lo, hi) in enumerate(end_offsets(kafka, topic, partitions)):
+    with client.consumer() as c:
+        for p, (lo, hi) in enumerate(client.end_offsets(topic, partitions)):
             for m in read_range(c, topic, p, lo, hi):
                 h = decode(m.value()).header
                 if h.run_id == run_id and h.attempt == attempt and h.type is FrameType.DATA:

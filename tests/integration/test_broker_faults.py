@@ -17,7 +17,7 @@ from orchestration.shuffle import (
     write_shuffle,
 )
 from orchestration.shuffle.core.commitlog import commit_topic
-from orchestration.shuffle.kafka.client import admin_client
+from orchestration.shuffle.kafka import KafkaClient
 from tests.integration.stacks import own_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -72,7 +72,7 @@ def write_in_background(spark, spec, conf, **kw):
 
 
 def topic_configs(conf, topic):
-    admin = admin_client(conf)
+    admin = KafkaClient(conf).admin()
     res = ConfigResource(ResourceType.TOPIC, topic)
     entries = admin.describe_configs([res])[res].result(30)
     md = admin.list_topics(topic=topic, timeout=30).topics[topic]

@@ -14,7 +14,7 @@ from orchestration.shuffle import (
     shuffle_watermark,
     write_shuffle,
 )
-from orchestration.shuffle.kafka.client import end_offsets
+from orchestration.shuffle.kafka import KafkaClient
 from orchestration.shuffle.testing import fail_write_attempts_below
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ def test_expire_superseded_then_by_count(spark, kafka_conf, unique):
     assert first.runs_expired == [old.run_id] and first.records_deleted == {}
     assert first.bytes_freed == {}
     # Run again with no protection (as after an interruption): the same run's data goes.
-    lows = [lo for lo, _ in end_offsets(kafka_conf, topic, 3)]
+    lows = [lo for lo, _ in KafkaClient(kafka_conf).end_offsets(topic, 3)]
     second = expire_shuffle(topic, kafka=kafka_conf, min_age=dt.timedelta(0))
     assert second.runs_expired == []
     # Its frames are what went: all of its committed bytes.
@@ -61,7 +61,7 @@ def test_expire_superseded_then_by_count(spark, kafka_conf, unique):
     assert set(second.records_deleted) == set(old.offsets) and all(
         n > 0 for n in second.records_deleted.values()
     )
-    after = end_offsets(kafka_conf, topic, 3)
+    after = KafkaClient(kafka_conf).end_offsets(topic, 3)
     for p, (first_offset, _) in old.offsets.items():
         assert after[p][0] > lows[p] and after[p][0] > first_offset
     # Live runs and the watermark are unaffected.

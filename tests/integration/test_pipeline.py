@@ -457,7 +457,7 @@ def test_queue_mode_enrichment_equals_a_batch_computation(stack, spark, kafka_co
     )
     from jobs.pipeline import ENRICHED_JOB
     from orchestration.shuffle import read_queue_output
-    from orchestration.shuffle.kafka.client import consumer, end_offsets, read_range
+    from orchestration.shuffle.kafka import KafkaClient, read_range
 
     topic = stack["topic"]
     rows = read_shuffle(spark, topic, kafka=kafka_conf, windows=[D1]).toPandas()
@@ -503,8 +503,9 @@ def test_queue_mode_enrichment_equals_a_batch_computation(stack, spark, kafka_co
     # The flight is in the dead-letter topic, and nowhere else; the check warns.
     dlq = dead_letter_topic(topic)
     dead = []
-    with consumer(kafka_conf) as c:
-        for p, (lo, hi) in enumerate(end_offsets(kafka_conf, dlq, 1)):
+    kafka = KafkaClient(kafka_conf)
+    with kafka.consumer() as c:
+        for p, (lo, hi) in enumerate(kafka.end_offsets(dlq, 1)):
             dead.extend(read_range(c, dlq, p, lo, hi))
     import json
 

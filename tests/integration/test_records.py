@@ -13,6 +13,7 @@ from orchestration.shuffle import (
     stream_metrics,
     summarize_stream_metrics,
 )
+from orchestration.shuffle.kafka import KafkaClient
 from orchestration.shuffle.spark.records import commit_group_offsets
 
 pytestmark = pytest.mark.integration
@@ -122,7 +123,7 @@ def test_starting_and_ending_positions(spark, kafka_conf, known):
 
 def test_committed_offsets_with_each_reset_strategy(spark, kafka_conf, known, unique):
     group = unique("rec-group")
-    commit_group_offsets(kafka_conf, group, {(known, 0): 40})
+    commit_group_offsets(KafkaClient(kafka_conf), group, {(known, 0): 40})
     opts = {"subscribe": known, "startingOffsets": "committed", "kafka.group.id": group}
     assert spans(read(spark, kafka_conf, **opts)) == {0: (60, 40, 99), 1: (N, 0, 99)}
     got = read(spark, kafka_conf, offsetResetStrategy="latest", **opts)

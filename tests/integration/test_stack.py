@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
 from devstack import localstack
 from orchestration.shuffle import register_data_sources
 from orchestration.shuffle.errors import ShuffleConnectionError, ShuffleError
-from orchestration.shuffle.kafka.client import check_reachable, ensure_topic
+from orchestration.shuffle.kafka import KafkaClient
 
 pytestmark = pytest.mark.integration
 
@@ -61,8 +61,9 @@ def consume_all(conf: dict, topic: str, expected: int, group: str, timeout: floa
 
 def test_produce_and_consume(kafka_conf, unique):
     topic = unique("stack-pc")
-    assert ensure_topic(kafka_conf, topic, partitions=3)
-    assert not ensure_topic(kafka_conf, topic, partitions=3)  # idempotent
+    kafka = KafkaClient(kafka_conf)
+    assert kafka.ensure_topic(topic, partitions=3)
+    assert not kafka.ensure_topic(topic, partitions=3)  # idempotent
     produce(kafka_conf, topic, 300, partitions=3)
     got = consume_all(kafka_conf, topic, 300, unique("g"))
     assert sorted(got) == sorted((str(i).encode(), f"v{i}".encode()) for i in range(300))
@@ -70,7 +71,7 @@ def test_produce_and_consume(kafka_conf, unique):
 
 def test_spark_reads_records(kafka_conf, spark, unique):
     topic = unique("stack-spark")
-    ensure_topic(kafka_conf, topic, partitions=2)
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=2)
     produce(kafka_conf, topic, 200, partitions=2)
     register_data_sources(spark)  # by name: registered as a user would
     df = (
@@ -93,7 +94,7 @@ def test_spark_reads_records(kafka_conf, spark, unique):
 )
 def test_records_survive_broker_restart(kafka_conf, unique):
     topic = unique("stack-restart")
-    ensure_topic(kafka_conf, topic, partitions=1)
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=1)
     produce(kafka_conf, topic, 50)
     assert localstack.stop()
     assert "stopped" in localstack.status()
@@ -104,7 +105,7 @@ def test_records_survive_broker_restart(kafka_conf, unique):
 
 def test_share_consumer_receives_records(kafka_conf, unique):
     topic = unique("stack-share")
-    ensure_topic(kafka_conf, topic, partitions=1)
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=1)
     produce(kafka_conf, topic, 20)
     group = unique("share")
     set_share_group_offset_reset(kafka_conf, group, "earliest")
@@ -127,7 +128,7 @@ def test_share_consumer_receives_records(kafka_conf, unique):
 def test_unreachable_bootstrap_fails_fast():
     start = time.monotonic()
     with pytest.raises(ShuffleConnectionError, match="127.0.0.1:1") as info:
-        check_reachable({"bootstrap.servers": "127.0.0.1:1"}, timeout=5)
+        KafkaClient({"bootstrap.servers": "127.0.0.1:1"}).check_reachable(timeout=5)
     assert isinstance(info.value, ShuffleError) and isinstance(info.value, ConnectionError)
     assert time.monotonic() - start < 10
 

@@ -174,7 +174,7 @@ def test_order_by_two_columns_in_numpy_equals_arrows_sort():
     ordered, _ = sort_by_key(table, ("k",), ("a", "b"))
     ids = group_ids(table, ("k",))
     sortable = pa.table([pa.array(ids), table["a"], table["b"]], names=["g", "a", "b"])
-    from orchestration.shuffle.core.perkey import _sort_indices_nulls_first
+    from orchestration.shuffle.core.perkey import sort_indices_nulls_first
 
-    by_arrow = table.take(_sort_indices_nulls_first(sortable))
+    by_arrow = table.take(sort_indices_nulls_first(sortable))
     assert ordered["v"].to_pylist() == by_arrow["v"].to_pylist()

@@ -126,7 +126,8 @@ def from_json(text: str, schema: pa.Schema, key: Sequence[str]) -> tuple[Aggrega
 
 def _group(table: pa.Table, key: Sequence[str], specs: list[tuple[str, str, str]]) -> pa.Table:
     """``group_by(key)`` with ``specs`` = [(column, Arrow function, output name)]."""
-    arrow_specs = []
+    # Arrow's count_all takes no column: an empty list stands for it.
+    arrow_specs: list[tuple[str | list[str], str]] = []
     for column, function, _ in specs:
         if function == "count_all":
             arrow_specs.append(([], "count_all"))

@@ -25,6 +25,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import pyarrow as pa
 
@@ -36,12 +37,20 @@ COMMIT_PREFIX = "commit/"
 EXPIRED_PREFIX = "expired/"
 COMMIT_TOPIC_SUFFIX = "__commits"
 
+# A record's JSON as Kafka hands it over (bytes) or as text. Named so that the classes below,
+# whose ``bytes`` field shadows the built-in inside their bodies, can annotate it.
+JsonText = str | bytes
+
 
 def commit_topic(topic: str) -> str:
     """The commit-log topic of the shuffle whose data topic is ``topic``."""
     return topic + COMMIT_TOPIC_SUFFIX
 
 
+@overload
+def to_micros(value: dt.datetime) -> int: ...
+@overload
+def to_micros(value: None) -> None: ...
 def to_micros(value: dt.datetime | None) -> int | None:
     """Epoch microseconds of a datetime (naive is taken as UTC)."""
     if value is None:
@@ -52,7 +61,12 @@ def to_micros(value: dt.datetime | None) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+@overload
+def from_micros(value: int) -> dt.datetime: ...
+@overload
+def from_micros(value: None) -> None: ...
 def from_micros(value: int | None) -> dt.datetime | None:
+    """The UTC datetime of epoch microseconds (None stays None)."""
     if value is None:
         return None
     return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=value)
@@ -100,7 +114,7 @@ class Layout:
         )
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Layout:
+    def from_json(cls, text: JsonText) -> Layout:
         d = json.loads(text)
         return cls(
             topic=d["topic"],
@@ -230,7 +244,7 @@ class Commit:
         )
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Commit:
+    def from_json(cls, text: JsonText) -> Commit:
         d = json.loads(text)
         return cls(
             run_id=d["run_id"],
@@ -269,7 +283,7 @@ class TaskResult:
         return json.dumps(d)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> TaskResult:
+    def from_json(cls, text: JsonText) -> TaskResult:
         d = json.loads(text)
         d["partitions"] = ranges_from_json(d["partitions"])
         return cls(**d)
@@ -340,7 +354,7 @@ class Expired:
         )
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Expired:
+    def from_json(cls, text: JsonText) -> Expired:
         d = json.loads(text)
         return cls(
             run_id=d["run_id"],
@@ -364,13 +378,17 @@ class ShuffleLog:
 
     @classmethod
     def from_records(
-        cls, topic: str, records: Iterable[tuple[bytes | str, bytes | None]]
+        cls, topic: str, records: Iterable[tuple[bytes | str | None, bytes | None]]
     ) -> ShuffleLog:
         """Builds the log from (key, value) records in offset order; None values are deletes."""
         log = cls(topic)
         by_run: dict[str, int] = {}
         for key, value in records:
             k = key.decode() if isinstance(key, bytes) else key
+            if k is None:
+                raise ShuffleFormatError(
+                    f"commit log {commit_topic(topic)!r} has a record without a key"
+                )
             if k == LAYOUT_KEY:
                 if value is not None:
                     log.layout = Layout.from_json(value)
@@ -444,6 +462,5 @@ class ShuffleLog:
         declares complete); windows are expected to be produced in event-time order, so the
         furthest visible watermark is the topic's. Use per-window commits to track gaps.
         """
-        marks = [c.effective_watermark for c in self.visible()]
-        marks = [m for m in marks if m is not None]
+        marks = [m for m in (c.effective_watermark for c in self.visible()) if m is not None]
         return max(marks) if marks else None

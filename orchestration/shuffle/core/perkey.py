@@ -69,7 +69,7 @@ def sort_by_key(
                 [pa.array(ids), *[table.column(c) for c in order_by]],
                 names=[_GROUP_ID, *[f"{_GROUP_ID}{i}" for i in range(len(order_by))]],
             )
-            order = _sort_indices_nulls_first(sortable).to_numpy()
+            order = sort_indices_nulls_first(sortable).to_numpy()
     else:
         order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
@@ -99,7 +99,14 @@ def _order_in_numpy(ids: np.ndarray, columns: Sequence[Any]) -> np.ndarray | Non
     return np.lexsort(sort_keys[::-1])
 
 
-def _sort_indices_nulls_first(table: pa.Table) -> pa.Array:
+def sort_indices_nulls_first(table: pa.Table) -> pa.Array:
+    """The row order that sorts ``table`` by all its columns, ascending, nulls first (as
+    Spark's ascending sort), with Arrow's sort; on any pyarrow version this project takes.
+
+    Example::
+
+        sort_indices_nulls_first(pa.table({"k": [2, None, 1]}))   # [1, 2, 0]
+    """
     names = table.column_names
     if int(pa.__version__.split(".")[0]) >= 25:  # null placement per sort key since 25
         return pc.sort_indices(table, sort_keys=[(n, "ascending", "at_start") for n in names])

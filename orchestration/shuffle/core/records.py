@@ -74,7 +74,16 @@ class RecordsOptions:
 
     @property
     def group(self) -> str | None:
+        """The consumer group (``kafka.group.id``), if one was given."""
         return self.kafka.get("group.id")
+
+    def require_group(self) -> str:
+        """The consumer group, for the reads that need one (``startingOffsets='committed'``,
+        ``commitOffsets``; :func:`parse_options` refuses those without it)."""
+        group = self.group
+        if not group:
+            raise ShuffleOptionError(f"{OWNER}: option 'kafka.group.id' is required here")
+        return group
 
 
 def _json(opts: Options, name: str, raw: str) -> dict:
@@ -111,8 +120,9 @@ def _position(
         raise ShuffleOptionError(f"{OWNER}: options {given} cannot be combined; give one")
     if opts.text(timestamp) is not None:
         return Position("timestamp", timestamp=opts.integer(timestamp))
-    if opts.text(by_timestamp) is not None:
-        return Position("timestamps", _per_partition(opts, by_timestamp, opts.text(by_timestamp)))
+    by_time = opts.text(by_timestamp)
+    if by_time is not None:
+        return Position("timestamps", _per_partition(opts, by_timestamp, by_time))
     raw = (opts.text(offsets) or default).strip()
     if raw.lower() in allowed:
         return Position(raw.lower())
@@ -217,12 +227,14 @@ def resolve(
         elif position.kind == "latest":
             off = high
         elif position.kind == "committed":
-            off = (committed or {}).get(tp)
-            if off is None or off < 0:
+            got = (committed or {}).get(tp)
+            if got is None or got < 0:
                 if reset == "none":
                     missing.append(tp)
                     continue
                 off = low if reset == "earliest" else high
+            else:
+                off = got
         elif position.kind in ("timestamp", "timestamps"):
             found = (by_time or {}).get(tp)
             off = high if found is None or found < 0 else found

@@ -32,6 +32,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -53,7 +54,8 @@ _DOUBLE_NAN_BITS = np.uint64(0x7FF8000000000000)
 # Decimals up to this precision fit a long; Spark hashes them as one.
 MAX_LONG_DIGITS = 18
 
-ArrayLike = pa.Array | pa.ChunkedArray
+# A key column as Arrow hands it over: one array, or a table's chunked column.
+ArrayLike: TypeAlias = pa.Array | pa.ChunkedArray
 
 _FIXED = frozenset(
     {

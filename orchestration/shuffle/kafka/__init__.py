@@ -6,17 +6,50 @@ Example::
     from orchestration.shuffle.kafka import KafkaClient, read_range
 
     kafka = KafkaClient({"bootstrap.servers": "127.0.0.1:19092"})
+    kafka.ensure_topic("events", partitions=4)
     with kafka.consumer() as c:
-        for message in read_range(c, "events", 0, 0, 100):
-            ...
+        for p, (low, high) in enumerate(kafka.end_offsets("events", 4)):
+            for message in read_range(c, "events", p, low, high):
+                ...
 """
 
-from orchestration.shuffle.kafka.client import (
-    CONNECT_TIMEOUT_S,
-    KafkaClient,
-    KafkaSettings,
-    read_chunks,
-    read_range,
-)
+from typing import TYPE_CHECKING
 
-__all__ = ["CONNECT_TIMEOUT_S", "KafkaClient", "KafkaSettings", "read_chunks", "read_range"]
+from orchestration.shuffle.core.exports import lazy_exports
+
+# Names are imported on first use: the client needs only confluent-kafka, the commit log
+# pyarrow too.
+_EXPORTS = {
+    "CONNECT_TIMEOUT_S": "client",
+    "KafkaClient": "client",
+    "KafkaSettings": "client",
+    "kept_admin": "client",
+    "read_chunks": "client",
+    "read_range": "client",
+    "check_partitions": "commitlog",
+}
+
+if TYPE_CHECKING:
+    from orchestration.shuffle.kafka.client import (
+        CONNECT_TIMEOUT_S,
+        KafkaClient,
+        KafkaSettings,
+        kept_admin,
+        read_chunks,
+        read_range,
+    )
+    from orchestration.shuffle.kafka.commitlog import check_partitions
+
+
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
+
+# Spelled out (not computed from _EXPORTS) so that linters see the names as exported.
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "KafkaClient",
+    "KafkaSettings",
+    "check_partitions",
+    "kept_admin",
+    "read_chunks",
+    "read_range",
+]

@@ -13,8 +13,7 @@ Example (as a cluster administrator)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
@@ -26,7 +25,7 @@ from confluent_kafka.admin import (
 )
 
 from orchestration.shuffle.core.commitlog import commit_topic
-from orchestration.shuffle.kafka.client import READER_GROUP, admin_client, translate
+from orchestration.shuffle.kafka.client import READER_GROUP, KafkaClient, KafkaSettings, translate
 
 WRITER_OPERATIONS = (
     AclOperation.CREATE,
@@ -77,7 +76,7 @@ def shuffle_acls(
 def grant_shuffle_access(
     topic: str,
     *,
-    kafka: Mapping[str, Any],
+    kafka: KafkaSettings,
     writers: Sequence[str] = (),
     readers: Sequence[str] = (),
 ) -> int:
@@ -85,10 +84,12 @@ def grant_shuffle_access(
     bindings = shuffle_acls(topic, writers=writers, readers=readers)
     if not bindings:
         return 0
-    admin = admin_client(kafka)
+    admin = KafkaClient.of(kafka).admin()
     for binding, fut in admin.create_acls(bindings, request_timeout=30).items():
         try:
             fut.result(35)
         except KafkaException as exc:
-            raise translate(exc, f"granting {binding.operation.name} on {binding.name!r}") from None
+            op = binding.operation
+            name = op.name if isinstance(op, AclOperation) else op
+            raise translate(exc, f"granting {name} on {binding.name!r}") from None
     return len(bindings)

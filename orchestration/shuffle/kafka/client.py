@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Union, cast
 
 from confluent_kafka import (
     Consumer,
@@ -106,6 +106,7 @@ class KafkaClient:
 
     @property
     def bootstrap_servers(self) -> str:
+        """The cluster's address as given (``host:port[,host:port]``)."""
         return str(self.settings["bootstrap.servers"])
 
     def __repr__(self) -> str:
@@ -129,9 +130,11 @@ class KafkaClient:
         return {**self.settings, **overrides}
 
     def producer(self, **overrides: Any) -> Producer:
+        """A producer of this cluster with ``overrides`` applied; the caller flushes it."""
         return Producer(self.config(**overrides))
 
     def admin(self) -> AdminClient:
+        """A new admin client of this cluster (metadata requests reuse a kept one)."""
         return AdminClient(self.config())
 
     def consumer(self, **overrides: Any) -> Consumer:
@@ -297,6 +300,7 @@ class KafkaClient:
 
 
 def error_code(exc: BaseException) -> int | None:
+    """The ``KafkaError`` code that ``exc`` carries, or None when it carries none."""
     err = exc.args[0] if exc.args else None
     return err.code() if isinstance(err, KafkaError) else None
 
@@ -362,8 +366,25 @@ _ADMINS_LOCK = threading.Lock()
 _ADMINS_KEPT = 8
 
 
+def _admin_key(kafka: KafkaClient) -> tuple:
+    return (os.getpid(), tuple(sorted((k, repr(v)) for k, v in kafka.settings.items())))
+
+
+def kept_admin(kafka: KafkaSettings) -> AdminClient | None:
+    """The admin client this process keeps for metadata requests to ``kafka``'s cluster, or
+    None: no request made yet, or the last one failed and dropped it (the next starts afresh).
+
+    For tests and diagnostics of that reuse; the engine's own requests go through
+    :meth:`KafkaClient.metadata`.
+    """
+    key = _admin_key(KafkaClient.of(kafka))
+    with _ADMINS_LOCK:
+        admin = _ADMINS.get(key)
+    return admin.client if admin is not None else None
+
+
 def _admin(kafka: KafkaClient) -> _Admin:
-    key = (os.getpid(), tuple(sorted((k, repr(v)) for k, v in kafka.settings.items())))
+    key = _admin_key(kafka)
     with _ADMINS_LOCK:
         admin = _ADMINS.get(key)
         if admin is None:
@@ -489,12 +510,12 @@ def read_chunks(
             # (map over the unbound method is a C-level pass).
             has_errors = any(map(Message.error, msgs))
             if has_errors:
-                msgs = [m for m in msgs if m.error() is None or m.error().code() not in _GROUP_ONLY]
+                msgs = [m for m in msgs if (e := m.error()) is None or e.code() not in _GROUP_ONLY]
                 if not msgs:
                     continue
             idle_since = time.monotonic()
             good, done = msgs, False
-            if has_errors or msgs[-1].offset() >= end - 1:
+            if has_errors or _offset(msgs[-1]) >= end - 1:
                 good = []
                 for m in msgs:
                     err = m.error()
@@ -504,20 +525,26 @@ def read_chunks(
                             break
                         what = f"reading topic {topic!r} partition {partition} near offset"
                         raise translate(KafkaException(err), f"{what} {next_offset}")
-                    if m.offset() >= end:
+                    offset = _offset(m)
+                    if offset >= end:
                         done = True
                         break
                     good.append(m)
-                    if m.offset() >= end - 1:
+                    if offset >= end - 1:
                         done = True
                         break
             if good:
-                next_offset = max(next_offset, good[-1].offset() + 1)
+                next_offset = max(next_offset, _offset(good[-1]) + 1)
                 yield good
             if done:
                 return
     finally:
         c.unassign()
+
+
+def _offset(m: Message) -> int:
+    # Only a message that reports an error has no offset; callers check error() first.
+    return cast(int, m.offset())
 
 
 def read_range(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from orchestration.shuffle.core.commitlog import (
     COMMIT_PREFIX,
@@ -23,17 +21,7 @@ from orchestration.shuffle.errors import (
     ShuffleLayoutError,
     ShuffleTopicNotFoundError,
 )
-from orchestration.shuffle.kafka.client import (
-    consumer,
-    end_offsets,
-    ensure_topic,
-    kafka_errors,
-    partition_count,
-    producer,
-    quick_end_offsets,
-    read_range,
-    replication_for,
-)
+from orchestration.shuffle.kafka.client import KafkaClient, quick_end_offsets, read_range
 
 # How long a topic missing from one broker's metadata is looked for again (see
 # check_partitions).
@@ -58,24 +46,24 @@ COMMIT_TOPIC_CONFIG = {
 
 
 def read_log_records(
-    kafka: Mapping[str, Any], topic: str, offset: int = 0
+    kafka: KafkaClient, topic: str, offset: int = 0
 ) -> tuple[list[LogRecord], int]:
     """The commit log's records from ``offset`` on, with their offsets, and its end offset."""
     ctopic = commit_topic(topic)
-    with consumer(kafka) as c:
+    with kafka.consumer() as c:
         # One consumer and one round trip for the offsets in the common case: a metadata
         # request from a fresh client (what partition_count makes) took 2 ms or 53 ms at
         # random here, which made a sensor tick 6 ms or 58 ms.
         offsets = quick_end_offsets(c, ctopic, 0, kafka)
         if offsets is None:
             try:
-                partition_count(kafka, ctopic)
+                kafka.partition_count(ctopic)
             except ShuffleTopicNotFoundError:
                 raise ShuffleTopicNotFoundError(
-                    f"shuffle {topic!r} does not exist on {kafka.get('bootstrap.servers')!r} "
+                    f"shuffle {topic!r} does not exist on {kafka.bootstrap_servers!r} "
                     f"(no commit-log topic {ctopic!r})"
                 ) from None
-            ((low, high),) = end_offsets(kafka, ctopic, 1)  # exists: waits for its leader
+            ((low, high),) = kafka.end_offsets(ctopic, 1)  # exists: waits for its leader
         else:
             low, high = offsets
         records = [
@@ -85,27 +73,27 @@ def read_log_records(
     return records, max(high, offset)
 
 
-def log_end(kafka: Mapping[str, Any], topic: str) -> int:
+def log_end(kafka: KafkaClient, topic: str) -> int:
     """The commit log's end offset (the offset its next record will get)."""
-    ((_, high),) = end_offsets(kafka, commit_topic(topic), 1)
+    ((_, high),) = kafka.end_offsets(commit_topic(topic), 1)
     return high
 
 
 def _read_records(
-    kafka: Mapping[str, Any], topic: str, offset: int = 0
+    kafka: KafkaClient, topic: str, offset: int = 0
 ) -> tuple[list[tuple[bytes | None, bytes | None]], int]:
     """(key, value) records of the commit log from ``offset`` on, and the next offset."""
     records, high = read_log_records(kafka, topic, offset)
     return [(r.key, r.value) for r in records], high
 
 
-def read_log(kafka: Mapping[str, Any], topic: str) -> ShuffleLog:
+def read_log(kafka: KafkaClient, topic: str) -> ShuffleLog:
     """Reads a shuffle's whole commit log (small: one record per run)."""
     records, _ = _read_records(kafka, topic)
     return ShuffleLog.from_records(topic, records)
 
 
-def _produce_one(kafka: Mapping[str, Any], topic: str, key: str, value: str) -> None:
+def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str) -> None:
     errors: list[str] = []
 
     def on_delivery(err, msg) -> None:
@@ -114,8 +102,8 @@ def _produce_one(kafka: Mapping[str, Any], topic: str, key: str, value: str) -> 
 
     # One record: idempotence buys nothing (a retried duplicate of a keyed, compacted record
     # is harmless) and its producer-id handshake costs a round trip; acks=all still does.
-    with producer(kafka, **{"acks": "all", "linger.ms": 0}) as p:
-        with kafka_errors(f"writing {key!r} to commit log {topic!r}", kafka):
+    with kafka.producer(**{"acks": "all", "linger.ms": 0}) as p:
+        with kafka.errors(f"writing {key!r} to commit log {topic!r}"):
             p.produce(topic, key=key.encode(), value=value.encode(), on_delivery=on_delivery)
             remaining = p.flush(30)
     if remaining or errors:
@@ -124,13 +112,13 @@ def _produce_one(kafka: Mapping[str, Any], topic: str, key: str, value: str) -> 
         )
 
 
-def write_commit(kafka: Mapping[str, Any], topic: str, commit: Commit) -> None:
+def write_commit(kafka: KafkaClient, topic: str, commit: Commit) -> None:
     """Makes a run visible: appends its commit record (acks=all) to the commit log."""
     _produce_one(kafka, commit_topic(topic), COMMIT_PREFIX + commit.run_id, commit.to_json())
 
 
 def create_or_check(
-    kafka: Mapping[str, Any], layout: Layout, replication_factor: int | None = None
+    kafka: KafkaClient, layout: Layout, replication_factor: int | None = None
 ) -> tuple[Layout, bool]:
     """Creates the shuffle's topics and layout record, or checks an existing layout.
 
@@ -146,14 +134,18 @@ def create_or_check(
             topic's partition count changed behind its back.
     """
     topic = layout.topic
-    rf = replication_for(kafka, replication_factor)  # one look at the cluster for both topics
-    if ensure_topic(kafka, commit_topic(topic), 1, COMMIT_TOPIC_CONFIG, rf):
+    rf = kafka.replication_for(replication_factor)  # one look at the cluster for both topics
+    if kafka.ensure_topic(
+        commit_topic(topic), 1, config=COMMIT_TOPIC_CONFIG, replication_factor=rf
+    ):
         # Just created, so empty; and on a cluster, the broker asked next may not know it yet.
         log = ShuffleLog.from_records(topic, [])
     else:
         log = read_log(kafka, topic)
     if log.layout is None:
-        if not ensure_topic(kafka, topic, layout.num_partitions, DATA_TOPIC_CONFIG, rf):
+        if not kafka.ensure_topic(
+            topic, layout.num_partitions, config=DATA_TOPIC_CONFIG, replication_factor=rf
+        ):
             check_partitions(kafka, layout)  # made by someone else: is it the right one?
         _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
         return layout, True
@@ -166,18 +158,25 @@ def create_or_check(
     return log.layout, False
 
 
-def check_partitions(
-    kafka: Mapping[str, Any], layout: Layout, grace_s: float = CREATE_GRACE_S
-) -> None:
+def check_partitions(kafka: KafkaClient, layout: Layout, grace_s: float = CREATE_GRACE_S) -> None:
     """Refuses a data topic whose partition count is not the layout's.
 
     On a cluster, a topic just created through one broker can be unknown to another for a
     moment, so a missing topic is looked for again for up to ``grace_s`` seconds.
+
+    Example::
+
+        check_partitions(KafkaClient(conf), shuffle_log(topic, kafka=conf).require_layout())
+
+    Raises:
+        ShuffleLayoutError: The data topic's partition count is not the layout's
+            (partitions were added behind the shuffle's back).
+        ShuffleTopicNotFoundError: The data topic is missing.
     """
     deadline = time.monotonic() + grace_s
     while True:
         try:
-            n = partition_count(kafka, layout.topic)
+            n = kafka.partition_count(layout.topic)
             break
         except ShuffleTopicNotFoundError:
             if time.monotonic() < deadline:
@@ -194,9 +193,7 @@ def check_partitions(
         )
 
 
-def read_commits_since(
-    kafka: Mapping[str, Any], topic: str, offset: int
-) -> tuple[list[Commit], int]:
+def read_commits_since(kafka: KafkaClient, topic: str, offset: int) -> tuple[list[Commit], int]:
     """The commits appended to the commit log at or after ``offset``, and the next offset.
 
     What a sensor calls on each tick: its cost depends on what is new, not on the size of
@@ -212,7 +209,7 @@ def read_commits_since(
 
 
 def read_plan(
-    kafka: Mapping[str, Any],
+    kafka: KafkaClient,
     topic: str,
     *,
     log: ShuffleLog | None = None,
@@ -236,7 +233,7 @@ def read_plan(
     return plan
 
 
-def write_expired(kafka: Mapping[str, Any], topic: str, markers: list[Expired]) -> None:
+def write_expired(kafka: KafkaClient, topic: str, markers: list[Expired]) -> None:
     """Marks runs as expired, then deletes their commit records (markers first, so a reader
     never sees a run vanish without a reason)."""
     if not markers:
@@ -248,8 +245,8 @@ def write_expired(kafka: Mapping[str, Any], topic: str, markers: list[Expired]) 
         if err is not None:
             errors.append(str(err))
 
-    with producer(kafka, **{"acks": "all", "enable.idempotence": True}) as p:
-        with kafka_errors(f"writing to commit log {ctopic!r}", kafka):
+    with kafka.producer(**{"acks": "all", "enable.idempotence": True}) as p:
+        with kafka.errors(f"writing to commit log {ctopic!r}"):
             for m in markers:
                 key = (EXPIRED_PREFIX + m.run_id).encode()
                 p.produce(ctopic, key=key, value=m.to_json().encode(), on_delivery=on_delivery)

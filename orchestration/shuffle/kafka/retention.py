@@ -4,21 +4,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import TopicPartition
 
 from orchestration.shuffle.core.retention import bytes_deleted, marker, plan_expiry
-from orchestration.shuffle.kafka.client import (
-    CONNECT_TIMEOUT_S,
-    admin_client,
-    client_config,
-    consumer,
-    end_offsets,
-    kafka_errors,
-)
+from orchestration.shuffle.kafka.client import CONNECT_TIMEOUT_S, KafkaClient, KafkaSettings
 from orchestration.shuffle.kafka.commitlog import check_partitions, read_log, write_expired
 
 
@@ -40,11 +31,11 @@ class ExpiryResult:
 
 
 def _protect_from(
-    kafka: Mapping[str, Any], topic: str, partitions: int, since: dt.datetime, highs: list[int]
+    kafka: KafkaClient, topic: str, partitions: int, since: dt.datetime, highs: list[int]
 ) -> dict[int, int]:
     """Per partition, the first offset written at or after ``since`` (the end if none)."""
     ms = int(since.timestamp() * 1000)
-    with consumer(kafka) as c, kafka_errors(f"looking up offsets of {topic!r} by time", kafka):
+    with kafka.consumer() as c, kafka.errors(f"looking up offsets of {topic!r} by time"):
         found = c.offsets_for_times(
             [TopicPartition(topic, p, ms) for p in range(partitions)], timeout=CONNECT_TIMEOUT_S
         )
@@ -54,7 +45,7 @@ def _protect_from(
 def expire_shuffle(
     topic: str,
     *,
-    kafka: Mapping[str, Any],
+    kafka: KafkaSettings,
     older_than: dt.timedelta | None = None,
     keep_last: int | None = None,
     min_age: dt.timedelta = dt.timedelta(hours=1),
@@ -76,28 +67,28 @@ def expire_shuffle(
     by id is refused with an error saying when and why it expired. Safe to run again after
     an interruption.
     """
-    conf = client_config(kafka)
+    client = KafkaClient.of(kafka)
     now = now or dt.datetime.now(dt.UTC)
-    log = read_log(conf, topic)
+    log = read_log(client, topic)
     layout = log.require_layout()
-    check_partitions(conf, layout)
+    check_partitions(client, layout)
     n = layout.num_partitions
-    before = end_offsets(conf, topic, n)
+    before = client.end_offsets(topic, n)
     protect = None
     if min_age > dt.timedelta(0):
-        protect = _protect_from(conf, topic, n, now - min_age, [h for _, h in before])
+        protect = _protect_from(client, topic, n, now - min_age, [h for _, h in before])
     plan = plan_expiry(
         log, now=now, older_than=older_than, keep_last=keep_last, protect_from=protect
     )
     markers = [marker(c, reason, now) for c, reason in plan.expire]
-    write_expired(conf, topic, markers)
+    write_expired(client, topic, markers)
     deleted: dict[int, int] = {}
     wanted = [
         TopicPartition(topic, p, off) for p, off in plan.cutoffs.items() if off > before[p][0]
     ]
     if wanted:
-        admin = admin_client(conf)
-        with kafka_errors(f"deleting records of topic {topic!r}", conf):
+        admin = client.admin()
+        with client.errors(f"deleting records of topic {topic!r}"):
             for tp, fut in admin.delete_records(wanted, request_timeout=60).items():
                 fut.result(60)
                 deleted[tp.partition] = tp.offset - before[tp.partition][0]

@@ -469,7 +469,9 @@ def plan_columnar(
     # Conjuncts on partition columns alone select directories: Spark's listing prunes them
     # exactly, as its scan does, so they need no translation. The tasks apply the rest.
     partition_ids = {eid for eid, n in names.items() if n in partition_fields}
-    partition_filters, row_filters = [], []
+    # Catalyst expressions, reached through py4j.
+    partition_filters: list[Any] = []
+    row_filters: list[Any] = []
     for cond in conditions:
         for c in _conjuncts(cond):
             refs = {a.exprId().id() for a in _seq(c.references().toSeq())}

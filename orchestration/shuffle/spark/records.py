@@ -29,7 +29,6 @@ import itertools
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,11 +66,8 @@ from orchestration.shuffle.errors import (
 )
 from orchestration.shuffle.kafka.client import (
     CONNECT_TIMEOUT_S,
-    admin_client,
-    client_config,
-    consumer,
-    kafka_errors,
-    producer,
+    KafkaClient,
+    KafkaSettings,
     read_chunks,
 )
 
@@ -109,10 +105,10 @@ class DataLossError(ShuffleConnectionError):
 # --- Kafka look-ups -------------------------------------------------------------------
 
 
-def discover(kafka: Mapping[str, Any], sub: Subscription) -> list[TP]:
+def discover(kafka: KafkaClient, sub: Subscription) -> list[TP]:
     """The topic partitions a subscription covers now."""
-    with kafka_errors("listing topics", kafka):
-        md = admin_client(kafka).list_topics(timeout=CONNECT_TIMEOUT_S)
+    with kafka.errors("listing topics"):
+        md = kafka.admin().list_topics(timeout=CONNECT_TIMEOUT_S)
     if sub.assign:
         missing = sorted({t for t, _ in sub.assign if t not in md.topics})
         if missing:
@@ -127,47 +123,50 @@ def discover(kafka: Mapping[str, Any], sub: Subscription) -> list[TP]:
         missing = sorted(set(sub.topics) - {t for t, _ in out})
         if missing:
             raise ShuffleTopicNotFoundError(
-                f"{OWNER}: topic(s) {missing} do not exist on {kafka.get('bootstrap.servers')!r}"
+                f"{OWNER}: topic(s) {missing} do not exist on {kafka.bootstrap_servers!r}"
             )
     return sorted(out)
 
 
-def bounds(kafka: Mapping[str, Any], tps: list[TP]) -> dict[TP, tuple[int, int]]:
+def bounds(kafka: KafkaClient, tps: list[TP]) -> dict[TP, tuple[int, int]]:
     """(low, high) offsets of each partition, from the brokers."""
     out = {}
-    with consumer(kafka) as c:
+    with kafka.consumer() as c:
         for t, p in tps:
-            with kafka_errors(f"reading the offsets of topic {t!r} partition {p}", kafka):
+            with kafka.errors(f"reading the offsets of topic {t!r} partition {p}"):
                 out[(t, p)] = c.get_watermark_offsets(
                     TopicPartition(t, p), timeout=CONNECT_TIMEOUT_S, cached=False
                 )
     return out
 
 
-def committed_offsets(kafka: Mapping[str, Any], group: str, tps: list[TP]) -> dict[TP, int]:
+def committed_offsets(kafka: KafkaClient, group: str, tps: list[TP]) -> dict[TP, int]:
+    """The offsets ``group`` committed for each partition (negative where it has none)."""
     with (
-        consumer(kafka, **{"group.id": group}) as c,
-        kafka_errors(f"reading the committed offsets of group {group!r}", kafka),
+        kafka.consumer(**{"group.id": group}) as c,
+        kafka.errors(f"reading the committed offsets of group {group!r}"),
     ):
         got = c.committed([TopicPartition(t, p) for t, p in tps], timeout=CONNECT_TIMEOUT_S)
     return {(tp.topic, tp.partition): tp.offset for tp in got}
 
 
-def offsets_for_times(kafka: Mapping[str, Any], times: Mapping[TP, int]) -> dict[TP, int]:
+def offsets_for_times(kafka: KafkaClient, times: Mapping[TP, int]) -> dict[TP, int]:
     """The first offset at or after each timestamp (-1 where there is none)."""
     if not times:
         return {}
-    with consumer(kafka) as c, kafka_errors("looking up offsets by timestamp", kafka):
+    with kafka.consumer() as c, kafka.errors("looking up offsets by timestamp"):
         got = c.offsets_for_times(
             [TopicPartition(t, p, ts) for (t, p), ts in times.items()], timeout=CONNECT_TIMEOUT_S
         )
     return {(tp.topic, tp.partition): tp.offset for tp in got}
 
 
-def commit_group_offsets(kafka: Mapping[str, Any], group: str, offsets: Mapping[TP, int]) -> None:
+def commit_group_offsets(kafka: KafkaClient, group: str, offsets: Mapping[TP, int]) -> None:
+    """Commits ``offsets`` (the next offset to read, per partition) to consumer group
+    ``group``, as a consumer of that group would."""
     with (
-        consumer(kafka, **{"group.id": group}) as c,
-        kafka_errors(f"committing offsets of group {group!r}", kafka),
+        kafka.consumer(**{"group.id": group}) as c,
+        kafka.errors(f"committing offsets of group {group!r}"),
     ):
         c.commit(
             offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
@@ -189,16 +188,23 @@ def _times(position, tps: list[TP]) -> dict[TP, int]:
 
 
 def positions(
-    opts: RecordsOptions, position, tps: list[TP], limits: Mapping[TP, tuple[int, int]], option
+    kafka: KafkaClient,
+    opts: RecordsOptions,
+    position,
+    tps: list[TP],
+    limits: Mapping[TP, tuple[int, int]],
+    option,
 ) -> dict[TP, int]:
     committed = (
-        committed_offsets(opts.kafka, opts.group, tps) if position.kind == "committed" else None
+        committed_offsets(kafka, opts.require_group(), tps)
+        if position.kind == "committed"
+        else None
     )
     return resolve(
         position,
         limits,
         committed=committed,
-        by_time=offsets_for_times(opts.kafka, _times(position, tps)),
+        by_time=offsets_for_times(kafka, _times(position, tps)),
         reset=opts.reset,
         option=option,
     )
@@ -235,7 +241,7 @@ class RangePartition(InputPartition):
 
 
 # Small records: a deep prefetch queue keeps the reader busy (shuffle frames use a shallow
-# one to bound memory; see _kafka.consumer).
+# one to bound memory; see KafkaClient.consumer).
 _RECORDS_CONSUMER = {
     "fetch.max.bytes": 64 * 1024 * 1024,
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
@@ -262,7 +268,7 @@ def paused_gc() -> Iterator[None]:
 
 
 def read_arrow(
-    opts: RecordsOptions, part: InputPartition, *, commit: bool
+    kafka: KafkaClient, opts: RecordsOptions, part: InputPartition, *, commit: bool
 ) -> Iterator[pa.RecordBatch]:
     """A range's records as Arrow batches; with ``commit``, its end offset is then committed
     to the group (the task holding a partition's last piece does it)."""
@@ -270,7 +276,7 @@ def read_arrow(
         return  # Spark reads one empty partition when a plan has none
     schema = arrow_schema(opts.include_headers)
     tp = (part.topic, part.partition)
-    with consumer(opts.kafka, **_RECORDS_CONSUMER) as c, paused_gc():
+    with kafka.consumer(**_RECORDS_CONSUMER) as c, paused_gc():
         low, _ = c.get_watermark_offsets(
             TopicPartition(*tp), timeout=CONNECT_TIMEOUT_S, cached=False
         )
@@ -280,7 +286,7 @@ def read_arrow(
         ):
             yield records_batch(schema, chunk, part, opts.include_headers)
     if commit and part.last_piece:
-        _commit_quietly(opts, {tp: part.end})
+        _commit_quietly(kafka, opts, {tp: part.end})
 
 
 def records_batch(
@@ -323,10 +329,12 @@ def records_batch(
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _commit_quietly(opts: RecordsOptions, offsets: Mapping[TP, int], counters=None) -> bool:
+def _commit_quietly(
+    kafka: KafkaClient, opts: RecordsOptions, offsets: Mapping[TP, int], counters=None
+) -> bool:
     """Commits offsets to the group for monitoring; a failure is logged, never fatal."""
     try:
-        commit_group_offsets(opts.kafka, opts.group, offsets)
+        commit_group_offsets(kafka, opts.require_group(), offsets)
     except Exception as exc:  # noqa: BLE001 - monitoring only: count and log
         log.warning("%s: committing offsets to group %r failed: %s", OWNER, opts.group, exc)
         if counters is not None:
@@ -350,13 +358,14 @@ def _partitions(opts: RecordsOptions, start: Mapping[TP, int], end: Mapping[TP, 
 class KafkaRecordsReader(DataSourceReader):
     def __init__(self, opts: RecordsOptions):
         self.opts = opts
+        self.kafka = KafkaClient(opts.kafka)
 
     def partitions(self) -> list[RangePartition]:
-        opts = self.opts
-        tps = discover(opts.kafka, opts.subscription)
-        limits = bounds(opts.kafka, tps)
-        start = positions(opts, opts.starting, tps, limits, "startingOffsets")
-        end = positions(opts, opts.ending, tps, limits, "endingOffsets")
+        opts, kafka = self.opts, self.kafka
+        tps = discover(kafka, opts.subscription)
+        limits = bounds(kafka, tps)
+        start = positions(kafka, opts, opts.starting, tps, limits, "startingOffsets")
+        end = positions(kafka, opts, opts.ending, tps, limits, "endingOffsets")
         if opts.starting.kind == "offsets":
             for tp, (low, _) in limits.items():
                 given = opts.starting.values.get(tp[0], {}).get(tp[1])
@@ -364,8 +373,8 @@ class KafkaRecordsReader(DataSourceReader):
                     start[tp] = check_loss(opts, tp, given, low)
         return _partitions(opts, start, {tp: max(e, start[tp]) for tp, e in end.items()})
 
-    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
-        return read_arrow(self.opts, partition, commit=self.opts.commit_offsets)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_arrow(self.kafka, self.opts, partition, commit=self.opts.commit_offsets)
 
 
 class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -373,6 +382,7 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def __init__(self, opts: RecordsOptions):
         self.opts = opts
+        self.kafka = KafkaClient(opts.kafka)
         self._target: dict[TP, int] | None = None
         self._committed: dict[TP, int] = {}
         self.counters: dict[str, int] = {}
@@ -380,10 +390,10 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._bounds: tuple[dict[TP, int], dict[TP, int]] | None = None
 
     def initialOffset(self) -> dict:
-        tps = discover(self.opts.kafka, self.opts.subscription)
-        limits = bounds(self.opts.kafka, tps)
+        tps = discover(self.kafka, self.opts.subscription)
+        limits = bounds(self.kafka, tps)
         return offsets_to_json(
-            positions(self.opts, self.opts.starting, tps, limits, "startingOffsets")
+            positions(self.kafka, self.opts, self.opts.starting, tps, limits, "startingOffsets")
         )
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -392,12 +402,12 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        tps = discover(self.opts.kafka, self.opts.subscription)
-        self._target = {tp: high for tp, (_, high) in bounds(self.opts.kafka, tps).items()}
+        tps = discover(self.kafka, self.opts.subscription)
+        self._target = {tp: high for tp, (_, high) in bounds(self.kafka, tps).items()}
 
     def _latest(self) -> tuple[dict[TP, int], dict[TP, int]]:
-        tps = discover(self.opts.kafka, self.opts.subscription)
-        limits = bounds(self.opts.kafka, tps)
+        tps = discover(self.kafka, self.opts.subscription)
+        limits = bounds(self.kafka, tps)
         return {tp: low for tp, (low, _) in limits.items()}, {
             tp: high for tp, (_, high) in limits.items()
         }
@@ -441,13 +451,13 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             stop[tp] = max(e, checked[tp])
         return _partitions(self.opts, checked, stop)
 
-    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Offsets are committed by the driver after the micro-batch, not by the tasks.
-        return read_arrow(self.opts, partition, commit=False)
+        return read_arrow(self.kafka, self.opts, partition, commit=False)
 
     def _commit(self, offsets: dict[TP, int]) -> None:
         if self.opts.commit_offsets and offsets and offsets != self._committed:
-            if _commit_quietly(self.opts, offsets, self.counters):
+            if _commit_quietly(self.kafka, self.opts, offsets, self.counters):
                 self._committed = dict(offsets)
 
     def commit(self, end: dict) -> None:
@@ -473,18 +483,24 @@ class KafkaRecordsDataSource(DataSource):
 
 
 def write_records(
-    df, topic: str, kafka: Mapping[str, Any], key: str = "key", value: str = "value"
+    df, topic: str, kafka: KafkaSettings, key: str = "key", value: str = "value"
 ) -> int:
     """Produces one record per row of ``df`` (binary or string ``key`` and ``value`` columns).
 
-    This is the per-row path: simple, and slow next to the shuffle's Arrow frames.
+    This is the per-row path: simple, and slow next to the shuffle's Arrow frames. Records
+    are produced idempotently with ``acks=all``; any failed delivery fails the write.
+
+    Example::
+
+        rows = spark.range(10).selectExpr("cast(id as string) as key", "'v' as value")
+        write_records(rows, "events", {"bootstrap.servers": "127.0.0.1:19092"})   # 10
 
     Returns:
         The number of records produced.
     """
     from pyspark.sql import functions as F
 
-    conf = client_config(kafka)
+    client = KafkaClient.of(kafka)
     missing = [c for c in (key, value) if c not in df.columns]
     if missing:
         raise ShuffleOptionError(f"write_records: column(s) {missing} not in {df.columns}")
@@ -497,8 +513,8 @@ def write_records(
                 errors.append(f"partition {msg.partition()}: {err}")
 
         n = 0
-        with producer(conf, **{"enable.idempotence": True, "acks": "all", "linger.ms": 20}) as p:
-            with kafka_errors(f"producing to topic {topic!r}", conf):
+        with client.producer(**{"enable.idempotence": True, "acks": "all", "linger.ms": 20}) as p:
+            with client.errors(f"producing to topic {topic!r}"):
                 for row in rows:
                     p.produce(topic, key=row[0], value=row[1], on_delivery=on_delivery)
                     p.poll(0)

@@ -16,13 +16,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource
 
 DEFAULT_MASTER = "local[2]"
 
 
-def _data_sources() -> list[type]:
+def _data_sources() -> list[type[DataSource]]:
     from orchestration.shuffle.spark.reader import ShuffleDataSource
     from orchestration.shuffle.spark.records import KafkaRecordsDataSource
 
@@ -47,7 +49,8 @@ def register_data_sources(spark: SparkSession) -> None:
         return
     # Spark checks a new name against the *active* session's sources; with several sessions
     # (``newSession()``) that is not always the one given, so make it active meanwhile.
-    jsessions = spark._jvm.org.apache.spark.sql.SparkSession
+    jvm: Any = spark._jvm  # py4j's view of the JVM: its members are looked up at run time
+    jsessions = jvm.org.apache.spark.sql.SparkSession
     previous = jsessions.getActiveSession()
     jsessions.setActiveSession(spark._jsparkSession)
     try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +32,7 @@ from orchestration.shuffle.core.commitlog import Commit, PartitionRange, TaskRes
 from orchestration.shuffle.core.vhash import key_groups
 from orchestration.shuffle.core.watermarks import subtask_watermark
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWriteError
-from orchestration.shuffle.kafka.client import kafka_errors, producer
+from orchestration.shuffle.kafka.client import KafkaClient, kafka_errors
 
 # A DATA frame is cut when a partition's buffer reaches either bound (before compression).
 DEFAULT_FRAME_ROWS = 64 * 1024
@@ -46,7 +45,7 @@ class WriteOptions:
 
     topic: str
     run_id: str
-    kafka: dict[str, Any] = field(repr=False)  # may hold credentials: never printed
+    kafka: KafkaClient = field(repr=False)  # may hold credentials: never printed
     num_partitions: int
     max_parallelism: int
     event_time: str | None = None
@@ -97,8 +96,7 @@ class _Subtask:
         self.event_max: int | None = None
         self.sent_watermark: int | None = None
         self.rows_since_watermark = 0
-        self.producer = producer(
-            opts.kafka,
+        self.producer = opts.kafka.producer(
             **{
                 # Retries never duplicate or reorder frames within a partition.
                 "enable.idempotence": True,
@@ -345,7 +343,7 @@ class ColumnarProducerTask:
 
 
 def commit_run(
-    kafka: Mapping[str, str],
+    kafka: KafkaClient,
     topic: str,
     run_id: str,
     window: str | None,
