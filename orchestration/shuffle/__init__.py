@@ -24,21 +24,21 @@ from orchestration.shuffle.core.exports import lazy_exports
 # Names are imported on first use, so that importing a pure module (e.g.
 # ``orchestration.shuffle.core.keygroups``) does not drag in Spark or Kafka.
 _EXPORTS = {
-    "ShuffleRead": "api",
-    "ShuffleSpec": "api",
-    "WriteResult": "api",
-    "plan_shuffle_read": "api",
-    "read_shuffle": "api",
-    "read_shuffle_stream": "api",
-    "aggregate_shuffle": "api",
-    "shuffle_log": "api",
-    "shuffle_commits_since": "api",
-    "shuffle_watermark": "api",
-    "stream_metrics": "api",
-    "group_offsets_behind": "api",
+    "ShuffleRead": "read",
+    "ShuffleSpec": "write",
+    "WriteResult": "write",
+    "plan_shuffle_read": "read",
+    "read_shuffle": "read",
+    "read_shuffle_stream": "read",
+    "aggregate_shuffle": "read",
+    "shuffle_log": "read",
+    "shuffle_commits_since": "read",
+    "shuffle_watermark": "read",
+    "stream_metrics": "read",
+    "group_offsets_behind": "read",
     "BatchMetrics": "core.metrics",
     "summarize_stream_metrics": "core.metrics",
-    "write_shuffle": "api",
+    "write_shuffle": "write",
     "Commit": "core.commitlog",
     "Layout": "core.commitlog",
     "ShuffleLog": "core.commitlog",
@@ -73,21 +73,6 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from orchestration.shuffle.api import (
-        ShuffleRead,
-        ShuffleSpec,
-        WriteResult,
-        aggregate_shuffle,
-        group_offsets_behind,
-        plan_shuffle_read,
-        read_shuffle,
-        read_shuffle_stream,
-        shuffle_commits_since,
-        shuffle_log,
-        shuffle_watermark,
-        stream_metrics,
-        write_shuffle,
-    )
     from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog
     from orchestration.shuffle.core.keygroups import key_group_of, key_group_range, partition_of
     from orchestration.shuffle.core.metrics import BatchMetrics, summarize_stream_metrics
@@ -115,8 +100,21 @@ if TYPE_CHECKING:
         process_queue,
         read_queue_output,
     )
+    from orchestration.shuffle.read import (
+        ShuffleRead,
+        aggregate_shuffle,
+        group_offsets_behind,
+        plan_shuffle_read,
+        read_shuffle,
+        read_shuffle_stream,
+        shuffle_commits_since,
+        shuffle_log,
+        shuffle_watermark,
+        stream_metrics,
+    )
     from orchestration.shuffle.spark.perkey import apply_per_key
     from orchestration.shuffle.spark.session import register_data_sources, spark_session
+    from orchestration.shuffle.write import ShuffleSpec, WriteResult, write_shuffle
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -176,10 +176,10 @@ def test_key_types_that_cannot_be_hashed_in_arrow_fall_back(spark, tmp_path):
     df = to_parquet(
         spark, spark.range(10).selectExpr("cast(id as decimal(30, 0)) as big"), tmp_path / "big"
     )
-    from orchestration.shuffle.api import _arrow_schema
+    from orchestration.shuffle.write import shuffle_schema
 
     with pytest.raises(ColumnarUnavailable, match="key column 'big' has type decimal"):
-        plan_columnar(df, _arrow_schema(df), ["big"])
+        plan_columnar(df, shuffle_schema(df), ["big"])
 
 
 @pytest.mark.parametrize("output", ["INT96", "TIMESTAMP_MICROS", "TIMESTAMP_MILLIS"])

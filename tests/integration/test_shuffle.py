@@ -28,7 +28,7 @@ from orchestration.shuffle import (
     shuffle_watermark,
     write_shuffle,
 )
-from orchestration.shuffle.kafka.client import end_offsets
+from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import write_commit
 from orchestration.shuffle.testing import data_frames_of_attempt, fail_write_attempts_below
 
@@ -204,7 +204,7 @@ def test_null_keys_are_refused_before_writing(spark, kafka_conf, unique):
     topic = unique("sh-null")
     spec = spec_for(topic)
     write_shuffle(rows_df(spark, 100), spec, kafka=kafka_conf)
-    before = end_offsets(kafka_conf, topic, 4)
+    before = KafkaClient(kafka_conf).end_offsets(topic, 4)
     bad = rows_df(spark, 100).withColumn(
         "k", F.when(F.col("id") % 10 == 0, None).otherwise(F.col("k"))
     )
@@ -212,7 +212,7 @@ def test_null_keys_are_refused_before_writing(spark, kafka_conf, unique):
         ShuffleKeyError, match=r"10 row\(s\) have a null in key column\(s\) \['k'\]"
     ):
         write_shuffle(bad, spec, kafka=kafka_conf)
-    assert end_offsets(kafka_conf, topic, 4) == before
+    assert KafkaClient(kafka_conf).end_offsets(topic, 4) == before
 
 
 def test_layout_mismatches_are_refused(spark, kafka_conf, unique):
@@ -264,16 +264,18 @@ def test_missing_topic_and_unreachable_broker(spark, kafka_conf, unique):
 
 
 def test_metadata_client_is_kept_per_config_and_dropped_after_a_failure(kafka_conf):
-    from orchestration.shuffle.kafka import client as _kafka
+    from orchestration.shuffle.kafka.client import kept_admin
 
-    assert _kafka.check_reachable(kafka_conf) >= 1
-    first, _ = _kafka._admin(kafka_conf)
-    assert _kafka.check_reachable(kafka_conf, topic="no-such-topic-here") >= 1
-    assert _kafka._admin(kafka_conf)[0] is first  # kept: no fresh client per request
-    bad = {"bootstrap.servers": "127.0.0.1:1"}
+    kafka = KafkaClient(kafka_conf)
+    assert kafka.check_reachable() >= 1
+    first = kept_admin(kafka)
+    assert first is not None
+    assert kafka.check_reachable("no-such-topic-here") >= 1
+    assert kept_admin(kafka) is first  # kept: no fresh client per request
+    bad = KafkaClient({"bootstrap.servers": "127.0.0.1:1"})
     with pytest.raises(ShuffleConnectionError, match="127.0.0.1:1"):
-        _kafka.check_reachable(bad, timeout=1)
-    assert not [k for k in _kafka._ADMINS if "'127.0.0.1:1'" in repr(k)]  # dropped
+        bad.check_reachable(timeout=1)
+    assert kept_admin(bad) is None  # dropped
     # Asking for a missing topic did not create it.
     assert "no-such-topic-here" not in AdminClient(kafka_conf).list_topics(timeout=10).topics
 
@@ -284,14 +286,16 @@ def test_corrupt_frame_names_topic_partition_offset(spark, kafka_conf, unique):
     p = Producer(kafka_conf)
     p.produce(topic, value=b"not a frame at all, just bytes....................", partition=0)
     p.flush(10)
-    (_, high) = end_offsets(kafka_conf, topic, 4)[0]
+    (_, high) = KafkaClient(kafka_conf).end_offsets(topic, 4)[0]
     bad_offset = high - 1
     commit = res.commit
     stretched = dict(commit.partitions)
     stretched[0] = type(stretched[0])(
         stretched[0].first, bad_offset, stretched[0].rows, stretched[0].frames
     )
-    write_commit(kafka_conf, topic, type(commit)(**{**commit.__dict__, "partitions": stretched}))
+    write_commit(
+        KafkaClient(kafka_conf), topic, type(commit)(**{**commit.__dict__, "partitions": stretched})
+    )
     with pytest.raises(Exception, match=f"partition 0 offset {bad_offset}") as info:
         read_shuffle(spark, topic, kafka=kafka_conf).collect()
     assert "ShuffleFormatError" in str(info.value) or isinstance(info.value, ShuffleFormatError)

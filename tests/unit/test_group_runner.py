@@ -6,7 +6,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.spark.perkey import _GroupRunner
+from orchestration.shuffle.spark.perkey import GroupRunner
 
 OUT = pa.schema([("k", pa.string()), ("j", pa.int64()), ("n", pa.int64()), ("first", pa.int64())])
 
@@ -44,7 +44,7 @@ def test_every_key_exactly_once_whole(seed, per, data, fn):
     # A skewed key that spans many batches.
     rows = [(k, j, rng.randint(0, 1000)) for k, j in keys for _ in range(rng.choice([1, 2, 900]))]
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
-    runner = _GroupRunner(("k", "j"), fn, OUT, per, data)
+    runner = GroupRunner(("k", "j"), fn, OUT, per, data)
     got = pa.Table.from_batches(list(runner(iter(batches_of(rows, rng)))), schema=OUT).to_pandas()
     want = (pd.DataFrame(rows, columns=["k", "j", "v"]).groupby(["k", "j"], as_index=False)
             .agg(n=("v", "size"), first=("v", "min")))  # fmt: skip

@@ -1,20 +1,24 @@
+import datetime as dt
+
 import pytest
 
 from orchestration.shuffle.core.options import Options, kafka_to_options
+from orchestration.shuffle.core.reader import ReadOptions
+from orchestration.shuffle.core.stream import StreamOptions
 from orchestration.shuffle.errors import ShuffleError, ShuffleOptionError
-from orchestration.shuffle.kafka.client import client_config
+from orchestration.shuffle.kafka.client import KafkaClient
 
 
 def test_client_config_requires_bootstrap():
     with pytest.raises(ShuffleOptionError, match="bootstrap.servers"):
-        client_config({})
+        KafkaClient({})
     with pytest.raises(ShuffleError):
-        client_config(None)
+        KafkaClient.of(None)
 
 
 def test_client_config_copies_and_overrides():
     user = {"bootstrap.servers": "h:1", "security.protocol": "SSL"}
-    conf = client_config(user, **{"group.id": "g"})
+    conf = KafkaClient(user).config(**{"group.id": "g"})
     assert conf["group.id"] == "g" and conf["security.protocol"] == "SSL"
     assert "group.id" not in user
     assert conf["socket.connection.setup.timeout.ms"] > 0
@@ -62,3 +66,44 @@ def test_typed_options_name_the_option_and_the_source():
     assert opts.json_list("l") == ["a", "1"]
     with pytest.raises(ShuffleOptionError, match="JSON list"):
         opts.json_list("n")
+
+
+def test_read_options_round_trip_through_the_data_source_options():
+    day = dt.datetime(2013, 1, 1, tzinfo=dt.UTC)
+    options = ReadOptions.select(
+        windows=iter(["w1", "w2"]),
+        runs=["r1"],
+        event_time_range=(day, None),
+        parallelism="auto",
+    )
+    assert options == ReadOptions(
+        windows=("w1", "w2"),
+        runs=("r1",),
+        event_time_start=1356998400000000,
+        parallelism="auto",
+    )
+    with_metadata = ReadOptions(event_time_end=-5, parallelism=3, with_metadata=True)
+    for o in (options, with_metadata, ReadOptions()):
+        assert ReadOptions.parse(Options(o.to_options(), "src")) == o
+    assert ReadOptions().to_options() == {}
+    # A plan fixes the runs and the splits: what goes along with it applies to rows.
+    assert options.row_options() == ReadOptions(event_time_start=1356998400000000)
+
+
+def test_read_options_errors_name_the_option():
+    with pytest.raises(ShuffleOptionError, match="src: option 'parallelism' must be"):
+        ReadOptions.parse(Options({"parallelism": "0"}, "src"))
+    with pytest.raises(ShuffleOptionError, match="src: option 'windows' must be a JSON list"):
+        ReadOptions.parse(Options({"windows": "w1"}, "src"))
+
+
+def test_stream_options_round_trip_and_errors():
+    options = StreamOptions(
+        starting_offsets="latest", starting_timestamp_ms=12, max_rows_per_trigger=100
+    )
+    for o in (options, StreamOptions(max_runs_per_trigger=1), StreamOptions()):
+        assert StreamOptions.parse(Options(o.to_options(), "src")) == o
+    with pytest.raises(ShuffleOptionError, match="src: option 'startingOffsets' must be"):
+        StreamOptions.parse(Options({"startingOffsets": "yesterday"}, "src"))
+    with pytest.raises(ShuffleOptionError, match="'maxRunsPerTrigger' must be an integer >= 1"):
+        StreamOptions.parse(Options({"maxRunsPerTrigger": "0"}, "src"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from orchestration.shuffle.errors import ShuffleOptionError
 
@@ -40,6 +40,12 @@ class Options:
     def _error(self, name: str, what: str, value: Any) -> ShuffleOptionError:
         return ShuffleOptionError(f"{self.owner}: option {name!r} must be {what}, got {value!r}")
 
+    @overload
+    def text(self, name: str, *, required: Literal[True]) -> str: ...
+    @overload
+    def text(self, name: str, *, required: bool = False, default: str) -> str: ...
+    @overload
+    def text(self, name: str, *, required: bool = False, default: None = None) -> str | None: ...
     def text(self, name: str, *, required: bool = False, default: str | None = None) -> str | None:
         value = self._get(name)
         if value is None:
@@ -54,6 +60,16 @@ class Options:
             raise self._error(name, " or ".join(repr(c) for c in choices), value)
         return value
 
+    @overload
+    def integer(self, name: str, *, required: Literal[True], minimum: int = 0) -> int: ...
+    @overload
+    def integer(
+        self, name: str, *, required: bool = False, default: int, minimum: int = 0
+    ) -> int: ...
+    @overload
+    def integer(
+        self, name: str, *, required: bool = False, default: None = None, minimum: int = 0
+    ) -> int | None: ...
     def integer(
         self, name: str, *, required: bool = False, default: int | None = None, minimum: int = 0
     ) -> int | None:

@@ -24,12 +24,15 @@ Parallelism (the number of Spark partitions of the read):
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TypedDict, Unpack
 
-from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog
+from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog, to_micros
 from orchestration.shuffle.core.keygroups import key_group_range, split_range
+from orchestration.shuffle.core.options import Options
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWindowNotFoundError
 
 
@@ -96,8 +99,8 @@ def overlaps(commit: Commit, start_us: int | None, end_us: int | None) -> bool:
     """Whether a commit may hold rows with event time in ``[start_us, end_us)``."""
     if start_us is None and end_us is None:
         return True
-    if commit.event_time_min is None:
-        return False
+    if commit.event_time_min is None or commit.event_time_max is None:
+        return False  # no event times recorded (no rows, or no event-time column)
     if end_us is not None and commit.event_time_min >= end_us:
         return False
     return not (start_us is not None and commit.event_time_max < start_us)
@@ -247,6 +250,132 @@ def merged_intervals(segments: Sequence[Segment]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
+class ReadSelection(TypedDict, total=False):
+    """The keyword arguments that choose what a read sees and how Spark splits it, as
+    :func:`~orchestration.shuffle.plan_shuffle_read`, :func:`~orchestration.shuffle.read_shuffle`
+    and :func:`~orchestration.shuffle.aggregate_shuffle` take them. Each is the
+    :class:`ReadOptions` field of the same name (documented there), but for
+    ``event_time_range``: ``(start, end)`` datetimes (naive is taken as UTC; either may be
+    None) that become ``event_time_start`` / ``event_time_end``.
+    """
+
+    windows: Iterable[str] | None
+    runs: Iterable[str] | None
+    event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None
+    parallelism: int | str | None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The options of a shuffle read, defined once for the Python API and the data source.
+
+    :func:`~orchestration.shuffle.plan_shuffle_read`, :func:`~orchestration.shuffle.read_shuffle`
+    and :func:`~orchestration.shuffle.aggregate_shuffle` build one from their keyword arguments
+    (:class:`ReadSelection`, :meth:`select`), :func:`~orchestration.shuffle.read_shuffle_stream`
+    from its ``parallelism`` and ``with_metadata``; the ``kafka-shuffle`` data source takes the
+    same fields as string options of the same names (:meth:`parse`, :meth:`to_options`).
+
+    A new read option is a field here and its lines in :meth:`parse` and :meth:`to_options`;
+    if the Python functions take it, a key of :class:`ReadSelection` and its line in
+    :meth:`select`; if the reader applies it to rows, a line in :meth:`row_options`.
+
+    Example::
+
+        options = ReadOptions.select(windows=["2013-01-01"], parallelism="auto")
+        options.to_options()  # {"windows": '["2013-01-01"]', "parallelism": "auto"}
+
+    Attributes:
+        windows: Only these windows (the latest committed run of each). Every window named
+            must have a committed run. Option: a JSON list.
+        runs: Only these runs (even superseded ones); each must exist. Option: a JSON list.
+        event_time_start: Only rows with an event time at or after this (epoch microseconds).
+        event_time_end: Only rows with an event time before this (epoch microseconds).
+        parallelism: Spark partitions; None: one per Kafka partition. ``"auto"``: the same,
+            but a small read merges whole contiguous partitions so that each task reads
+            about 500k rows or more (each task has a fixed cost). See
+            :mod:`orchestration.shuffle.core.reader` for smaller and larger values.
+        with_metadata: Add the columns ``_partition``, ``_key_group``, ``_run_id``,
+            ``_offset`` and ``_window``. Option: ``true`` or ``false``.
+    """
+
+    windows: tuple[str, ...] | None = None
+    runs: tuple[str, ...] | None = None
+    event_time_start: int | None = None
+    event_time_end: int | None = None
+    parallelism: int | str | None = None
+    with_metadata: bool = False
+
+    @classmethod
+    def select(cls, **selection: Unpack[ReadSelection]) -> ReadOptions:
+        """The options that the public functions' keyword arguments give."""
+        windows = selection.get("windows")
+        runs = selection.get("runs")
+        start, end = selection.get("event_time_range") or (None, None)
+        return cls(
+            windows=None if windows is None else tuple(windows),
+            runs=None if runs is None else tuple(runs),
+            event_time_start=to_micros(start),
+            event_time_end=to_micros(end),
+            parallelism=selection.get("parallelism"),
+        )
+
+    @classmethod
+    def parse(cls, opts: Options) -> ReadOptions:
+        """The options of a data source's string options (errors name the option)."""
+        windows = opts.json_list("windows")
+        runs = opts.json_list("runs")
+        parallelism: int | str | None = (
+            AUTO
+            if (opts.text("parallelism") or "").lower() == AUTO
+            else opts.integer("parallelism", minimum=1)
+        )
+        return cls(
+            windows=None if windows is None else tuple(windows),
+            runs=None if runs is None else tuple(runs),
+            event_time_start=opts.integer("event_time_start", minimum=-(2**63)),
+            event_time_end=opts.integer("event_time_end", minimum=-(2**63)),
+            parallelism=parallelism,
+            with_metadata=opts.flag("with_metadata"),
+        )
+
+    def to_options(self) -> dict[str, str]:
+        """The string options that :meth:`parse` reads back (unset ones are left out)."""
+        out: dict[str, str] = {}
+        if self.windows is not None:
+            out["windows"] = json.dumps(list(self.windows))
+        if self.runs is not None:
+            out["runs"] = json.dumps(list(self.runs))
+        if self.event_time_start is not None:
+            out["event_time_start"] = str(self.event_time_start)
+        if self.event_time_end is not None:
+            out["event_time_end"] = str(self.event_time_end)
+        if self.parallelism is not None:
+            out["parallelism"] = str(self.parallelism)
+        if self.with_metadata:
+            out["with_metadata"] = "true"
+        return out
+
+    def row_options(self) -> ReadOptions:
+        """What still applies once a plan has fixed the runs and the splits: the reader
+        filters rows by event time and adds the metadata columns."""
+        return ReadOptions(
+            event_time_start=self.event_time_start,
+            event_time_end=self.event_time_end,
+            with_metadata=self.with_metadata,
+        )
+
+    def plan(self, log: ShuffleLog) -> ReadPlan:
+        """The read of ``log`` that these options select (see :func:`plan_read`)."""
+        return plan_read(
+            log,
+            windows=self.windows,
+            runs=self.runs,
+            event_time_start=self.event_time_start,
+            event_time_end=self.event_time_end,
+            parallelism=self.parallelism,
+        )
+
+
 @dataclass(frozen=True)
 class ReadPlan:
     """A planned read: the layout, the commits it reads and one split per Spark partition."""
@@ -274,13 +403,9 @@ def plan_read(
 ) -> ReadPlan:
     """The one read planner: which commits a read sees and which offsets each split fetches.
 
-    Args:
-        log: The shuffle's commit log.
-        windows: Only these windows (the latest committed run of each); each must exist.
-        runs: Only these runs (even superseded ones); each must exist.
-        event_time_start / event_time_end: Epoch microseconds; only commits whose event
-            times may fall in ``[start, end)`` are read (rows are filtered by the reader).
-        parallelism: Spark partitions of the read, or ``"auto"`` (see the module doc).
+    The arguments are the :class:`ReadOptions` fields of the same names (usually given as
+    one, :meth:`ReadOptions.plan`). Only commits whose event times may fall in
+    ``[event_time_start, event_time_end)`` are planned; the reader filters their rows.
 
     Raises:
         ShuffleWindowNotFoundError: A window or run named has no committed run.

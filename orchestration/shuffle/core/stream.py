@@ -22,7 +22,65 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestration.shuffle.core.commitlog import COMMIT_PREFIX, Commit, ShuffleLog
+from orchestration.shuffle.core.options import Options
 from orchestration.shuffle.errors import ShuffleOptionError
+
+EARLIEST = "earliest"
+LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """Where a streaming read of a shuffle starts and how much one micro-batch admits.
+
+    :func:`~orchestration.shuffle.read_shuffle_stream` builds one from its keyword arguments;
+    the ``kafka-shuffle`` data source takes the same as string options named as Spark's Kafka
+    source names its own (:meth:`parse`, :meth:`to_options`). What a streaming read shares
+    with a batch read (``parallelism``, ``with_metadata``) is in
+    :class:`~orchestration.shuffle.core.reader.ReadOptions`.
+
+    Example::
+
+        StreamOptions(max_runs_per_trigger=1).to_options()  # {"maxRunsPerTrigger": "1"}
+
+    Attributes:
+        starting_offsets: ``earliest`` (every visible committed run) or ``latest`` (runs
+            committed after the query starts). A query restarted from its checkpoint goes
+            on from there instead. Option ``startingOffsets``.
+        starting_timestamp_ms: Runs committed at or after this instant, in epoch
+            milliseconds (wins over ``starting_offsets``). Option ``startingTimestamp``.
+        max_runs_per_trigger: Whole runs per micro-batch, at least one. Option
+            ``maxRunsPerTrigger``.
+        max_rows_per_trigger: Rows per micro-batch, in whole runs, at least one run.
+            Option ``maxRowsPerTrigger``.
+    """
+
+    starting_offsets: str = EARLIEST
+    starting_timestamp_ms: int | None = None
+    max_runs_per_trigger: int | None = None
+    max_rows_per_trigger: int | None = None
+
+    @classmethod
+    def parse(cls, opts: Options) -> StreamOptions:
+        """The options of a data source's string options (errors name the option)."""
+        return cls(
+            starting_offsets=opts.choice("startingOffsets", (EARLIEST, LATEST), EARLIEST),
+            starting_timestamp_ms=opts.integer("startingTimestamp"),
+            max_runs_per_trigger=opts.integer("maxRunsPerTrigger", minimum=1),
+            max_rows_per_trigger=opts.integer("maxRowsPerTrigger", minimum=1),
+        )
+
+    def to_options(self) -> dict[str, str]:
+        """The string options that :meth:`parse` reads back (unset ones are left out)."""
+        out = {"startingOffsets": self.starting_offsets}
+        for name, value in (
+            ("startingTimestamp", self.starting_timestamp_ms),
+            ("maxRunsPerTrigger", self.max_runs_per_trigger),
+            ("maxRowsPerTrigger", self.max_rows_per_trigger),
+        ):
+            if value is not None:
+                out[name] = str(value)
+        return out
 
 
 @dataclass(frozen=True)
@@ -53,8 +111,11 @@ class StreamOffset:
             ) from None
 
 
-def _is_commit(r: LogRecord) -> bool:
-    return r.value is not None and (r.key or b"").decode().startswith(COMMIT_PREFIX)
+def _commit_of(r: LogRecord) -> Commit | None:
+    """The commit a record holds; None for a layout record, an expiry marker or a tombstone."""
+    if r.value is None or not (r.key or b"").decode().startswith(COMMIT_PREFIX):
+        return None
+    return Commit.from_json(r.value)
 
 
 def visible_runs(topic: str, records: Sequence[LogRecord], before: int) -> set[str]:
@@ -81,9 +142,9 @@ def stream_commits(
     for r in records:
         if r.offset < start.log or (end is not None and r.offset >= end):
             continue
-        if not _is_commit(r):
+        commit = _commit_of(r)
+        if commit is None:
             continue
-        commit = Commit.from_json(r.value)  # type: ignore[arg-type]
         if r.offset < start.snapshot and commit.run_id not in visible:
             continue  # superseded before the query's history ended
         out.append((r.offset, commit))
@@ -126,11 +187,12 @@ def starting_offset(
         import datetime as dt
 
         for r in records:
-            if _is_commit(r):
-                committed = dt.datetime.fromisoformat(Commit.from_json(r.value).committed_at)
+            commit = _commit_of(r)
+            if commit is not None:
+                committed = dt.datetime.fromisoformat(commit.committed_at)
                 if committed.timestamp() * 1000 >= starting_timestamp_ms:
                     return StreamOffset(r.offset, r.offset)
         return StreamOffset(high, high)
-    if starting == "latest":
+    if starting == LATEST:
         return StreamOffset(high, high)
     return StreamOffset(0, high)

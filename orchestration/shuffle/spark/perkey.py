@@ -176,7 +176,7 @@ def apply_per_key(
     if options is not None:
         kf = KeyFunction(keys, fn, arrow_schema, per, data, tuple(order_by), tuple(df.columns))
         return in_reader(df.sparkSession, options, kf, pass_rows)
-    runner = _GroupRunner(keys, fn, arrow_schema, per, data)
+    runner = GroupRunner(keys, fn, arrow_schema, per, data)
     return df.sortWithinPartitions(*keys, *order_by).mapInArrow(runner, spark_schema)
 
 
@@ -265,12 +265,33 @@ def _simple_name(obj: Any) -> str:
     return str(obj.getClass().getSimpleName())
 
 
-class _GroupRunner:
-    """Streams key-sorted Arrow batches, cutting them at key boundaries (picklable)."""
+class GroupRunner:
+    """A ``mapInArrow`` function that applies a per-key function to rows sorted by key.
 
-    def __init__(self, keys, fn, schema: pa.Schema, per: str, data: str):
-        self.keys = keys
-        self.fn = KeyFunction(tuple(keys), fn, schema, per, data)
+    The path of :func:`apply_per_key` when the reader cannot do the work (a filtered or
+    joined DataFrame): Spark sorts each partition by the key, and this cuts the sorted batches
+    at key boundaries, whole keys however they span batches, and hands them to the function
+    (see :class:`~orchestration.shuffle.core.perkey.KeyFunction` for ``per`` and ``data``).
+    Picklable: Spark ships it to the tasks.
+
+    Example::
+
+        runner = GroupRunner(("tailnum",), per_plane, out_schema, per="key", data="pandas")
+        out = df.sortWithinPartitions("tailnum").mapInArrow(runner, spark_schema)
+
+    Args:
+        keys: The key columns; the batches must be sorted by them.
+        fn: The per-key function.
+        schema: The function's output schema.
+        per: ``"key"`` or ``"batch"``.
+        data: ``"pandas"`` or ``"arrow"``.
+    """
+
+    def __init__(
+        self, keys: Sequence[str], fn: Callable[[Any], Any], schema: pa.Schema, per: str, data: str
+    ):
+        self.keys = tuple(keys)
+        self.fn = KeyFunction(self.keys, fn, schema, per, data)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # Rows of the last key seen, which may continue in the next batch. Only a batch's own

@@ -1,4 +1,5 @@
-"""The Spark side of reading a shuffle: the ``kafka-shuffle`` Python data source.
+"""The Spark side of reading a shuffle: the ``kafka-shuffle`` Python data source (batch reads
+here, streaming reads in :mod:`orchestration.shuffle.spark.stream`).
 
 Each Spark partition follows its :class:`~orchestration.shuffle.core.reader.SplitPlan`: it seeks
 straight to the committed offset ranges of its Kafka partitions, keeps the DATA frames of
@@ -6,11 +7,13 @@ committed subtask attempts only, merges the producers' watermarks per partition 
 regression is an error), and checks each committed attempt's END frame against what it
 read, so a lost or extra frame cannot go unnoticed.
 
-``plan_shuffle_read`` plans on the driver and hands the plan over as an option. Used directly
-(``spark.read.format("kafka-shuffle").option("topic", ...)``), the source reads the commit
-log itself; options ``windows`` / ``runs`` (JSON lists), ``event_time_start`` /
-``event_time_end`` (epoch microseconds), ``parallelism`` and ``with_metadata`` select what
-to read; ``aggregate`` (JSON ``{"name": ["column", "function"]}``, see
+Options (:class:`SourceOptions`): ``topic`` and ``kafka.*`` (librdkafka settings), the read
+options of :class:`~orchestration.shuffle.core.reader.ReadOptions` (``windows``, ``runs``,
+``event_time_start``, ``event_time_end``, ``parallelism``, ``with_metadata``) and, for
+streaming reads, those of :class:`~orchestration.shuffle.core.stream.StreamOptions`.
+``plan_shuffle_read`` plans on the driver and hands the plan over (options ``layout`` and
+``plan``, see :func:`source_options`); used directly, the source reads the commit log
+itself. ``aggregate`` (JSON ``{"name": ["column", "function"]}``, see
 :mod:`orchestration.shuffle.core.aggregation`) returns per-key aggregates instead of rows.
 
 ``per_key`` (set by :func:`orchestration.shuffle.apply_per_key`: a pickled
@@ -28,44 +31,39 @@ import ctypes
 import functools
 import json
 import pickle
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    InputPartition,
-)
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxFiles,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
+from confluent_kafka import Consumer
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from orchestration.shuffle.core import aggregation as agg
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core import perkey as grouping
-from orchestration.shuffle.core.commitlog import Layout, schema_from_b64
-from orchestration.shuffle.core.metrics import METRICS_KEY
-from orchestration.shuffle.core.options import Options
+from orchestration.shuffle.core.commitlog import Layout, ShuffleLog, schema_from_b64
+from orchestration.shuffle.core.options import Options, kafka_to_options
 from orchestration.shuffle.core.reader import (
-    AUTO,
     PartitionRead,
+    ReadOptions,
+    ReadPlan,
     SplitPlan,
     merged_intervals,
-    plan_splits,
     split_passes,
 )
-from orchestration.shuffle.core.stream import StreamOffset, admit, starting_offset, stream_commits
+from orchestration.shuffle.core.stream import StreamOptions
 from orchestration.shuffle.core.watermarks import WatermarkMerger
 from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
-from orchestration.shuffle.kafka.client import consumer, read_range
-from orchestration.shuffle.kafka.commitlog import read_plan
+from orchestration.shuffle.kafka.client import KafkaClient, read_range
+from orchestration.shuffle.kafka.commitlog import check_partitions, read_log
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from orchestration.shuffle.spark.stream import ShuffleStreamReader
+
+SOURCE = "kafka-shuffle"
 
 METADATA_FIELDS = [
     pa.field("_partition", pa.int32()),
@@ -77,55 +75,95 @@ METADATA_FIELDS = [
 
 
 def output_schema(layout: Layout, with_metadata: bool) -> pa.Schema:
+    """The rows a read returns: the layout's columns, then the metadata columns if asked."""
     fields = list(layout.schema)
     return pa.schema(fields + (METADATA_FIELDS if with_metadata else []))
 
 
-class ReadOptions:
-    """The reader's options, parsed and validated once on the driver.
+def plan_shuffle(
+    kafka: KafkaClient, topic: str, options: ReadOptions, log: ShuffleLog | None = None
+) -> ReadPlan:
+    """Plans the read ``options`` select from the commit log (read here unless given), and
+    checks that the data topic still has the layout's partitions."""
+    if log is None:
+        log = read_log(kafka, topic)
+    plan = options.plan(log)
+    check_partitions(kafka, plan.layout)
+    return plan
+
+
+def source_options(
+    topic: str,
+    kafka: KafkaClient,
+    options: ReadOptions,
+    *,
+    plan: tuple[Layout, Sequence[SplitPlan]] | None = None,
+    stream: StreamOptions | None = None,
+    aggregate: Sequence[agg.Aggregation] = (),
+) -> dict[str, str]:
+    """The ``kafka-shuffle`` options that :class:`SourceOptions` reads back.
+
+    With ``plan`` (the layout and the splits, planned on the driver) the source reads exactly
+    those splits; the plan has fixed the runs and the splits, so only the options that apply
+    to rows go along (:meth:`~orchestration.shuffle.core.reader.ReadOptions.row_options`).
+    """
+    out = {"topic": topic}
+    if plan is not None:
+        layout, splits = plan
+        out.update(
+            layout=layout.to_json(),
+            plan=json.dumps([s.to_json() for s in splits]),
+            **options.row_options().to_options(),
+        )
+    else:
+        out.update(options.to_options())
+    if stream is not None:
+        out.update(stream.to_options())
+    if aggregate:
+        out["aggregate"] = agg.to_json(aggregate)
+    return {**out, **kafka_to_options(kafka.settings)}
+
+
+class SourceOptions:
+    """The ``kafka-shuffle`` data source's options, parsed and validated once on the driver:
+    the read options (:class:`~orchestration.shuffle.core.reader.ReadOptions`), the streaming
+    ones (:class:`~orchestration.shuffle.core.stream.StreamOptions`), and what the source
+    itself needs (topic, Kafka settings, a plan handed over, in-reader aggregation or per-key
+    work). :func:`source_options` writes them.
 
     A batch read is planned from the commit log when its splits are first needed (unless
     :func:`~orchestration.shuffle.plan_shuffle_read` handed a plan over); a streaming read
     plans each micro-batch itself.
+
+    Example::
+
+        opts = SourceOptions({"topic": "events", "kafka.bootstrap.servers": "host:9092"})
+        opts.read.parallelism, opts.layout.key
     """
 
     def __init__(self, options: Mapping[str, str]):
-        opts = Options(options, "kafka-shuffle")
+        opts = Options(options, SOURCE)
         self.topic = opts.text("topic", required=True)
-        self.kafka = opts.kafka()
-        self.with_metadata = opts.flag("with_metadata")
-        self.event_time_start = opts.integer("event_time_start", minimum=-(2**63))
-        self.event_time_end = opts.integer("event_time_end", minimum=-(2**63))
-        self.parallelism: int | str | None = (
-            AUTO
-            if (opts.text("parallelism") or "").lower() == AUTO
-            else opts.integer("parallelism", minimum=1)
-        )
-        self.windows = opts.json_list("windows")
-        self.runs = opts.json_list("runs")
-        # Streaming options.
-        self.starting = opts.choice("startingOffsets", ("earliest", "latest"), "earliest")
-        self.starting_timestamp = opts.integer("startingTimestamp")
-        self.max_runs = opts.integer("maxRunsPerTrigger", minimum=1)
-        self.max_rows = opts.integer("maxRowsPerTrigger", minimum=1)
+        self.kafka = KafkaClient(opts.kafka())
+        self.read = ReadOptions.parse(opts)
+        self.stream = StreamOptions.parse(opts)
         layout = opts.text("layout")
         plan = opts.text("plan")
         self._plans: list[SplitPlan] | None = None
+        self._log: ShuffleLog | None = None
         if layout and plan:
             # Planned by plan_shuffle_read on the driver, handed over as strings.
             self.layout = Layout.from_json(layout)
             self._plans = [SplitPlan.from_json(p) for p in json.loads(plan)]
         else:
-            from orchestration.shuffle.kafka.commitlog import read_log
-
             self._log = read_log(self.kafka, self.topic)
             self.layout = self._log.require_layout()
         self.aggregate: tuple[agg.Aggregation, ...] = ()
         aggregate = opts.text("aggregate")
         if aggregate:
-            if self.with_metadata:
+            if self.read.with_metadata:
                 raise ShuffleOptionError(
-                    "kafka-shuffle: options 'aggregate' and 'with_metadata' cannot be combined"
+                    f"{SOURCE}: options 'aggregate' and 'with_metadata' cannot be combined"
                 )
             self.aggregate = agg.from_json(
                 aggregate, output_schema(self.layout, False), self.layout.key
@@ -137,47 +175,40 @@ class ReadOptions:
         if self.per_key:
             if self.aggregate:
                 raise ShuffleOptionError(
-                    "kafka-shuffle: options 'aggregate' and 'per_key' cannot be combined"
+                    f"{SOURCE}: options 'aggregate' and 'per_key' cannot be combined"
                 )
             schema = opts.text("per_key_schema", required=True)
             try:
                 self.per_key_schema = schema_from_b64(schema)
             except (ValueError, pa.ArrowInvalid):
                 raise ShuffleOptionError(
-                    "kafka-shuffle: option 'per_key_schema' is not a base64 Arrow schema"
+                    f"{SOURCE}: option 'per_key_schema' is not a base64 Arrow schema"
                 ) from None
+        self._key_function: grouping.KeyFunction | None = None
 
     def key_function(self) -> grouping.KeyFunction:
         """The per-key function of option ``per_key``."""
-        cached = getattr(self, "_key_function", None)
-        if cached is None:
-            cached = pickle.loads(base64.b64decode(self.per_key))
-            if not isinstance(cached, grouping.KeyFunction):
+        if self._key_function is None:
+            if not self.per_key:
+                raise ShuffleOptionError(f"{SOURCE}: option 'per_key' is not set")
+            kf = pickle.loads(base64.b64decode(self.per_key))
+            if not isinstance(kf, grouping.KeyFunction):
                 raise ShuffleOptionError(
-                    "kafka-shuffle: option 'per_key' does not hold a per-key function"
+                    f"{SOURCE}: option 'per_key' does not hold a per-key function"
                 )
-            self._key_function = cached
-        return cached
+            self._key_function = kf
+        return self._key_function
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.pop("_key_function", None)  # shipped as the option's bytes
+        state["_key_function"] = None  # shipped as the option's bytes
         return state
 
     @property
     def plans(self) -> list[SplitPlan]:
+        """The splits of a batch read: handed over, or planned here on first use."""
         if self._plans is None:
-            read = read_plan(
-                self.kafka,
-                self.topic,
-                log=self._log,
-                windows=self.windows,
-                runs=self.runs,
-                event_time_start=self.event_time_start,
-                event_time_end=self.event_time_end,
-                parallelism=self.parallelism,
-            )
-            self._plans = list(read.splits)
+            self._plans = list(plan_shuffle(self.kafka, self.topic, self.read, self._log).splits)
         return self._plans
 
 
@@ -220,9 +251,12 @@ def _release_memory() -> None:
 
 
 class ShuffleReader(DataSourceReader):
-    def __init__(self, opts: ReadOptions):
+    """Reads the splits of a shuffle read (batch, or one micro-batch of a stream): rows, or
+    per-key aggregates (option ``aggregate``), or a per-key function's results (``per_key``)."""
+
+    def __init__(self, opts: SourceOptions):
         self.opts = opts
-        self.schema = output_schema(opts.layout, opts.with_metadata)
+        self.schema = output_schema(opts.layout, opts.read.with_metadata)
         # The columns decoded from frames (None: all): aggregations and per-key functions
         # read only the columns they use.
         self.columns: list[str] | None = None
@@ -236,15 +270,17 @@ class ShuffleReader(DataSourceReader):
     def _use_columns(self, wanted: list[str]) -> None:
         layout = self.opts.layout
         names = set(wanted)
-        if layout.event_time and (
-            self.opts.event_time_start is not None or self.opts.event_time_end is not None
-        ):
+        if layout.event_time and self._filters_event_time():
             names.add(layout.event_time)
         fields = [f for f in layout.schema if f.name in names]
         self.columns = [f.name for f in fields]
         self._decoded = {*self.columns, fr.KEY_GROUP_COLUMN}
-        meta = METADATA_FIELDS if self.opts.with_metadata else []
+        meta = METADATA_FIELDS if self.opts.read.with_metadata else []
         self.schema = pa.schema(fields + [f for f in meta if f.name in names])
+
+    def _filters_event_time(self) -> bool:
+        read = self.opts.read
+        return read.event_time_start is not None or read.event_time_end is not None
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(p.to_json()) for p in self.opts.plans]
@@ -255,7 +291,7 @@ class ShuffleReader(DataSourceReader):
         plan = SplitPlan.from_json(partition.value)
         _bound_worker_memory()
         try:
-            with consumer(self.opts.kafka) as c:
+            with self.opts.kafka.consumer() as c:
                 if self.opts.per_key:
                     yield from self._per_key(c, plan)
                     return
@@ -273,7 +309,7 @@ class ShuffleReader(DataSourceReader):
             partial.add(batch)
         yield from partial.finish().to_batches()
 
-    def _per_key(self, c: Any, plan: SplitPlan) -> Iterator[pa.RecordBatch]:
+    def _per_key(self, c: Consumer, plan: SplitPlan) -> Iterator[pa.RecordBatch]:
         """The per-key function over each pass: the rows of a contiguous range of one Kafka
         partition's key groups, so every row of each of its keys (see
         :func:`~orchestration.shuffle.core.reader.split_passes` for what bounds a pass)."""
@@ -289,10 +325,10 @@ class ShuffleReader(DataSourceReader):
                 # them as read once they are sorted by key.
                 yield from kf.apply(self._pass_rows(c, piece))
 
-    def _pass_rows(self, c: Any, read: PartitionRead) -> pa.Table:
+    def _pass_rows(self, c: Consumer, read: PartitionRead) -> pa.Table:
         return pa.Table.from_batches(list(self._read_partition(c, read)), schema=self.schema)
 
-    def _read_partition(self, c: Any, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
+    def _read_partition(self, c: Consumer, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
         topic = self.opts.topic
         allowed = {s.run_id: set(s.tasks) for s in pr.segments}
         windows = {s.run_id: s.window for s in pr.segments}
@@ -364,11 +400,11 @@ class ShuffleReader(DataSourceReader):
         if not pr.full:
             mask = pc.and_(pc.greater_equal(kg, pr.key_group_start), pc.less(kg, pr.key_group_end))
         et = layout.event_time
-        if et and (self.opts.event_time_start is not None or self.opts.event_time_end is not None):
+        if et and self._filters_event_time():
             t = batch.column(et).cast(pa.int64())
             for bound, op in (
-                (self.opts.event_time_start, pc.greater_equal),
-                (self.opts.event_time_end, pc.less),
+                (self.opts.read.event_time_start, pc.greater_equal),
+                (self.opts.read.event_time_end, pc.less),
             ):
                 if bound is not None:
                     cond = pc.fill_null(op(t, bound), False)
@@ -386,7 +422,7 @@ class ShuffleReader(DataSourceReader):
                     f"DATA frame at {where} has no column {f.name!r}"
                 ) from None
             columns.append(col if col.type.equals(f.type) else col.cast(f.type))
-        if self.opts.with_metadata:
+        if self.opts.read.with_metadata:
             n = batch.num_rows
             meta = {
                 "_partition": lambda: pa.array([pr.partition] * n, pa.int32()),
@@ -409,130 +445,30 @@ class ShuffleDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return "kafka-shuffle"
+        return SOURCE
 
-    def _read_options(self) -> ReadOptions:
-        cached = getattr(self, "_opts", None)
+    def _source_options(self) -> SourceOptions:
+        cached: SourceOptions | None = getattr(self, "_opts", None)
         if cached is None:
-            cached = ReadOptions(self.options)
+            cached = SourceOptions(self.options)
             self._opts = cached
         return cached
 
-    def schema(self):
+    def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        opts = self._read_options()
-        schema = output_schema(opts.layout, opts.with_metadata)
+        opts = self._source_options()
+        schema = output_schema(opts.layout, opts.read.with_metadata)
         if opts.per_key_schema is not None:
             return from_arrow_schema(opts.per_key_schema)
         if opts.aggregate:
             schema = agg.PartialAggregator(opts.layout.key, opts.aggregate, schema).output_schema()
         return from_arrow_schema(schema)
 
-    def reader(self, schema) -> ShuffleReader:
-        return ShuffleReader(self._read_options())
+    def reader(self, schema: StructType) -> ShuffleReader:
+        return ShuffleReader(self._source_options())
 
-    def streamReader(self, schema) -> ShuffleStreamReader:
-        return ShuffleStreamReader(self._read_options())
+    def streamReader(self, schema: StructType) -> ShuffleStreamReader:
+        from orchestration.shuffle.spark.stream import ShuffleStreamReader
 
-
-class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Streaming reads of a shuffle: each micro-batch reads the runs committed since the
-    previous one (see :mod:`orchestration.shuffle.core.stream`), keyed as a batch read is."""
-
-    def __init__(self, opts: ReadOptions):
-        self.opts = opts
-        self.batch = ShuffleReader(opts)
-        self._target: int | None = None  # Trigger.AvailableNow: the log's end when it started
-        self._last_read: tuple[int, list, int] | None = None  # (from, records, end offset)
-        self._planned: list = []  # the commits latestOffset() admitted last
-        self._log_end: int | None = None  # the commit log's end latestOffset() last read
-
-    def _records(self, start: StreamOffset, needed_until: int | None = None) -> tuple[list, int]:
-        """Commit-log records from ``start`` on. Planning a micro-batch reuses what
-        ``latestOffset`` just read when it reaches ``needed_until``."""
-        from orchestration.shuffle.kafka.commitlog import read_log_records
-
-        # Visibility before the snapshot needs the log from its beginning.
-        first = 0 if start.log < start.snapshot else start.log
-        cached = self._last_read
-        if needed_until is not None and cached and cached[0] == first and cached[2] >= needed_until:
-            return cached[1], cached[2]
-        records, high = read_log_records(self.opts.kafka, self.opts.topic, first)
-        self._last_read = (first, records, high)
-        return records, high
-
-    def initialOffset(self) -> dict:
-        from orchestration.shuffle.kafka.commitlog import read_log_records
-
-        records, high = read_log_records(self.opts.kafka, self.opts.topic)
-        return starting_offset(
-            records, high, self.opts.starting, self.opts.starting_timestamp
-        ).to_dict()
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        # Spark only passes its own limit types: a run stands for a file here.
-        if self.opts.max_runs is not None:
-            return ReadMaxFiles(self.opts.max_runs)
-        if self.opts.max_rows is not None:
-            return ReadMaxRows(self.opts.max_rows)
-        return ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        from orchestration.shuffle.kafka.commitlog import log_end
-
-        self._target = log_end(self.opts.kafka, self.opts.topic)
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = StreamOffset.from_dict(start)
-        records, high = self._records(begin)
-        self._log_end = high
-        if self._target is not None:
-            high = min(high, self._target)
-        limited = not isinstance(limit, ReadAllAvailable)
-        commits = stream_commits(self.opts.topic, records, begin, high)
-        end = admit(
-            commits,
-            begin,
-            high,
-            max_runs=self.opts.max_runs if limited else None,
-            max_rows=self.opts.max_rows if limited else None,
-        )
-        self._planned = [c for off, c in commits if off < end.log]
-        return end.to_dict()
-
-    def reportLatestOffset(self) -> dict | None:
-        from orchestration.shuffle.kafka.commitlog import log_end
-
-        # Shown in the query's progress as ``latestOffset``. Spark asks for it right after
-        # latestOffset() planned a micro-batch: the runs planned are that batch's.
-        planned = self._planned
-        metrics = {
-            "topic": self.opts.topic,
-            "runs": [c.run_id for c in planned],
-            "rows": sum(c.rows for c in planned),
-            "bytes": sum(c.bytes for c in planned),
-        }
-        end = (
-            self._log_end
-            if self._log_end is not None
-            else log_end(self.opts.kafka, self.opts.topic)
-        )
-        return {"log": end, METRICS_KEY: metrics}
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        begin, stop = StreamOffset.from_dict(start), StreamOffset.from_dict(end)
-        if stop.log <= begin.log:
-            return []
-        records, _ = self._records(begin, needed_until=stop.log)
-        commits = [c for _, c in stream_commits(self.opts.topic, records, begin, stop.log)]
-        if not commits:
-            return []
-        plans = plan_splits(self.opts.layout, commits, self.opts.parallelism)
-        return [InputPartition(p.to_json()) for p in plans]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return self.batch.read(partition)
-
-    def commit(self, end: dict) -> None:
-        pass
+        return ShuffleStreamReader(self._source_options())

@@ -1,0 +1,397 @@
+"""Reading a shuffle: plan a read of its committed runs and read them keyed, aggregated or as a
+stream; ask its commit log and watermark; follow what a streaming read did.
+
+What a read selects is one object, :class:`~orchestration.shuffle.core.reader.ReadOptions`,
+whatever the entry: :func:`plan_shuffle_read`, :func:`read_shuffle` and
+:func:`aggregate_shuffle` build it from their keyword arguments
+(:class:`~orchestration.shuffle.core.reader.ReadSelection`), and hand it to the
+``kafka-shuffle`` data source as its string options.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Unpack
+
+from pyspark.sql import DataFrame, SparkSession
+
+from orchestration.shuffle.core import aggregation as agg
+from orchestration.shuffle.core.commitlog import (
+    Commit,
+    Layout,
+    ShuffleLog,
+    commit_topic,
+    from_micros,
+    to_micros,
+)
+from orchestration.shuffle.core.metrics import BatchMetrics, offsets_behind, progress_metrics
+from orchestration.shuffle.core.reader import (
+    AUTO,
+    ReadOptions,
+    ReadPlan,
+    ReadSelection,
+    SplitPlan,
+    balance_splits,
+)
+from orchestration.shuffle.core.stream import StreamOptions
+from orchestration.shuffle.kafka.client import KafkaClient, KafkaSettings
+from orchestration.shuffle.kafka.commitlog import read_commits_since, read_log
+from orchestration.shuffle.spark.perkey import KEY_METADATA
+from orchestration.shuffle.spark.reader import (
+    SOURCE,
+    output_schema,
+    plan_shuffle,
+    source_options,
+)
+from orchestration.shuffle.spark.session import register_data_sources, task_slots
+
+
+def shuffle_log(topic: str, *, kafka: KafkaSettings) -> ShuffleLog:
+    """The shuffle's commit log: its layout and every committed run."""
+    return read_log(KafkaClient.of(kafka), topic)
+
+
+def _key_tag(topic: str, layout: Layout, parallelism: int | str) -> dict:
+    return {
+        KEY_METADATA: {
+            "topic": topic,
+            "key": list(layout.key),
+            "num_partitions": layout.num_partitions,
+            "max_parallelism": layout.max_parallelism,
+            "parallelism": parallelism,
+        }
+    }
+
+
+class ShuffleRead:
+    """A planned read of a shuffle: which committed runs, and which offsets each split reads.
+
+    The plan is fixed when it is made (runs committed later are not seen), so the rows, the
+    aggregates and the commits it reports all describe the same snapshot. Make one with
+    :func:`plan_shuffle_read`.
+
+    Example::
+
+        read = plan_shuffle_read(spark, "flights.by_tailnum", kafka=conf, windows=["2013-01-01"])
+        read.rows                                     # rows committed, from the commit log
+        per_plane = read.aggregate({"flights": ("*", "count")})
+        keyed = read.dataframe()                      # the rows, already keyed
+
+    Attributes:
+        spark: The session the read runs on.
+        topic: The shuffle's data topic.
+        plan: The commits read and the splits (one per Spark partition).
+        options: The read's options, as asked (see
+            :class:`~orchestration.shuffle.core.reader.ReadOptions`).
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        topic: str,
+        kafka: KafkaSettings,
+        plan: ReadPlan,
+        options: ReadOptions | None = None,
+    ):
+        self.spark = spark
+        self.topic = topic
+        self._kafka = KafkaClient.of(kafka)
+        self.plan = plan
+        self.options = options if options is not None else ReadOptions()
+
+    def __repr__(self) -> str:
+        return (
+            f"ShuffleRead(topic={self.topic!r}, runs={[c.run_id for c in self.commits]}, "
+            f"rows={self.rows})"
+        )
+
+    @property
+    def parallelism(self) -> int | str | None:
+        """The parallelism asked for: None is one split per Kafka partition."""
+        return self.options.parallelism
+
+    @property
+    def layout(self) -> Layout:
+        return self.plan.layout
+
+    @property
+    def commits(self) -> tuple[Commit, ...]:
+        """The committed runs this read sees, in commit-log order."""
+        return self.plan.commits
+
+    @property
+    def rows(self) -> int:
+        """Rows those runs hold, from their commit records (no data is read)."""
+        return self.plan.rows
+
+    @property
+    def windows(self) -> list[str | None]:
+        return [c.window for c in self.commits]
+
+    def _load(
+        self,
+        options: ReadOptions,
+        splits: Sequence[SplitPlan] | None = None,
+        aggregate: Sequence[agg.Aggregation] = (),
+    ) -> DataFrame:
+        register_data_sources(self.spark)
+        planned = (self.layout, self.plan.splits if splits is None else splits)
+        return (
+            self.spark.read.format(SOURCE)
+            .options(
+                **source_options(
+                    self.topic, self._kafka, options, plan=planned, aggregate=aggregate
+                )
+            )
+            .load()
+        )
+
+    def dataframe(self, *, with_metadata: bool = False) -> DataFrame:
+        """The rows, already keyed: Spark partition *i* holds the key groups of split *i*.
+
+        With ``with_metadata``, adds ``_partition``, ``_key_group``, ``_run_id``,
+        ``_offset`` and ``_window``. The key columns carry metadata that
+        :func:`apply_per_key` checks.
+        """
+        df = self._load(replace(self.options, with_metadata=with_metadata))
+        tag = _key_tag(self.topic, self.layout, len(self.plan.splits))
+        for c in self.layout.key:
+            df = df.withMetadata(c, tag)
+        return df
+
+    def aggregate(self, aggregations: Mapping[str, tuple[str, str]]) -> DataFrame:
+        """Aggregates the rows per key inside the reader (see :func:`aggregate_shuffle`).
+
+        Without a ``parallelism`` asked for, the read runs as one task per core, each
+        aggregating whole Kafka partitions (see :func:`~orchestration.shuffle.core.reader.
+        balance_splits`): the output is one row per key, not keyed rows, so nothing needs
+        a task per partition.
+        """
+        aggs = agg.parse(aggregations, output_schema(self.layout, False), self.layout.key)
+        splits: Sequence[SplitPlan] = self.plan.splits
+        slots = task_slots(self.spark)
+        if self.parallelism in (None, AUTO) and slots:
+            layout = self.layout
+            splits = balance_splits(splits, slots, layout.max_parallelism, layout.num_partitions)
+        return self._load(replace(self.options, with_metadata=False), splits, aggs)
+
+
+def plan_shuffle_read(
+    spark: SparkSession,
+    topic: str,
+    *,
+    kafka: KafkaSettings,
+    log: ShuffleLog | None = None,
+    **selection: Unpack[ReadSelection],
+) -> ShuffleRead:
+    """Plans a read of a shuffle's committed runs from its commit log; the
+    :class:`ShuffleRead` returned reads them (arguments as for :func:`read_shuffle`)."""
+    client = KafkaClient.of(kafka)
+    options = ReadOptions.select(**selection)
+    if log is None:
+        # A refused client (authentication, TLS) is told so at once, not after a timeout.
+        client.check_reachable(commit_topic(topic))
+    plan = plan_shuffle(client, topic, options, log)
+    return ShuffleRead(spark, topic, client, plan, options)
+
+
+def read_shuffle(
+    spark: SparkSession,
+    topic: str,
+    *,
+    kafka: KafkaSettings,
+    with_metadata: bool = False,
+    log: ShuffleLog | None = None,
+    **selection: Unpack[ReadSelection],
+) -> DataFrame:
+    """Reads committed runs of a shuffle as a DataFrame that is already keyed.
+
+    Example::
+
+        keyed = read_shuffle(spark, "flights.by_tailnum", kafka=conf, windows=["2013-01-01"])
+
+    Args:
+        spark: Any SparkSession; the project's data sources are registered on it if needed.
+        topic: The shuffle's data topic.
+        kafka: A :class:`~orchestration.shuffle.kafka.client.KafkaClient`, or librdkafka
+            settings (``bootstrap.servers`` is required).
+        with_metadata: Add ``_partition``, ``_key_group``, ``_run_id``, ``_offset``,
+            ``_window``.
+        log: The shuffle's commit log if the caller has just read it (saves reading it
+            again); by default it is read here.
+        **selection: What to read and in how many Spark partitions: ``windows``, ``runs``,
+            ``event_time_range``, ``parallelism``, as documented on
+            :class:`~orchestration.shuffle.core.reader.ReadOptions` (all runs visible, one
+            Spark partition per Kafka partition by default).
+
+    Returns:
+        A DataFrame with exactly the written columns and types (plus metadata columns if
+        asked). Its key columns carry metadata that :func:`apply_per_key` checks.
+
+    Raises:
+        ShuffleTopicNotFoundError: The shuffle does not exist.
+        ShuffleWindowNotFoundError: A window or run named has no committed run.
+    """
+    read = plan_shuffle_read(spark, topic, kafka=kafka, log=log, **selection)
+    return read.dataframe(with_metadata=with_metadata)
+
+
+def aggregate_shuffle(
+    spark: SparkSession,
+    topic: str,
+    *,
+    kafka: KafkaSettings,
+    aggregations: Mapping[str, tuple[str, str]],
+    log: ShuffleLog | None = None,
+    **selection: Unpack[ReadSelection],
+) -> DataFrame:
+    """Aggregates committed runs of a shuffle per key, inside the reader.
+
+    Equal to ``read_shuffle(...).groupBy(*key).agg(...)``, but the rows are aggregated
+    as their frames are decoded (see :mod:`orchestration.shuffle.core.aggregation`): they never
+    cross from Python to the JVM, no Spark shuffle runs, and a reader's memory follows
+    the number of keys in its partition (plus one chunk of rows), not the number of rows.
+    Frames decode only the key and the aggregated columns. Without ``parallelism``, the
+    read runs one task per core, each aggregating whole Kafka partitions balanced by their
+    committed rows.
+
+    Example::
+
+        per_plane = aggregate_shuffle(spark, "flights.by_tailnum", kafka=conf,
+                                      aggregations={"flights": ("*", "count")})
+
+    Args:
+        aggregations: ``{output name: (column, function)}`` with functions ``count``,
+            ``sum``, ``min``, ``max``, ``mean``; ``("*", "count")`` counts rows.
+        Other arguments: as for :func:`read_shuffle`.
+
+    Returns:
+        One row per key: the key columns, then one column per aggregation, in order.
+    """
+    read = plan_shuffle_read(spark, topic, kafka=kafka, log=log, **selection)
+    return read.aggregate(aggregations)
+
+
+def shuffle_commits_since(
+    topic: str, *, kafka: KafkaSettings, offset: int = 0
+) -> tuple[list[Commit], int]:
+    """Commits appended to the shuffle's commit log from ``offset`` on, and the next offset.
+
+    Incremental: a caller that keeps the returned offset reads only what is new.
+    """
+    return read_commits_since(KafkaClient.of(kafka), topic, offset)
+
+
+def shuffle_watermark(topic: str, *, kafka: KafkaSettings) -> dt.datetime | None:
+    """The shuffle's event-time completeness, from its commit log alone (no data scan)."""
+    return from_micros(shuffle_log(topic, kafka=kafka).watermark())
+
+
+def read_shuffle_stream(
+    spark: SparkSession,
+    topic: str,
+    *,
+    kafka: KafkaSettings,
+    starting_offsets: str = "earliest",
+    starting_timestamp: dt.datetime | None = None,
+    max_runs_per_trigger: int | None = None,
+    max_rows_per_trigger: int | None = None,
+    parallelism: int | str | None = None,
+    with_metadata: bool = False,
+) -> DataFrame:
+    """A streaming read of a shuffle: each micro-batch holds the runs committed since the
+    previous one, keyed as a batch read is.
+
+    Equal to ``spark.readStream.format("kafka-shuffle")`` with the matching options, plus the
+    key metadata that :func:`apply_per_key` checks (inside ``foreachBatch``). A run that
+    supersedes an earlier run of its window arrives as new data; with ``with_metadata`` its
+    rows carry ``_run_id`` and ``_window``, so a sink can replace that window.
+
+    Example::
+
+        stream = read_shuffle_stream(spark, "flights.by_tailnum", kafka=conf,
+                                     max_runs_per_trigger=1, with_metadata=True)
+        query = (stream.writeStream.foreachBatch(replace_windows)
+                 .option("checkpointLocation", "/chk/flights")
+                 .trigger(availableNow=True).start())
+
+    Args:
+        starting_offsets, max_runs_per_trigger, max_rows_per_trigger: As documented on
+            :class:`~orchestration.shuffle.core.stream.StreamOptions`.
+        starting_timestamp: Runs committed at or after this instant (wins over
+            ``starting_offsets``).
+        parallelism, with_metadata: As documented on
+            :class:`~orchestration.shuffle.core.reader.ReadOptions`.
+        Other arguments: as for :func:`read_shuffle`.
+    """
+    register_data_sources(spark)
+    client = KafkaClient.of(kafka)
+    layout = read_log(client, topic).require_layout()
+    start_us = to_micros(starting_timestamp)
+    stream = StreamOptions(
+        starting_offsets=starting_offsets,
+        starting_timestamp_ms=None if start_us is None else start_us // 1000,
+        max_runs_per_trigger=max_runs_per_trigger,
+        max_rows_per_trigger=max_rows_per_trigger,
+    )
+    options = ReadOptions(parallelism=parallelism, with_metadata=with_metadata)
+    reader = spark.readStream.format(SOURCE).options(
+        **source_options(topic, client, options, stream=stream)
+    )
+    df = reader.load()
+    tag = _key_tag(topic, layout, parallelism or layout.num_partitions)
+    for c in layout.key:
+        df = df.withMetadata(c, tag)
+    return df
+
+
+def stream_metrics(query: Any) -> list[BatchMetrics]:
+    """Per micro-batch metrics of this project's streaming sources in ``query``.
+
+    From the query's recent progress reports (Spark keeps the last
+    ``spark.sql.streaming.numRecentProgressUpdates``, 100 by default): records, offsets
+    behind latest (min / max / avg over partitions, as Spark's Kafka source reports them),
+    and what the source reported with its latest offset: for ``kafka-records``, offset
+    commits succeeded / failed and records lost so far; for ``kafka-shuffle``, the runs
+    each batch read and their bytes. See :mod:`orchestration.shuffle.core.metrics`;
+    :func:`summarize_stream_metrics` totals them (e.g. for Dagster metadata).
+
+    Example::
+
+        query = stream.writeStream.foreachBatch(f).trigger(availableNow=True).start()
+        query.awaitTermination()
+        context.add_output_metadata(summarize_stream_metrics(stream_metrics(query)))
+    """
+    return progress_metrics([json.loads(p.json) for p in query.recentProgress])
+
+
+def group_offsets_behind(kafka: KafkaSettings, group: str, topics: Sequence[str]) -> dict[str, Any]:
+    """How far consumer group ``group`` is behind the latest offsets of ``topics``: per
+    partition (``"topic/partition"``) and min / max / avg, from the offsets the group
+    committed (e.g. by a ``kafka-records`` read with ``commitOffsets``). A partition with no
+    committed offset counts from its earliest offset."""
+    from orchestration.shuffle.core.records import Subscription
+    from orchestration.shuffle.spark.records import bounds, committed_offsets, discover
+
+    client = KafkaClient.of(kafka)
+    tps = discover(client, Subscription(topics=tuple(topics)))
+    limits = bounds(client, tps)
+    done = {tp: o for tp, o in committed_offsets(client, group, tps).items() if o >= 0}
+    lows = {tp: lo for tp, (lo, _) in limits.items()}
+    latest = {tp: hi for tp, (_, hi) in limits.items()}
+    behind = offsets_behind(done, latest, lows)
+    out: dict[str, Any] = {
+        "partitions": {
+            f"{t}/{p}": max(0, latest[(t, p)] - done.get((t, p), lows[(t, p)])) for t, p in tps
+        }
+    }
+    if behind is not None:
+        out.update(
+            min_offsets_behind_latest=behind.min,
+            max_offsets_behind_latest=behind.max,
+            avg_offsets_behind_latest=behind.avg,
+        )
+    return out

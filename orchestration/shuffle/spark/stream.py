@@ -1,0 +1,141 @@
+"""The Spark side of streaming reads of a shuffle: the ``kafka-shuffle`` data source's stream
+reader.
+
+Offsets, admission control and where a query starts are pure logic
+(:mod:`orchestration.shuffle.core.stream`); this module asks the commit log for its records
+and hands each micro-batch's splits to the batch reader
+(:class:`~orchestration.shuffle.spark.reader.ShuffleReader`), so a micro-batch is read and
+checked exactly as a batch read is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from orchestration.shuffle.core.commitlog import Commit
+from orchestration.shuffle.core.metrics import METRICS_KEY
+from orchestration.shuffle.core.reader import plan_splits
+from orchestration.shuffle.core.stream import (
+    LogRecord,
+    StreamOffset,
+    admit,
+    starting_offset,
+    stream_commits,
+)
+from orchestration.shuffle.kafka.commitlog import log_end, read_log_records
+from orchestration.shuffle.spark.reader import ShuffleReader, SourceOptions
+
+
+class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reads of a shuffle: each micro-batch reads the runs committed since the
+    previous one (see :mod:`orchestration.shuffle.core.stream`), keyed as a batch read is.
+
+    Made by :class:`~orchestration.shuffle.spark.reader.ShuffleDataSource` for
+    ``spark.readStream.format("kafka-shuffle")``; prefer
+    :func:`orchestration.shuffle.read_shuffle_stream`, which also tags the key columns.
+    """
+
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+        self.batch = ShuffleReader(opts)
+        self._target: int | None = None  # Trigger.AvailableNow: the log's end when it started
+        # (from, records, end offset) of the last commit-log read.
+        self._last_read: tuple[int, list[LogRecord], int] | None = None
+        self._planned: list[Commit] = []  # the commits latestOffset() admitted last
+        self._log_end: int | None = None  # the commit log's end latestOffset() last read
+
+    def _records(
+        self, start: StreamOffset, needed_until: int | None = None
+    ) -> tuple[list[LogRecord], int]:
+        """Commit-log records from ``start`` on. Planning a micro-batch reuses what
+        ``latestOffset`` just read when it reaches ``needed_until``."""
+        # Visibility before the snapshot needs the log from its beginning.
+        first = 0 if start.log < start.snapshot else start.log
+        cached = self._last_read
+        if needed_until is not None and cached and cached[0] == first and cached[2] >= needed_until:
+            return cached[1], cached[2]
+        records, high = read_log_records(self.opts.kafka, self.opts.topic, first)
+        self._last_read = (first, records, high)
+        return records, high
+
+    def initialOffset(self) -> dict:
+        stream = self.opts.stream
+        records, high = read_log_records(self.opts.kafka, self.opts.topic)
+        return starting_offset(
+            records, high, stream.starting_offsets, stream.starting_timestamp_ms
+        ).to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        # Spark only passes its own limit types: a run stands for a file here.
+        stream = self.opts.stream
+        if stream.max_runs_per_trigger is not None:
+            return ReadMaxFiles(stream.max_runs_per_trigger)
+        if stream.max_rows_per_trigger is not None:
+            return ReadMaxRows(stream.max_rows_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = log_end(self.opts.kafka, self.opts.topic)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = StreamOffset.from_dict(start)
+        records, high = self._records(begin)
+        self._log_end = high
+        if self._target is not None:
+            high = min(high, self._target)
+        limited = not isinstance(limit, ReadAllAvailable)
+        stream = self.opts.stream
+        commits = stream_commits(self.opts.topic, records, begin, high)
+        end = admit(
+            commits,
+            begin,
+            high,
+            max_runs=stream.max_runs_per_trigger if limited else None,
+            max_rows=stream.max_rows_per_trigger if limited else None,
+        )
+        self._planned = [c for off, c in commits if off < end.log]
+        return end.to_dict()
+
+    def reportLatestOffset(self) -> dict | None:
+        # Shown in the query's progress as ``latestOffset``. Spark asks for it right after
+        # latestOffset() planned a micro-batch: the runs planned are that batch's.
+        planned = self._planned
+        metrics = {
+            "topic": self.opts.topic,
+            "runs": [c.run_id for c in planned],
+            "rows": sum(c.rows for c in planned),
+            "bytes": sum(c.bytes for c in planned),
+        }
+        end = (
+            self._log_end
+            if self._log_end is not None
+            else log_end(self.opts.kafka, self.opts.topic)
+        )
+        return {"log": end, METRICS_KEY: metrics}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, stop = StreamOffset.from_dict(start), StreamOffset.from_dict(end)
+        if stop.log <= begin.log:
+            return []
+        records, _ = self._records(begin, needed_until=stop.log)
+        commits = [c for _, c in stream_commits(self.opts.topic, records, begin, stop.log)]
+        if not commits:
+            return []
+        plans = plan_splits(self.opts.layout, commits, self.opts.read.parallelism)
+        return [InputPartition(p.to_json()) for p in plans]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self.batch.read(partition)
+
+    def commit(self, end: dict) -> None:
+        pass

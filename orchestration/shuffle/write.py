@@ -1,0 +1,367 @@
+"""Writing a shuffle: describe it (:class:`ShuffleSpec`), write one producer run of a
+DataFrame to it and commit the run (:func:`write_shuffle`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from orchestration.shuffle.core import frames as fr
+from orchestration.shuffle.core.commitlog import (
+    Commit,
+    Layout,
+    TaskResult,
+    commit_topic,
+    from_micros,
+    to_micros,
+)
+from orchestration.shuffle.core.keygroups import validate_layout
+from orchestration.shuffle.errors import (
+    ShuffleKeyError,
+    ShuffleOptionError,
+    ShuffleSchemaError,
+    ShuffleWriteError,
+)
+from orchestration.shuffle.kafka.client import KafkaClient, KafkaSettings
+from orchestration.shuffle.kafka.commitlog import create_or_check
+from orchestration.shuffle.spark.columnar import ColumnarPlan, ColumnarUnavailable, plan_columnar
+from orchestration.shuffle.spark.writer import (
+    DEFAULT_FRAME_ROWS,
+    ColumnarProducerTask,
+    ProducerTask,
+    WriteOptions,
+    commit_run,
+)
+from orchestration.shuffle.testing import write_attempts_to_fail
+
+log = logging.getLogger(__name__)
+
+# WriteResult.path: how the rows reached the producer tasks.
+COLUMNAR_PATH = "columnar"
+ROWS_PATH = "rows"
+
+
+@dataclass(frozen=True)
+class ShuffleSpec:
+    """What a shuffle is: its topic, key, partitions, key groups and event time.
+
+    Example::
+
+        spec = ShuffleSpec(topic="flights.by_tailnum", key=("tailnum",), num_partitions=8,
+                           max_parallelism=128, event_time="sched_dep")
+
+    Args:
+        topic: The data topic; the commit log is ``<topic>__commits``.
+        key: The key column(s).
+        num_partitions: Kafka partitions of the data topic.
+        max_parallelism: Number of key groups; the most consumer partitions a read can
+            have without fetching a Kafka partition twice. Fixed at creation.
+        event_time: Optional timestamp column that watermarks are computed from.
+        max_out_of_orderness: How late an event may arrive behind the largest event time a
+            producer subtask has seen.
+        replication_factor: Replicas of the data topic and commit log when they are
+            created (None: min(3, brokers)); ``min.insync.replicas`` is one less (at
+            least 1), and producers write with ``acks=all``.
+    """
+
+    topic: str
+    key: tuple[str, ...] | str
+    num_partitions: int
+    max_parallelism: int = 128
+    event_time: str | None = None
+    max_out_of_orderness: dt.timedelta = dt.timedelta(0)
+    replication_factor: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.key, str):
+            object.__setattr__(self, "key", (self.key,))
+        else:
+            object.__setattr__(self, "key", tuple(self.key))
+        if not self.key:
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: key must name at least one column")
+        if not self.topic:
+            raise ShuffleOptionError("shuffle topic must not be empty")
+        try:
+            validate_layout(self.num_partitions, self.max_parallelism)
+        except ValueError as exc:
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: {exc}") from None
+        if self.max_out_of_orderness < dt.timedelta(0):
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: max_out_of_orderness is negative")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one committed producer run wrote.
+
+    ``path`` says how the rows reached the producer tasks: ``"columnar"`` (the tasks read
+    the Parquet files themselves) or ``"rows"`` (Spark handed them over, ``mapInArrow``).
+    """
+
+    run_id: str
+    topic: str
+    window: str | None
+    rows: int
+    frames: int
+    bytes: int
+    watermark: dt.datetime | None
+    offsets: dict[int, tuple[int, int]]
+    commit: Commit = field(repr=False)
+    path: str = ROWS_PATH
+
+
+def shuffle_schema(df: DataFrame) -> pa.Schema:
+    """The Arrow schema a shuffle written from ``df`` records: ``df``'s columns and types,
+    every timestamp with a time zone in UTC, every field nullable.
+
+    Example::
+
+        plan_columnar(df, shuffle_schema(df), ["tailnum"])
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+    fields = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_timestamp(t) and t.tz is not None:
+            # Instants are stored in UTC whatever the session's time zone.
+            t = pa.timestamp(t.unit, tz="UTC")
+        # Nullability is not part of a shuffle's contract: Spark infers it differently
+        # from one plan to the next, and key columns are checked for nulls row by row.
+        fields.append(pa.field(f.name, t, nullable=True))
+    return pa.schema(fields)
+
+
+def _check_columns(df: DataFrame, spec: ShuffleSpec) -> None:
+    names = df.columns
+    for c in spec.key:
+        if c not in names:
+            raise ShuffleSchemaError(f"shuffle {spec.topic!r}: key column {c!r} is not in {names}")
+    if fr.KEY_GROUP_COLUMN in names:
+        raise ShuffleSchemaError(
+            f"shuffle {spec.topic!r}: column name {fr.KEY_GROUP_COLUMN!r} is reserved"
+        )
+    if spec.event_time is not None:
+        if spec.event_time not in names:
+            raise ShuffleSchemaError(
+                f"shuffle {spec.topic!r}: event_time column {spec.event_time!r} is not in {names}"
+            )
+        t = df.schema[spec.event_time].dataType
+        if not isinstance(t, T.TimestampType):
+            raise ShuffleSchemaError(
+                f"shuffle {spec.topic!r}: event_time column {spec.event_time!r} must be a "
+                f"timestamp, not {t.simpleString()}"
+            )
+
+
+def _count_null_keys(df: DataFrame, key: Sequence[str]) -> int:
+    cond = F.lit(False)
+    for c in key:
+        cond = cond | F.col(c).isNull()
+    return df.filter(cond).count()
+
+
+def write_shuffle(
+    df: DataFrame,
+    spec: ShuffleSpec,
+    *,
+    kafka: KafkaSettings,
+    window: str | None = None,
+    complete_until: dt.datetime | None = None,
+    frame_rows: int | None = None,
+    compression: str = "lz4",
+    attrs: Mapping[str, str] | None = None,
+    columnar: bool | None = None,
+) -> WriteResult:
+    """Writes ``df`` as one producer run of the shuffle ``spec``, and commits it.
+
+    The run becomes visible to readers only once every Spark task has finished and its
+    commit record is written; a failed run leaves nothing visible. A committed run with
+    the same ``window`` as earlier ones supersedes them.
+
+    Rows reach the producer tasks one of two ways (``WriteResult.path``):
+
+    - ``"columnar"``: ``df`` is a plain scan of Parquet files on a local file system
+      (Hive-style partition directories included; optionally a selection of its columns,
+      optionally filtered by comparisons, ``IS [NOT] NULL``, ``IN``, ``AND``, ``OR`` and
+      ``NOT`` of a column and literals, or by any condition on partition columns alone),
+      with key columns of a type hashed in Arrow (booleans, integers, dates, timestamps,
+      floating point, strings, binary, decimals up to 18 digits). Each task reads its
+      share of the files' row groups with pyarrow and computes key groups in numpy, so the
+      rows never become JVM rows; it runs as many tasks as Spark's scan of ``df`` would.
+    - ``"rows"``: anything else. Spark adds ``_key_group`` with its own ``hash`` and hands
+      the rows to the tasks (``mapInArrow``).
+
+    Both give the same rows, key groups, partitions and guarantees.
+
+    Args:
+        df: The rows. Key columns must not be null.
+        spec: The shuffle; created on first write, checked against its layout after.
+        kafka: A :class:`~orchestration.shuffle.kafka.client.KafkaClient`, or librdkafka
+            settings (``bootstrap.servers`` is required).
+        window: Optional label of what this run covers (e.g. a Dagster partition key).
+        complete_until: Optional: the run declares event time complete up to here.
+        frame_rows: Rows per DATA frame per partition (default 65536).
+        compression: Arrow IPC body compression: ``lz4`` (default, as Spark's own shuffle:
+            the cheapest to write and read), ``zstd`` (about a quarter fewer bytes in Kafka
+            for more CPU on both sides) or ``none``.
+        attrs: Free-form strings stored in the commit record.
+        columnar: None (default): the columnar path when it applies, else the row path.
+            False: always the row path. True: the columnar path, or a
+            :class:`ShuffleOptionError` saying why it does not apply.
+
+    Returns:
+        The committed run's :class:`WriteResult`.
+
+    Raises:
+        ShuffleKeyError: Some rows have a null key (nothing is written).
+        ShuffleOptionError: ``columnar=True`` and the columnar path does not apply.
+        ShuffleLayoutError: The shuffle exists with another key, partition count,
+            max_parallelism or schema.
+        ShuffleConnectionError: Kafka is unreachable.
+        ShuffleWriteError: The Spark job failed; nothing was committed.
+    """
+    if columnar not in (None, True, False):
+        raise ShuffleOptionError(
+            f"shuffle {spec.topic!r}: columnar must be True, False or None, got {columnar!r}"
+        )
+    client = KafkaClient.of(kafka)
+    _check_columns(df, spec)
+    client.check_reachable(commit_topic(spec.topic))
+    schema = shuffle_schema(df)
+    plan = _columnar_plan(df, spec, schema, columnar)
+    if plan is None or not plan.nulls_ruled_out:
+        nulls = _count_null_keys(df, spec.key)
+        if nulls:
+            raise ShuffleKeyError(
+                f"shuffle {spec.topic!r}: {nulls} row(s) have a null in key column(s) "
+                f"{list(spec.key)}; nothing was written. Filter or fill them first."
+            )
+    layout, _ = create_or_check(
+        client,
+        Layout(
+            topic=spec.topic,
+            key=tuple(spec.key),
+            num_partitions=spec.num_partitions,
+            max_parallelism=spec.max_parallelism,
+            schema=schema,
+            event_time=spec.event_time,
+            max_out_of_orderness_us=spec.max_out_of_orderness // dt.timedelta(microseconds=1),
+        ),
+        spec.replication_factor,
+    )
+    run_id = str(uuid.uuid4())
+    options = WriteOptions(
+        topic=spec.topic,
+        run_id=run_id,
+        kafka=client,
+        num_partitions=layout.num_partitions,
+        max_parallelism=layout.max_parallelism,
+        event_time=spec.event_time,
+        max_out_of_orderness_us=layout.max_out_of_orderness_us,
+        frame_rows=frame_rows or DEFAULT_FRAME_ROWS,
+        compression=None if compression == "none" else compression,
+        fail_attempts_below=write_attempts_to_fail(),
+    )
+    if plan is not None:
+        plan = plan.in_order(layout.schema.names)
+        task = ColumnarProducerTask(options, plan.scan, spec.key, plan.assignments)
+        # One row per task: row i stands for the row groups assigned to task i.
+        tasks = df.sparkSession.range(0, plan.tasks, 1, plan.tasks)
+        job = tasks.mapInArrow(task, ColumnarProducerTask.RESULT_SCHEMA)
+        path = COLUMNAR_PATH
+    else:
+        keyed = df.select(*layout.schema.names).withColumn(
+            fr.KEY_GROUP_COLUMN,
+            F.pmod(F.hash(*[F.col(c) for c in spec.key]), F.lit(layout.max_parallelism)).cast(
+                "int"
+            ),
+        )
+        job = keyed.mapInArrow(ProducerTask(options), ProducerTask.RESULT_SCHEMA)
+        path = ROWS_PATH
+    try:
+        rows = job.collect()
+    except Exception as exc:  # Spark wraps task errors in its own exception types.
+        raise ShuffleWriteError(
+            f"run {run_id} of shuffle {spec.topic!r} (window {window!r}) failed and was not "
+            f"committed: {_first_line(exc)}"
+        ) from exc
+    commit = commit_run(
+        client,
+        spec.topic,
+        run_id,
+        window,
+        to_micros(complete_until),
+        [TaskResult.from_json(r.task_result) for r in rows],
+        attrs,
+    )
+    return WriteResult(
+        run_id=run_id,
+        topic=spec.topic,
+        window=window,
+        rows=commit.rows,
+        frames=commit.frames,
+        bytes=commit.bytes,
+        watermark=from_micros(commit.effective_watermark),
+        offsets={p: (r.first, r.last) for p, r in commit.partitions.items()},
+        commit=commit,
+        path=path,
+    )
+
+
+def _columnar_plan(
+    df: DataFrame, spec: ShuffleSpec, schema: pa.Schema, columnar: bool | None
+) -> ColumnarPlan | None:
+    """The columnar plan of a write, None for the row path (logged with the reason)."""
+    if columnar is False:
+        log.info("shuffle %r: writing through the row path (columnar=False)", spec.topic)
+        return None
+    try:
+        plan = plan_columnar(df, schema, spec.key)
+    except ColumnarUnavailable as exc:
+        if columnar:
+            raise ShuffleOptionError(
+                f"shuffle {spec.topic!r}: columnar=True, but the columnar path does not "
+                f"apply: {exc}"
+            ) from None
+        log.info("shuffle %r: writing through the row path: %s", spec.topic, exc)
+        return None
+    except Exception as exc:
+        # Planning reads Spark's plan through internal classes that may differ in another
+        # Spark version, and the files' footers. The row path is always right, so an
+        # automatic choice falls back to it (loudly); an explicit one fails.
+        if columnar:
+            raise ShuffleOptionError(
+                f"shuffle {spec.topic!r}: columnar=True, but planning the columnar path "
+                f"failed: {_first_line(exc)}"
+            ) from exc
+        log.warning(
+            "shuffle %r: planning the columnar path failed, writing through the row path",
+            spec.topic,
+            exc_info=True,
+        )
+        return None
+    log.info(
+        "shuffle %r: writing through the columnar path: %d task(s) read %d row group(s)",
+        spec.topic,
+        plan.tasks,
+        sum(len(a) for a in plan.assignments),
+    )
+    return plan
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    for marker in ("ShuffleWriteError:", "ShuffleError", "Error:"):
+        i = text.find(marker)
+        if i >= 0:
+            return text[i:].splitlines()[0][:500]
+    return text.splitlines()[0][:500] if text else type(exc).__name__
