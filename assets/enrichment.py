@@ -32,6 +32,7 @@ from dagster_pyspark import LazyPySparkResource
 from assets.pipeline import FLIGHTS_BY_TAILNUM, PIPELINE_GROUP, FaultInjection, daily
 from orchestration import KafkaResource, WarehouseResource
 from orchestration.shuffle import process_queue, shuffle_log
+from orchestration.shuffle.core.queue import DeliveryPolicy
 from orchestration.shuffle.kafka.client import consumer, end_offsets, read_range
 
 ENRICHED = "flights_enriched"
@@ -158,8 +159,7 @@ def enrichment_assets(topic: str, *, tasks: int = 2, consumers_per_task: int = 4
             output=output,
             tasks=tasks,
             consumers_per_task=consumers_per_task,
-            dead_letter_topic=dead_letter_topic(topic),
-            max_deliveries=3,
+            delivery=DeliveryPolicy(max_deliveries=3, dead_letter_topic=dead_letter_topic(topic)),
             idle_timeout=3.0,
             data="pandas",
             runs=[commit.run_id],

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from devstack import localstack  # noqa: E402
 from orchestration.shuffle import process_queue, register_data_sources  # noqa: E402
-from orchestration.shuffle.kafka.client import ensure_topic  # noqa: E402
+from orchestration.shuffle.kafka.client import KafkaClient  # noqa: E402
 from orchestration.shuffle.spark.session import spark_session  # noqa: E402
 
 WORK = ROOT / ".local" / "bench"
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session("local[2]")
     register_data_sources(spark)
     topic = f"bench-queue-{uuid.uuid4().hex[:8]}"
-    ensure_topic(kafka, topic, partitions=2)
+    KafkaClient(kafka).ensure_topic(topic, partitions=2)
     produce(kafka, topic, args.records, args.batch_size)
     counts = [1, 2, 4, 8]
     results: dict = {"records": args.records, "batch_size": args.batch_size, "runs": []}

@@ -28,8 +28,9 @@ from orchestration.shuffle import (
     read_shuffle,
     write_shuffle,
 )
-from orchestration.shuffle.kafka.client import consumer, ensure_topic, read_range
-from orchestration.shuffle.queue.driver import _set_group_configs
+from orchestration.shuffle.core.queue import DeliveryPolicy
+from orchestration.shuffle.kafka.client import KafkaClient, read_range
+from orchestration.shuffle.queue.driver import set_group_configs
 from orchestration.shuffle.testing import fail_write_attempts_below
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,7 @@ def doubled(table):
 
 def dlq_messages(conf, topic, expected, timeout=20):
     out = []
-    with consumer(conf) as c:
+    with KafkaClient(conf).consumer() as c:
         lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         out = list(read_range(c, topic, 0, lo, hi, poll_timeout=timeout))
     assert len(out) == expected, [m.value() for m in out]
@@ -87,7 +88,7 @@ def test_poison_records_end_in_the_dead_letter_topic_and_flaky_ones_are_retried(
     spark, kafka_conf, unique, tmp_path
 ):
     topic, group = unique("q-poison"), unique("qg")
-    ensure_topic(kafka_conf, topic, partitions=2)
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=2)
     ids = list(range(120))
     produce(kafka_conf, topic, ids, headers=[("origin", b"test")])
     poison, flaky = {7, 50}, {3, 88}
@@ -102,8 +103,7 @@ def test_poison_records_end_in_the_dead_letter_topic_and_flaky_ones_are_retried(
         output=str(out),
         tasks=2,
         consumers_per_task=2,
-        dead_letter_topic=topic + ".dlq",
-        max_deliveries=3,
+        delivery=DeliveryPolicy(max_deliveries=3, dead_letter_topic=topic + ".dlq"),
         idle_timeout=3,
         batch_size=20,
     )
@@ -150,7 +150,7 @@ def test_poison_records_end_in_the_dead_letter_topic_and_flaky_ones_are_retried(
 
 def test_more_consumers_than_partitions_all_get_work(spark, kafka_conf, unique, tmp_path):
     topic, group = unique("q-wide"), unique("qg")
-    ensure_topic(kafka_conf, topic, partitions=2)
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=2)
     produce(kafka_conf, topic, range(600))
 
     def slow(table):
@@ -181,7 +181,9 @@ KILLED = """
 import sys, threading, time
 import pyarrow as pa
 from orchestration.shuffle.core.commitlog import schema_to_b64
-from orchestration.shuffle.queue.driver import _Consumer, _Spec
+from orchestration.shuffle.core.queue import DeliveryPolicy
+from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle.queue.executor import QueueConsumer, TaskSpec
 
 topic, group, servers, marker, out = sys.argv[1:6]
 
@@ -190,22 +192,22 @@ def hang(table):
         f.write(str(table.num_rows))
     time.sleep(600)
 
-spec = _Spec(
-    topic=topic, group=group, kafka={"bootstrap.servers": servers}, fn=hang,
+spec = TaskSpec(
+    topic=topic, group=group, kafka=KafkaClient({"bootstrap.servers": servers}), fn=hang,
     schema=schema_to_b64(pa.schema([("id", pa.int64()), ("doubled", pa.int64())])),
-    output=out, consumers_per_task=1, dead_letter_topic=None, max_deliveries=3,
+    output=out, consumers_per_task=1, delivery=DeliveryPolicy(max_deliveries=3),
     idle_timeout=120, max_seconds=None, data="arrow", batch_size=25, shuffle=False, runs=None,
 )
-_Consumer(spec, 0, 0, threading.Event()).run()
+QueueConsumer(spec, 0, 0, threading.Event()).run()
 """
 
 
 def test_a_consumer_killed_mid_batch_loses_nothing(spark, kafka_conf, unique, tmp_path):
     topic, group = unique("q-kill"), unique("qg")
-    ensure_topic(kafka_conf, topic, partitions=2)
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=2)
     produce(kafka_conf, topic, range(200))
-    _set_group_configs(
-        kafka_conf,
+    set_group_configs(
+        KafkaClient(kafka_conf),
         group,
         {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "2000"},
     )
@@ -246,7 +248,7 @@ def test_a_consumer_killed_mid_batch_loses_nothing(spark, kafka_conf, unique, tm
         output=str(out),
         tasks=2,
         idle_timeout=4,
-        lock_seconds=2,
+        delivery=DeliveryPolicy(lock_seconds=2),
     )
     # Every record ends accepted with its output written, the killed batch included.
     assert res.accepted == 200 and res.rejected == 0
@@ -365,7 +367,7 @@ def test_start_latest_max_seconds_and_an_existing_group_goes_on(
     spark, kafka_conf, unique, tmp_path
 ):
     topic, group = unique("q-start"), unique("qg")
-    ensure_topic(kafka_conf, topic, partitions=2)
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=2)
     produce(kafka_conf, topic, range(50))  # before the group exists
     out = str(tmp_path / "out")
     result: dict = {}
@@ -428,7 +430,7 @@ def test_bad_input_gets_clear_errors_and_loses_nothing(spark, kafka_conf, unique
         process_queue(spark, missing, unique("qg"), doubled, IDS, kafka=kafka_conf, output=out)
 
     topic = unique("q-bad")
-    ensure_topic(kafka_conf, topic, partitions=2)
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=2)
     produce(kafka_conf, topic, range(30))
 
     classic = unique("classic")
@@ -464,7 +466,7 @@ def test_bad_input_gets_clear_errors_and_loses_nothing(spark, kafka_conf, unique
         output=out,
         tasks=1,
         idle_timeout=3,
-        lock_seconds=2,
+        delivery=DeliveryPolicy(lock_seconds=2),
     )
     assert res.accepted == 30
     assert read_queue_output(spark, out).count() == 30

@@ -1,24 +1,34 @@
-"""Queue mode's pure logic: narrowing, settling, work items, output conformance."""
+"""Queue mode's pure logic: narrowing, settling, work items, output conformance, the rows
+kept, dead-letter headers, the delivery policy, errors from a failed job."""
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 
 from orchestration.shuffle.core.commitlog import Commit, Expired, PartitionRange, ShuffleLog
 from orchestration.shuffle.core.queue import (
+    DeliveryPolicy,
     Outcome,
     QueueCounts,
     WorkItem,
     conform,
     contiguous,
+    dead_letter_headers,
+    fed_run,
+    job_error,
     narrow,
+    output_schema,
+    record_coords,
     row_json,
+    rows_to_keep,
     settle,
+    share_group_configs,
     unfed,
     work_items,
     work_topic,
 )
-from orchestration.shuffle.errors import QueueSchemaError
+from orchestration.shuffle.errors import QueueSchemaError, ShuffleError, ShuffleOptionError
 
 
 def _commit(run: str, partitions: dict[int, tuple[int, int]]) -> Commit:
@@ -188,3 +198,108 @@ def test_row_json_keeps_plain_values_and_strings_the_rest():
 
     text = row_json({"a": 1, "b": "x", "c": dt.date(2013, 1, 1), "d": None})
     assert text == b'{"a": 1, "b": "x", "c": "2013-01-01", "d": null}'
+
+
+def test_counts_of_a_row_ignore_other_keys_and_a_subclass_adds_only_counts():
+    from dataclasses import dataclass
+
+    @dataclass(kw_only=True)
+    class Result(QueueCounts):
+        topic: str
+
+    total = Result(topic="t")
+    for row in ({"task": 0, **QueueCounts(accepted=2).as_dict()}, QueueCounts(rows_in=3).as_dict()):
+        total.add(QueueCounts.of(row))
+    assert total.accepted == 2 and total.rows_in == 3 and total.topic == "t"
+    assert set(total.as_dict()) == set(QueueCounts.names())
+
+
+def test_delivery_policy_checks_its_fields_and_sets_the_group_limit_one_above():
+    policy = DeliveryPolicy(max_deliveries=4, dead_letter_topic="t.dlq", lock_seconds=2.5)
+    configs = share_group_configs("latest", policy)
+    assert configs == {
+        "share.auto.offset.reset": "latest",
+        "share.isolation.level": "read_committed",
+        "share.delivery.count.limit": "5",
+        "share.record.lock.duration.ms": "2500",
+    }
+    with pytest.raises(ShuffleOptionError, match="max_deliveries"):
+        DeliveryPolicy(max_deliveries=0)
+    with pytest.raises(ShuffleOptionError, match="dead_letter_topic"):
+        DeliveryPolicy(dead_letter_topic="")
+    with pytest.raises(ShuffleOptionError, match="lock_seconds"):
+        DeliveryPolicy(lock_seconds=0)
+
+
+def test_fed_run_tells_a_feeding_marker_from_a_work_item():
+    assert fed_run(b"fed/r1") == "r1"
+    assert fed_run(b"r1") is None and fed_run(None) is None
+
+
+def _outputs():
+    # Units of three messages: message 0 (offset 100) has two units, 1 and 2 one each.
+    units = pa.table(
+        {
+            "_topic": ["t"] * 4,
+            "_partition": pa.array([0] * 4, pa.int32()),
+            "_offset": pa.array([100, 100, 101, 102], pa.int64()),
+        }
+    )
+    owner = np.array([0, 0, 1, 2], np.int64)
+    out = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4], pa.int64()),
+            "score": [0.1, 0.2, 0.3, 0.4],
+            "_topic": ["t"] * 4,
+            "_partition": pa.array([0] * 4, pa.int32()),
+            "_offset": pa.array([100, 100, 101, 102], pa.int64()),
+        }
+    )
+    return units, owner, out
+
+
+def test_rows_to_keep_drops_released_records_and_stamps_deliveries():
+    units, owner, out = _outputs()
+    records = record_coords(units, owner)
+    assert records == {("t", 0, 100): 0, ("t", 0, 101): 1, ("t", 0, 102): 2}
+    keep = np.array([True, False, True])
+    deliveries = np.array([1, 2, 3], np.int32)
+    rows = rows_to_keep([out.slice(0, 2), out.slice(2)], records, keep, deliveries, SCHEMA, "g")
+    assert rows.schema == output_schema(SCHEMA)
+    assert rows.column("id").to_pylist() == [1, 2, 4]
+    assert rows.column("_delivery").to_pylist() == [1, 1, 3]
+    assert rows_to_keep([out], records, np.zeros(3, bool), deliveries, SCHEMA, "g") is None
+
+
+def test_rows_to_keep_refuses_a_row_of_a_record_not_in_the_input():
+    units, owner, out = _outputs()
+    records = record_coords(units.slice(0, 2), owner[:2])
+    with pytest.raises(QueueSchemaError, match="partition 0 offset 101, which is not"):
+        rows_to_keep([out], records, np.ones(3, bool), np.ones(3, np.int32), SCHEMA, "g")
+
+
+def test_dead_letter_headers_name_the_error_and_the_source():
+    headers = dict(dead_letter_headers(ValueError("bad"), ("t", 1, 7), 3, "g"))
+    assert headers == {
+        "queue.error": b"ValueError: bad",
+        "queue.source.topic": b"t",
+        "queue.source.partition": b"1",
+        "queue.source.offset": b"7",
+        "queue.delivery.count": b"3",
+        "queue.group": b"g",
+    }
+
+
+def test_job_error_finds_the_engine_error_inside_a_spark_error():
+    spark_text = (
+        "An exception was thrown from the Python worker.\nTraceback (most recent call last):\n"
+        '  File "x.py", line 1\norchestration.shuffle.errors.QueueSchemaError: fn returned '
+        "no column 'doubled'\n"
+    )
+    err = job_error(RuntimeError(spark_text), "t", "g")
+    assert isinstance(err, QueueSchemaError)
+    assert str(err) == "process_queue on topic 't' group 'g': fn returned no column 'doubled'"
+    stop = job_error(RuntimeError("x\nqueue.QueueStopError: no dead_letter_topic\n"), "t", "g")
+    assert type(stop) is ShuffleError and "no dead_letter_topic" in str(stop)
+    other = job_error(RuntimeError("boom\nKeyError: 'k'\nZeroDivisionError: x\n"), "t", "g")
+    assert type(other) is ShuffleError and str(other).endswith("failed: ZeroDivisionError: x")

@@ -1,21 +1,35 @@
-"""Pure logic of queue mode: work items, narrowing a failing batch, settling each record.
+"""Pure logic of queue mode: work items, narrowing a failing batch, settling each record,
+choosing the rows to keep and the dead-letter headers, the delivery policy and the share
+group's configs. Runs wherever it is called (driver or Spark task).
 
-Nothing here talks to Kafka or Spark; :mod:`orchestration.shuffle.queue.driver` does, and calls
-these functions to decide what it does.
+Nothing here talks to Kafka or Spark: :mod:`orchestration.shuffle.queue.driver` (on the Spark
+driver) and :mod:`orchestration.shuffle.queue.executor` (inside Spark tasks) do, and call these
+functions to decide what they do.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
+import numpy as np
 import pyarrow as pa
 
 from orchestration.shuffle.core.commitlog import Commit, ShuffleLog
-from orchestration.shuffle.errors import QueueSchemaError
+from orchestration.shuffle.errors import (
+    QueueGroupError,
+    QueueSchemaError,
+    ShuffleConnectionError,
+    ShuffleError,
+    ShuffleOptionError,
+    ShuffleSchemaError,
+    ShuffleTopicNotFoundError,
+)
 
 WORK_TOPIC_SUFFIX = ".queue"
 # Keys of the records in a work topic: a work item's key is its run id; the record that
@@ -30,6 +44,28 @@ SOURCE_FIELDS = [
     pa.field("_partition", pa.int32()),
     pa.field("_offset", pa.int64()),
 ]
+SOURCE_NAMES = [f.name for f in SOURCE_FIELDS]
+# The delivery count of the record a unit (and an output row) comes from: given to fn, and
+# written with each row so that a reader keeps each record's last delivery only.
+DELIVERY_FIELD = pa.field("_delivery", pa.int32())
+# Columns a queue adds to the user's schema; the schema may not have them.
+RESERVED_COLUMNS = frozenset([*SOURCE_NAMES, DELIVERY_FIELD.name])
+
+# A record's place in its topic: (topic, partition, offset).
+Coords = tuple[str, int, int]
+
+
+def output_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of a queue's output files: ``schema``, the source columns, ``_delivery``."""
+    return pa.schema([*schema, *SOURCE_FIELDS, DELIVERY_FIELD])
+
+
+def check_positive_ints(owner: str, **values: Any) -> None:
+    """Raises :class:`ShuffleOptionError` naming the first of ``values`` that is not an
+    int >= 1."""
+    for name, value in values.items():
+        if not isinstance(value, int) or value < 1:
+            raise ShuffleOptionError(f"{owner}: {name} must be a positive int, got {value!r}")
 
 
 def work_topic(topic: str) -> str:
@@ -54,6 +90,13 @@ class WorkItem:
         return cls(int(d["p"]), int(d["o"]), str(d["run"]))
 
 
+def fed_run(key: bytes | None) -> str | None:
+    """The run id a work-topic record with ``key`` closes the feeding of; None for a work
+    item (or any other record)."""
+    text = (key or b"").decode(errors="replace")
+    return text[len(FED_PREFIX) :] if text.startswith(FED_PREFIX) else None
+
+
 def work_items(commit: Commit) -> list[WorkItem]:
     """Every offset a committed run occupies, partition by partition.
 
@@ -71,6 +114,57 @@ def work_items(commit: Commit) -> list[WorkItem]:
 def unfed(log: ShuffleLog, fed: set[str]) -> list[Commit]:
     """The committed runs, in log order, that are not in the work topic yet (nor expired)."""
     return [c for c in log.commits if c.run_id not in fed and c.run_id not in log.expired]
+
+
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    """What happens to a record that fails or stalls: how long a delivery may take, how many
+    deliveries it gets, and where it goes after the last one.
+
+    Attributes:
+        max_deliveries: deliveries per record; a record whose units still fail on this
+            delivery is dead-lettered.
+        dead_letter_topic: where such a record goes (created if missing). Without one, such
+            a record stops the run instead (it is released, not lost).
+        lock_seconds: the share group's record lock (``share.record.lock.duration.ms``): how
+            long a batch may take before its records are delivered to another consumer.
+
+    Example::
+
+        DeliveryPolicy(max_deliveries=5, dead_letter_topic="events.dlq", lock_seconds=60)
+    """
+
+    max_deliveries: int = 3
+    dead_letter_topic: str | None = None
+    lock_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        check_positive_ints("DeliveryPolicy", max_deliveries=self.max_deliveries)
+        if self.dead_letter_topic is not None and (
+            not isinstance(self.dead_letter_topic, str) or not self.dead_letter_topic
+        ):
+            raise ShuffleOptionError(
+                "DeliveryPolicy: dead_letter_topic must be a topic name or None, got "
+                f"{self.dead_letter_topic!r}"
+            )
+        if not isinstance(self.lock_seconds, (int, float)) or self.lock_seconds <= 0:
+            raise ShuffleOptionError(
+                f"DeliveryPolicy: lock_seconds must be > 0, got {self.lock_seconds!r}"
+            )
+
+
+def share_group_configs(start: str, delivery: DeliveryPolicy) -> dict[str, str]:
+    """The broker-side configs a queue sets on its share group."""
+    return {
+        "share.auto.offset.reset": start,
+        # A shuffle's work topic is fed in transactions: a run's items are seen only once all
+        # of them are there and the run committed.
+        "share.isolation.level": "read_committed",
+        # One above max_deliveries: a crash during the last attempt still leaves a delivery
+        # that dead-letters the record, instead of the broker archiving it silently.
+        "share.delivery.count.limit": str(delivery.max_deliveries + 1),
+        "share.record.lock.duration.ms": str(int(delivery.lock_seconds * 1000)),
+    }
 
 
 class Outcome(enum.Enum):
@@ -139,7 +233,15 @@ def narrow(
 
 @dataclass
 class QueueCounts:
-    """What one consumer (or a sum of consumers) did with the records it received."""
+    """What one consumer (or a sum of consumers) did with the records it received.
+
+    Example::
+
+        total = QueueCounts()
+        for row in per_consumer_rows:
+            total.add(QueueCounts.of(row))
+        total.accepted, total.as_dict()
+    """
 
     accepted: int = 0  # records whose output is written, acknowledged ACCEPT
     released: int = 0  # records handed back for another delivery after a failure
@@ -151,17 +253,26 @@ class QueueCounts:
     rows_out: int = 0  # output rows written
     batches: int = 0  # polls that returned records
 
-    def add(self, other: QueueCounts) -> QueueCounts:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-        return self
+    @staticmethod
+    def names() -> list[str]:
+        """The counts' names (a subclass's own fields are not counts)."""
+        return [f.name for f in fields(QueueCounts)]
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        """The counts by name."""
+        return {n: getattr(self, n) for n in self.names()}
 
-    @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+    def add(self, other: QueueCounts) -> QueueCounts:
+        """Adds ``other``'s counts to these (in place); returns self."""
+        for n in self.names():
+            setattr(self, n, getattr(self, n) + getattr(other, n))
+        return self
+
+    @staticmethod
+    def of(values: Mapping[str, Any]) -> QueueCounts:
+        """The counts in ``values`` (e.g. a row of per-consumer results); other keys are
+        ignored."""
+        return QueueCounts(**{n: int(values[n]) for n in QueueCounts.names()})
 
 
 def error_text(exc: BaseException, limit: int = 2000) -> str:
@@ -197,10 +308,8 @@ def _to_table(out: Any, what: str) -> pa.Table:
         return pa.Table.from_batches([out])
     if isinstance(out, pa.Table):
         return out
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        pd = None
+    # A DataFrame can only come from a loaded pandas: no import needed to recognise one.
+    pd = sys.modules.get("pandas")
     if pd is not None and isinstance(out, pd.DataFrame):
         return pa.Table.from_pandas(out, preserve_index=False)
     raise QueueSchemaError(
@@ -246,3 +355,100 @@ def conform(out: Any, schema: pa.Schema, given: pa.Table, what: str) -> pa.Table
             "each output row names its source record"
         )
     return pa.Table.from_arrays(columns, schema=pa.schema(list(schema) + SOURCE_FIELDS))
+
+
+def record_coords(table: pa.Table, owner: np.ndarray) -> dict[Coords, int]:
+    """Each source record's coordinates -> the message it came in, from the units of a batch
+    (``owner``: the message index of each unit, ascending)."""
+    if table.num_rows == 0:
+        return {}
+    messages, first = np.unique(owner, return_index=True)
+    picked = table.select(SOURCE_NAMES).take(pa.array(first))
+    coords = zip(*(picked.column(n).to_pylist() for n in SOURCE_NAMES), strict=True)
+    return {c: int(i) for c, i in zip(coords, messages.tolist(), strict=True)}
+
+
+def rows_to_keep(
+    outputs: Iterable[pa.Table],
+    records: Mapping[Coords, int],
+    keep: np.ndarray,
+    deliveries: np.ndarray,
+    schema: pa.Schema,
+    what: str,
+) -> pa.Table | None:
+    """The output rows of a batch to write, as :func:`output_schema` of ``schema``; None if
+    there are none.
+
+    Args:
+        outputs: fn's conformed outputs (:func:`conform`), each row naming its source record.
+        records: source record coordinates -> message index (:func:`record_coords`).
+        keep: per message, whether its rows are kept (accepted or dead-lettered records:
+            the rows of a released record are written by its next delivery).
+        deliveries: per message, its delivery count, written with each row.
+        what: names the consumer in errors.
+    """
+    kept = []
+    for out in outputs:
+        if out.num_rows == 0:
+            continue
+        owners = []
+        for c in zip(*(out.column(n).to_pylist() for n in SOURCE_NAMES), strict=True):
+            i = records.get(c)
+            if i is None:
+                raise QueueSchemaError(
+                    f"{what}: fn returned a row for topic {c[0]!r} partition {c[1]} offset "
+                    f"{c[2]}, which is not in its input"
+                )
+            owners.append(i)
+        owners_np = np.asarray(owners, np.int64)
+        mask = keep[owners_np]
+        if not mask.any():
+            continue
+        chosen = out.filter(pa.array(mask))
+        delivery = pa.array(deliveries[owners_np[mask]].astype(np.int32), pa.int32())
+        kept.append(chosen.append_column(DELIVERY_FIELD, delivery))
+    return pa.concat_tables(kept).cast(output_schema(schema)) if kept else None
+
+
+def dead_letter_headers(
+    exc: BaseException, source: Coords, delivery: int, group: str
+) -> list[tuple[str, bytes]]:
+    """The ``queue.*`` headers of a dead-letter message: what failed, where, on which
+    delivery, in which group."""
+    topic, partition, offset = source
+    return [
+        ("queue.error", error_text(exc).encode()),
+        ("queue.source.topic", str(topic).encode()),
+        ("queue.source.partition", str(partition).encode()),
+        ("queue.source.offset", str(offset).encode()),
+        ("queue.delivery.count", str(delivery).encode()),
+        ("queue.group", group.encode()),
+    ]
+
+
+class QueueStopError(Exception):
+    """Stops every consumer of a task (the records in hand are released first): a record
+    failed its last delivery without a dead-letter topic, a dead-letter write failed, or the
+    group could not be polled. No retry would help."""
+
+
+def job_error(exc: BaseException, topic: str, group: str) -> BaseException:
+    """The engine's error for a failed queue job, from the Python error inside Spark's."""
+    text = str(exc)
+    for cls in (
+        QueueSchemaError,
+        QueueGroupError,
+        ShuffleTopicNotFoundError,
+        ShuffleConnectionError,
+        ShuffleSchemaError,
+        QueueStopError,
+    ):
+        marker = f"{cls.__name__}: "
+        if marker in text:
+            detail = text.split(marker, 1)[1].strip().splitlines()[0]
+            kind = ShuffleError if cls is QueueStopError else cls
+            return kind(f"process_queue on topic {topic!r} group {group!r}: {detail}")
+    # The Python error inside Spark's: the last "Type: message" line of its traceback.
+    lines = [ln for ln in text.splitlines() if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", ln)]
+    detail = lines[-1] if lines else (text.splitlines()[0] if text else type(exc).__name__)
+    return ShuffleError(f"process_queue on topic {topic!r} group {group!r} failed: {detail}")

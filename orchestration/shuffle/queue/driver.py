@@ -1,21 +1,29 @@
-"""Queue mode: record-level work over Kafka share groups, with nothing lost.
+"""Queue mode's driver side, run on the Spark driver: :func:`process_queue`,
+:func:`feed_queue` and the feeder, the share group's configuration and checks, the output's
+schema and metadata, and :func:`read_queue_output`.
 
+Queue mode is record-level work over Kafka share groups, with nothing lost.
 :func:`process_queue` runs ``fn`` over the records of a topic with a Kafka share group
 (KIP-932): many consumers share a topic's records without a partition assignment, so the
 number of workers is not capped by the number of partitions, and each record is
-acknowledged on its own.
+acknowledged on its own. The consumers run in Spark tasks
+(:mod:`orchestration.shuffle.queue.executor`); the decisions they take are pure functions of
+:mod:`orchestration.shuffle.core.queue`.
 
 How a batch is handled (one consumer thread, explicit acknowledgement):
 
 1. ``poll`` acquires a batch of records (at most ``batch_size``) under a lock that lasts
-   ``lock_seconds``.
+   ``lock_seconds`` (``lock_seconds``, ``max_deliveries`` and the dead-letter topic make the
+   :class:`~orchestration.shuffle.core.queue.DeliveryPolicy`).
 2. ``fn`` runs over the batch. If it raises, the batch is halved until the failing units
-   stand alone (:func:`queueplan.narrow`), so one bad record never fails its neighbours.
-3. Each record is settled (:func:`queueplan.settle`): all its units succeeded -> ACCEPT;
-   a unit failed and the record has deliveries left -> RELEASE (delivered again later);
-   a unit failed on its ``max_deliveries``-th delivery -> its failing units are written to
-   the dead-letter topic (original key, value and headers plus ``queue.*`` headers naming
-   the error, source topic, partition, offset, delivery count and group), then REJECT.
+   stand alone (:func:`~orchestration.shuffle.core.queue.narrow`), so one bad record never
+   fails its neighbours.
+3. Each record is settled (:func:`~orchestration.shuffle.core.queue.settle`): all its units
+   succeeded -> ACCEPT; a unit failed and the record has deliveries left -> RELEASE
+   (delivered again later); a unit failed on its ``max_deliveries``-th delivery -> its
+   failing units are written to the dead-letter topic (original key, value and headers
+   plus ``queue.*`` headers naming the error, source topic, partition, offset, delivery
+   count and group), then REJECT.
 4. The output rows of accepted and dead-lettered records go to one Parquet file, written
    to a hidden name, flushed to disk and renamed: only whole files are ever visible. Then
    the dead-letter messages are flushed (``acks=all``). Only then are the records
@@ -55,47 +63,27 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-from confluent_kafka import (
-    AcknowledgeType,
-    KafkaError,
-    KafkaException,
-    Message,
-    ShareConsumer,
-    TopicPartition,
-)
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from orchestration.shuffle.core import frames as fr
-from orchestration.shuffle.core.commitlog import (
-    ShuffleLog,
-    commit_topic,
-    schema_from_b64,
-    schema_to_b64,
-)
+from orchestration.shuffle.core.commitlog import ShuffleLog, commit_topic, schema_to_b64
 from orchestration.shuffle.core.queue import (
     FED_PREFIX,
-    SOURCE_FIELDS,
-    Outcome,
+    RESERVED_COLUMNS,
+    DeliveryPolicy,
     QueueCounts,
-    WorkItem,
-    conform,
-    contiguous,
-    error_text,
-    narrow,
-    row_json,
-    settle,
+    check_positive_ints,
+    fed_run,
+    job_error,
+    share_group_configs,
     unfed,
     work_items,
     work_topic,
@@ -103,574 +91,110 @@ from orchestration.shuffle.core.queue import (
 from orchestration.shuffle.errors import (
     QueueGroupError,
     QueueSchemaError,
-    ShuffleConnectionError,
     ShuffleError,
     ShuffleOptionError,
-    ShuffleSchemaError,
     ShuffleTopicNotFoundError,
 )
 from orchestration.shuffle.kafka.client import (
-    admin_client,
-    check_reachable,
-    client_config,
-    consumer,
-    ensure_topic,
+    KafkaClient,
+    KafkaSettings,
     error_code,
-    kafka_errors,
-    producer,
-    read_chunks,
     read_range,
     translate,
 )
 from orchestration.shuffle.kafka.commitlog import read_log
-from orchestration.shuffle.spark.records import arrow_schema as records_arrow_schema
-from orchestration.shuffle.spark.records import records_batch
+from orchestration.shuffle.queue.executor import TASK_COLUMNS, QueueTask, TaskSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
-DELIVERY_FIELD = pa.field("_delivery", pa.int32())
 META_FILE = "_queue.json"
-# Before its first record a consumer waits at least this long: joining a share group and
-# getting an assignment takes a heartbeat or two.
-JOIN_GRACE_S = 10.0
 
 
-@dataclass
-class QueueResult:
-    """What :func:`process_queue` did: exact counts, summed and per consumer."""
+@dataclass(kw_only=True)
+class QueueResult(QueueCounts):
+    """What :func:`process_queue` did: the counts of every consumer summed (the fields of
+    :class:`~orchestration.shuffle.core.queue.QueueCounts`: ``accepted``, ``released``,
+    ``rejected``, ``dead_lettered``, ...), and each consumer's own in ``per_task``.
+
+    Example::
+
+        result = process_queue(spark, "events", "scorers", score, "id long, score double",
+                               kafka=conf, output="/data/scores")
+        result.accepted, result.dead_lettered, result.per_task[0]["accepted"]
+    """
 
     topic: str
     group: str
     output: str
-    accepted: int = 0
-    released: int = 0
-    rejected: int = 0
-    dead_lettered: int = 0
-    skipped: int = 0
-    lock_lost: int = 0
-    rows_in: int = 0
-    rows_out: int = 0
-    batches: int = 0
     fed_runs: int = 0
     seconds: float = 0.0
     # From the first records polled to the last batch settled, over every consumer: the
     # time spent working, without start-up (joining the group) and the final idle wait.
     active_seconds: float = 0.0
+    # One dict per consumer: "task", "consumer", its counts, "first_ms", "last_ms".
     per_task: list[dict[str, int]] = field(default_factory=list)
 
-
-# --------------------------------------------------------------------------- the consumer
-
-
-@dataclass(frozen=True)
-class _Spec:
-    """Everything a Spark task needs to run its consumers (picklable)."""
-
-    topic: str
-    group: str
-    kafka: dict[str, Any]
-    fn: Callable[[Any], Any]  # Spark pickles it (with cloudpickle) into the tasks
-    schema: str  # the output Arrow schema, base64 IPC
-    output: str
-    consumers_per_task: int
-    dead_letter_topic: str | None
-    max_deliveries: int
-    idle_timeout: float
-    max_seconds: float | None
-    data: str
-    batch_size: int
-    shuffle: bool
-    runs: tuple[str, ...] | None
-
-
-class _Fatal(Exception):
-    """Stops every consumer of a task; the records in hand are released first."""
-
-
-def _write_durably(path: Path, table: pa.Table) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-class _ShuffleSource:
-    """Turns work items into rows of committed DATA frames (one consumer thread's view)."""
-
-    def __init__(self, spec: _Spec):
-        self.spec = spec
-        self.log: ShuffleLog = read_log(spec.kafka, spec.topic)
-        self.layout = self.log.require_layout()
-        self.names = self.layout.schema.names
-        self.reader = consumer(spec.kafka, **{"group.id": f"{spec.group}.frames"})
-
-    def _commit(self, run_id: str):
-        c = self.log.commit(run_id)
-        if c is None and run_id not in self.log.expired:
-            self.log = read_log(self.spec.kafka, self.spec.topic)
-            c = self.log.commit(run_id)
-        return None if run_id in self.log.expired else c
-
-    def tables(self, items: dict[int, WorkItem]) -> dict[int, pa.Table]:
-        """The rows of each work item's frame, by message index; items that are not work
-        are absent."""
-        wanted: dict[int, dict[int, list[int]]] = {}
-        commits = {}
-        for idx, item in items.items():
-            if self.spec.runs is not None and item.run_id not in self.spec.runs:
-                continue
-            commit = self._commit(item.run_id)
-            if commit is None:
-                continue
-            commits[item.run_id] = commit
-            wanted.setdefault(item.partition, {}).setdefault(item.offset, []).append(idx)
-        out: dict[int, pa.Table] = {}
-        topic = self.spec.topic
-        for p, by_offset in wanted.items():
-            for start, end in contiguous(list(by_offset)):
-                for chunk in read_chunks(self.reader, topic, p, start, end, max_batch=1):
-                    for m in chunk:
-                        for idx in by_offset.get(m.offset(), ()):
-                            item = items[idx]
-                            where = f"topic {topic!r} partition {p} offset {m.offset()}"
-                            frame = fr.decode(m.value(), where)
-                            h = frame.header
-                            winners = set(commits[item.run_id].tasks)
-                            if (
-                                h.type is not fr.FrameType.DATA
-                                or h.run_id != item.run_id
-                                or (h.subtask, h.attempt) not in winners
-                            ):
-                                continue
-                            batch = frame.batch()
-                            rows = pa.Table.from_batches([batch]).select(self.names)
-                            n = rows.num_rows
-                            out[idx] = (
-                                rows.append_column(
-                                    SOURCE_FIELDS[0], pa.array([topic] * n, pa.string())
-                                )
-                                .append_column(SOURCE_FIELDS[1], pa.array(np.full(n, p, np.int32)))
-                                .append_column(
-                                    SOURCE_FIELDS[2], pa.array(np.full(n, m.offset(), np.int64))
-                                )
-                            )
-        return out
-
-    def close(self) -> None:
-        self.reader.close()
-
-
-class _Consumer:
-    """One share consumer: poll, run, write, dead-letter, acknowledge; until idle."""
-
-    def __init__(self, spec: _Spec, task: int, index: int, stop: threading.Event):
-        self.spec = spec
-        self.task = task
-        self.index = index
-        self.stop = stop
-        self.fn = spec.fn
-        self.schema = schema_from_b64(spec.schema)
-        self.out_schema = pa.schema(list(self.schema) + SOURCE_FIELDS + [DELIVERY_FIELD])
-        self.counts = QueueCounts()
-        # Wall-clock (epoch ms) of the first records polled and of the last batch settled.
-        self.first_ms = 0
-        self.last_ms = 0
-        self.dlq = None
-        self.source: _ShuffleSource | None = None
-        self.records_schema = records_arrow_schema(include_headers=True)
-        self.fatal_types: tuple[type[BaseException], ...] = (QueueSchemaError, _Fatal)
-
-    def run(self) -> QueueCounts:
-        spec = self.spec
-        queue_topic = work_topic(spec.topic) if spec.shuffle else spec.topic
-        conf = client_config(
-            spec.kafka,
-            **{
-                "group.id": spec.group,
-                "share.acknowledgement.mode": "explicit",
-                "max.poll.records": spec.batch_size,
-            },
+    @classmethod
+    def of_consumers(
+        cls,
+        per_task: Iterable[Mapping[str, int]],
+        *,
+        topic: str,
+        group: str,
+        output: str,
+        fed_runs: int,
+        seconds: float,
+    ) -> QueueResult:
+        """The result of consumers that reported ``per_task`` (rows of the task columns)."""
+        rows = sorted((dict(r) for r in per_task), key=lambda r: (r["task"], r["consumer"]))
+        firsts = [r["first_ms"] for r in rows if r["first_ms"]]
+        lasts = [r["last_ms"] for r in rows if r["last_ms"]]
+        result = cls(
+            topic=topic,
+            group=group,
+            output=output,
+            fed_runs=fed_runs,
+            seconds=seconds,
+            active_seconds=(max(lasts) - min(firsts)) / 1000 if firsts and lasts else 0.0,
+            per_task=rows,
         )
-        sc = ShareConsumer(conf)
-        started = last = time.monotonic()
-        got_any = False
-        try:
-            if spec.shuffle:
-                self.source = _ShuffleSource(spec)
-            sc.subscribe([queue_topic])
-            while not self.stop.is_set():
-                now = time.monotonic()
-                if spec.max_seconds is not None and now - started >= spec.max_seconds:
-                    break
-                idle_limit = spec.idle_timeout if got_any else max(spec.idle_timeout, JOIN_GRACE_S)
-                if now - last >= idle_limit:
-                    break
-                try:
-                    msgs = sc.poll(0.5)
-                except KafkaException as exc:
-                    raise _group_error(exc, spec) from None
-                if not msgs:
-                    continue
-                got_any = True
-                if not self.first_ms:
-                    self.first_ms = int(time.time() * 1000)
-                self._handle(sc, list(msgs))
-                last = time.monotonic()
-                self.last_ms = int(time.time() * 1000)
-        finally:
-            try:
-                sc.close()
-            except KafkaException as exc:
-                log.warning("closing a share consumer of group %r: %s", spec.group, exc)
-            finally:
-                if self.source is not None:
-                    self.source.close()
-                if self.dlq is not None:
-                    self.dlq.flush(30)
-        return self.counts
-
-    # ------------------------------------------------------------------ one batch
-
-    def _handle(self, sc: ShareConsumer, msgs: list[Message]) -> None:
-        good = []
-        for m in msgs:
-            err = m.error()
-            if err is None:
-                good.append(m)
-                continue
-            if err.code() in (KafkaError._PARTITION_EOF, KafkaError._NO_OFFSET):
-                continue
-            self._release_all(sc, [x for x in msgs if x.error() is None])
-            what = f"share group {self.spec.group!r} polling topic {m.topic() or self.spec.topic!r}"
-            raise _Fatal(str(translate(KafkaException(err), what, self.spec.kafka)))
-        if not good:
-            return
-        self.counts.batches += 1
-        try:
-            self._process(sc, good)
-        except BaseException:
-            self._release_all(sc, good)
-            raise
-
-    def _release_all(self, sc: ShareConsumer, msgs: list[Message]) -> None:
-        """Hands records in hand back to the group (best effort: a failed release still
-        comes back when the lock expires)."""
-        try:
-            for m in msgs:
-                sc.acknowledge(m, AcknowledgeType.RELEASE)
-            sc.commit_sync(30)
-        except Exception as exc:  # noqa: BLE001
-            log.warning(
-                "releasing %d records of group %r failed: %s", len(msgs), self.spec.group, exc
-            )
-
-    def _inputs(self, msgs: list[Message]) -> tuple[pa.Table, np.ndarray, set[int]]:
-        """The units fn runs over (with ``_delivery``, the delivery count of each unit's
-        record), the message index of each unit, and the skipped messages."""
-        table, owner, skipped = self._units(msgs)
-        counts = np.fromiter((m.delivery_count() or 1 for m in msgs), np.int32, len(msgs))
-        return table.append_column(DELIVERY_FIELD, pa.array(counts[owner])), owner, skipped
-
-    def _units(self, msgs: list[Message]) -> tuple[pa.Table, np.ndarray, set[int]]:
-        spec = self.spec
-        if not spec.shuffle:
-            batch = records_batch(self.records_schema, msgs, None, include_headers=True)
-            table = pa.Table.from_batches([batch])
-            table = (
-                table.append_column(SOURCE_FIELDS[0], table.column("topic"))
-                .append_column(SOURCE_FIELDS[1], table.column("partition"))
-                .append_column(SOURCE_FIELDS[2], table.column("offset"))
-            )
-            return table, np.arange(len(msgs), dtype=np.int64), set()
-        items: dict[int, WorkItem] = {}
-        skipped: set[int] = set()
-        for i, m in enumerate(msgs):
-            key = (m.key() or b"").decode(errors="replace")
-            if key.startswith(FED_PREFIX):
-                skipped.add(i)
-                continue
-            try:
-                items[i] = WorkItem.from_json(m.value())
-            except (ValueError, KeyError, TypeError):
-                log.warning(
-                    "skipping a record of %r at partition %d offset %d: not a work item",
-                    m.topic(),
-                    m.partition(),
-                    m.offset(),
-                )
-                skipped.add(i)
-        assert self.source is not None
-        tables = self.source.tables(items)
-        skipped |= set(items) - set(tables)
-        order = sorted(tables)
-        if not order:
-            empty = pa.schema(list(self.source.layout.schema) + SOURCE_FIELDS)
-            return pa.Table.from_batches([], schema=empty), np.zeros(0, np.int64), skipped
-        table = pa.concat_tables([tables[i] for i in order])
-        owner = np.concatenate([np.full(tables[i].num_rows, i, np.int64) for i in order])
-        return table, owner, skipped
-
-    def _call(self, table: pa.Table, start: int, end: int) -> pa.Table:
-        part = table.slice(start, end - start)
-        given = part.to_pandas() if self.spec.data == "pandas" else part
-        what = f"share group {self.spec.group!r} on topic {self.spec.topic!r}"
-        return conform(self.fn(given), self.schema, part, what)
-
-    def _process(self, sc: ShareConsumer, msgs: list[Message]) -> None:
-        spec = self.spec
-        table, owner, skipped = self._inputs(msgs)
-        self.counts.rows_in += table.num_rows
-        found = narrow(table.num_rows, lambda s, e: self._call(table, s, e), fatal=self.fatal_types)
-        failures: dict[int, list[tuple[int, BaseException]]] = {}
-        for unit, exc in found.failures:
-            failures.setdefault(int(owner[unit]), []).append((unit, exc))
-        outcome = {
-            i: settle(m.delivery_count(), i in failures, spec.max_deliveries)
-            for i, m in enumerate(msgs)
-            if i not in skipped
-        }
-        # Rows of records that are kept: accepted, or dead-lettered (their good units).
-        by_coord = {(m.topic(), m.partition(), m.offset()): i for i, m in enumerate(msgs)}
-        if spec.shuffle:
-            by_coord = {}
-            for i in set(owner.tolist()):
-                row = int(np.flatnonzero(owner == i)[0])
-                key = (
-                    table.column("_topic")[row].as_py(),
-                    table.column("_partition")[row].as_py(),
-                    table.column("_offset")[row].as_py(),
-                )
-                by_coord[key] = i
-        kept = []
-        for _, _, out in found.results:
-            if out.num_rows == 0:
-                continue
-            coords = zip(
-                out.column("_topic").to_pylist(),
-                out.column("_partition").to_pylist(),
-                out.column("_offset").to_pylist(),
-                strict=True,
-            )
-            owners = []
-            for c in coords:
-                i = by_coord.get(c)
-                if i is None:
-                    raise QueueSchemaError(
-                        f"share group {spec.group!r}: fn returned a row for topic {c[0]!r} "
-                        f"partition {c[1]} offset {c[2]}, which is not in its input"
-                    )
-                owners.append(i)
-            owners_np = np.asarray(owners, np.int64)
-            keep = np.array([outcome[i] is not Outcome.RELEASE for i in owners], dtype=bool)
-            if not keep.any():
-                continue
-            deliveries = np.array(
-                [msgs[i].delivery_count() or 1 for i in owners_np[keep]], np.int32
-            )
-            chosen = out.filter(pa.array(keep))
-            kept.append(chosen.append_column(DELIVERY_FIELD, pa.array(deliveries, pa.int32())))
-        if kept:
-            rows = pa.concat_tables(kept).cast(self.out_schema)
-            name = f"part-{self.task:05d}-{self.index:03d}-{uuid.uuid4().hex}.parquet"
-            _write_durably(Path(spec.output) / name, rows)
-            self.counts.rows_out += rows.num_rows
-        dead = {i: f for i, f in failures.items() if outcome[i] is Outcome.DEAD_LETTER}
-        if dead:
-            self._dead_letter(msgs, table, dead)
-        for i, m in enumerate(msgs):
-            if i in skipped:
-                ack = AcknowledgeType.ACCEPT
-            else:
-                ack = {
-                    Outcome.ACCEPT: AcknowledgeType.ACCEPT,
-                    Outcome.RELEASE: AcknowledgeType.RELEASE,
-                    Outcome.DEAD_LETTER: AcknowledgeType.REJECT,
-                }[outcome[i]]
-            sc.acknowledge(m, ack)
-        result = sc.commit_sync(60)
-        refused = {
-            (tp.topic, tp.partition)
-            for tp, err in (result or {}).items()
-            if err is not None or getattr(tp, "error", None) is not None
-        }
-        for i, m in enumerate(msgs):
-            if (m.topic(), m.partition()) in refused:
-                self.counts.lock_lost += 1
-            elif i in skipped:
-                if not (m.key() or b"").startswith(FED_PREFIX.encode()):
-                    self.counts.skipped += 1
-            elif outcome[i] is Outcome.ACCEPT:
-                self.counts.accepted += 1
-            elif outcome[i] is Outcome.RELEASE:
-                self.counts.released += 1
-            else:
-                self.counts.rejected += 1
-        if refused:
-            log.warning(
-                "group %r: the broker refused acknowledgements for %s (record locks expired; "
-                "raise lock_seconds if fn is slow); those records are delivered again",
-                spec.group,
-                sorted(refused),
-            )
-
-    def _dead_letter(
-        self,
-        msgs: list[Message],
-        table: pa.Table,
-        dead: dict[int, list[tuple[int, BaseException]]],
-    ) -> None:
-        spec = self.spec
-        if spec.dead_letter_topic is None:
-            raise _Fatal(
-                f"share group {spec.group!r}: a record failed {spec.max_deliveries} times "
-                "and no dead_letter_topic is set"
-            )
-        if self.dlq is None:
-            self.dlq = producer(spec.kafka, **{"acks": "all", "enable.idempotence": True})
-        errors: list[str] = []
-
-        def on_delivery(err, _msg) -> None:
-            if err is not None:
-                errors.append(str(err))
-
-        sent = 0
-        for i, units in dead.items():
-            m = msgs[i]
-            for unit, exc in units:
-                src_topic, src_part, src_off = (
-                    table.column(n)[unit].as_py() for n in ("_topic", "_partition", "_offset")
-                )
-                headers = [
-                    ("queue.error", error_text(exc).encode()),
-                    ("queue.source.topic", str(src_topic).encode()),
-                    ("queue.source.partition", str(src_part).encode()),
-                    ("queue.source.offset", str(src_off).encode()),
-                    ("queue.delivery.count", str(m.delivery_count() or 1).encode()),
-                    ("queue.group", spec.group.encode()),
-                ]
-                if spec.shuffle:
-                    row = table.slice(unit, 1).drop_columns([f.name for f in SOURCE_FIELDS])
-                    record = row.to_pylist()[0]
-                    key = None
-                    value = row_json(record)
-                    headers.append(("queue.format", b"json"))
-                else:
-                    key, value = m.key(), m.value()
-                    headers = list(m.headers() or []) + headers
-                self.dlq.produce(
-                    spec.dead_letter_topic,
-                    key=key,
-                    value=value,
-                    headers=headers,
-                    on_delivery=on_delivery,
-                )
-                sent += 1
-        remaining = self.dlq.flush(60)
-        if errors or remaining:
-            raise _Fatal(
-                f"writing {sent} records to dead-letter topic {spec.dead_letter_topic!r} "
-                f"failed ({remaining} not delivered): {errors[:3]}; the records are released"
-            )
-        self.counts.dead_lettered += sent
-
-
-def _group_error(exc: KafkaException, spec: _Spec) -> BaseException:
-    if error_code(exc) in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.INCONSISTENT_GROUP_PROTOCOL):
-        return QueueGroupError(
-            f"share group {spec.group!r}: the broker refused it ({exc.args[0].str()}); "
-            "the id may belong to a classic consumer group: a share group needs its own id"
-        )
-    return translate(exc, f"share group {spec.group!r} reading topic {spec.topic!r}", spec.kafka)
-
-
-def run_consumers(spec: _Spec, task: int) -> list[_Consumer]:
-    """Runs ``spec.consumers_per_task`` consumers in threads until they are idle."""
-    stop = threading.Event()
-    consumers = [_Consumer(spec, task, i, stop) for i in range(spec.consumers_per_task)]
-    results: dict[int, _Consumer] = {}
-    errors: list[BaseException] = []
-
-    def body(c: _Consumer) -> None:
-        try:
-            c.run()
-            results[c.index] = c
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-            stop.set()
-
-    threads = [threading.Thread(target=body, args=(c,), daemon=True) for c in consumers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return [results[i] for i in sorted(results)]
-
-
-_COUNT_COLUMNS = ["task", "consumer", *QueueCounts.names(), "first_ms", "last_ms"]
-
-
-class _Task:
-    """The function Spark runs per task (picklable): task indexes in, counts out."""
-
-    def __init__(self, spec: _Spec):
-        self.spec = spec
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for task in b.column(0).to_pylist():
-                done = run_consumers(self.spec, int(task))
-                yield pa.RecordBatch.from_pydict(
-                    {
-                        "task": [task] * len(done),
-                        "consumer": [c.index for c in done],
-                        **{n: [getattr(c.counts, n) for c in done] for n in QueueCounts.names()},
-                        "first_ms": [c.first_ms for c in done],
-                        "last_ms": [c.last_ms for c in done],
-                    },
-                    schema=pa.schema([pa.field(n, pa.int64()) for n in _COUNT_COLUMNS]),
-                )
+        for r in rows:
+            result.add(QueueCounts.of(r))
+        return result
 
 
 # --------------------------------------------------------------------------- the feeder
 
 
-def _fed_runs(kafka: Mapping[str, Any], topic: str) -> set[str]:
+def _fed_runs(kafka: KafkaClient, topic: str) -> set[str]:
     """Run ids whose feeding transaction committed in work topic ``topic``."""
-    c = consumer(kafka, **{"isolation.level": "read_committed"})
-    try:
-        with kafka_errors(f"reading the offsets of work topic {topic!r}", kafka):
+    with kafka.consumer(**{"isolation.level": "read_committed"}) as c:
+        with kafka.errors(f"reading the offsets of work topic {topic!r}"):
             low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-        fed = set()
-        for m in read_range(c, topic, 0, low, high):
-            key = (m.key() or b"").decode(errors="replace")
-            if key.startswith(FED_PREFIX):
-                fed.add(key[len(FED_PREFIX) :])
-        return fed
-    finally:
-        c.close()
+        return {
+            run for m in read_range(c, topic, 0, low, high) if (run := fed_run(m.key())) is not None
+        }
 
 
 class Feeder:
-    """Appends the work items of committed runs to a shuffle's work topic, once per run."""
+    """Appends the work items of committed runs to a shuffle's work topic, once per run.
 
-    def __init__(self, topic: str, kafka: Mapping[str, Any]):
+    Example::
+
+        feeder = Feeder("flights.by_tailnum", KafkaClient(conf))
+        feeder.feed()  # the number of runs fed
+    """
+
+    def __init__(self, topic: str, kafka: KafkaClient):
         self.topic = topic
-        self.kafka = dict(kafka)
+        self.kafka = kafka
         self.work_topic = work_topic(topic)
-        ensure_topic(self.kafka, self.work_topic, partitions=1)
-        self.producer = producer(
-            self.kafka,
+        kafka.ensure_topic(self.work_topic, partitions=1)
+        self.producer = kafka.producer(
             **{
                 "transactional.id": f"kafka-shuffle-feeder.{self.work_topic}",
                 # One work item per record batch: a share group hands out whole batches, so
@@ -679,20 +203,22 @@ class Feeder:
                 "linger.ms": 0,
             },
         )
-        with kafka_errors(f"starting the feeder of work topic {self.work_topic!r}", self.kafka):
+        with kafka.errors(f"starting the feeder of work topic {self.work_topic!r}"):
             # Fences any earlier feeder of this work topic and waits out its transaction;
             # the fed runs are read after that, so none is fed twice.
             self.producer.init_transactions(60)
-        self.fed = _fed_runs(self.kafka, self.work_topic)
+        self.fed = _fed_runs(kafka, self.work_topic)
         self.fenced = False
 
-    def feed(self, log: ShuffleLog | None = None) -> int:
-        """Feeds every committed run not fed yet; returns how many runs it fed."""
+    def feed(self, shuffle_log: ShuffleLog | None = None) -> int:
+        """Feeds every committed run not fed yet (of ``shuffle_log``, or of the commit log
+        read now); returns how many runs it fed."""
         if self.fenced:
             return 0
-        log = log if log is not None else read_log(self.kafka, self.topic)
+        if shuffle_log is None:
+            shuffle_log = read_log(self.kafka, self.topic)
         fed = 0
-        for commit in unfed(log, self.fed):
+        for commit in unfed(shuffle_log, self.fed):
             try:
                 self.producer.begin_transaction()
                 for item in work_items(commit):
@@ -718,29 +244,37 @@ class Feeder:
         return fed
 
 
-def feed_queue(topic: str, *, kafka: Mapping[str, Any]) -> int:
+def feed_queue(topic: str, *, kafka: KafkaSettings) -> int:
     """Feeds the committed runs of shuffle ``topic`` that are not queued yet to its work
     topic (``<topic>.queue``); returns the number of runs fed. Safe to call any time."""
-    check_reachable(kafka)
-    return Feeder(topic, kafka).feed()
+    client = KafkaClient.of(kafka)
+    client.check_reachable()
+    return Feeder(topic, client).feed()
 
 
-# --------------------------------------------------------------------------- the driver
+# --------------------------------------------------------------------------- the group
 
 
-def _topic_exists(kafka: Mapping[str, Any], topic: str) -> bool:
-    with kafka_errors(f"describing topic {topic!r}", kafka):
-        md = admin_client(kafka).list_topics(topic=topic, timeout=30)
+def _topic_exists(kafka: KafkaClient, topic: str) -> bool:
+    md = kafka.metadata(topic, timeout=30, what=f" to describe topic {topic!r}")
     tmd = md.topics.get(topic)
     return tmd is not None and tmd.error is None and bool(tmd.partitions)
 
 
-def _set_group_configs(kafka: Mapping[str, Any], group: str, configs: Mapping[str, str]) -> None:
-    admin = admin_client(kafka)
+def set_group_configs(kafka: KafkaClient, group: str, configs: Mapping[str, str]) -> None:
+    """Sets broker-side ``configs`` of share group ``group`` (creating the group's configs if
+    it has none yet); a config the broker refuses raises :class:`QueueGroupError`.
+
+    Example::
+
+        set_group_configs(kafka, "scorers", {"share.record.lock.duration.ms": "60000"})
+    """
     entries = [
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
     ]
     res = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    # Held until the answer is in: a client dropped earlier cancels its request.
+    admin = kafka.admin()
     try:
         admin.incremental_alter_configs([res], request_timeout=30)[res].result(30)
     except KafkaException as exc:
@@ -752,12 +286,12 @@ def _set_group_configs(kafka: Mapping[str, Any], group: str, configs: Mapping[st
         raise translate(exc, f"configuring share group {group!r}", kafka) from None
 
 
-def _check_group_free(kafka: Mapping[str, Any], group: str) -> None:
+def _check_group_free(kafka: KafkaClient, group: str) -> None:
     """Refuses a group id a classic (or consumer-protocol) group holds.
 
     A share group, or an id nobody uses, describes as an empty ("dead") consumer group.
     """
-    admin = admin_client(kafka)  # held until the answer is in: the request is its own
+    admin = kafka.admin()  # held until the answer is in (see set_group_configs)
     try:
         found = admin.describe_consumer_groups([group], request_timeout=30)[group].result(35)
     except KafkaException as exc:
@@ -773,7 +307,11 @@ def _check_group_free(kafka: Mapping[str, Any], group: str) -> None:
         )
 
 
-def _output_schema(spark: Any, schema: Any) -> tuple[str, pa.Schema]:
+# --------------------------------------------------------------------------- the output
+
+
+def _output_schema(spark: SparkSession, schema: StructType | str) -> tuple[str, pa.Schema]:
+    """The output schema as Spark's JSON (kept in the output's metadata) and as Arrow."""
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -785,48 +323,47 @@ def _output_schema(spark: Any, schema: Any) -> tuple[str, pa.Schema]:
         raise ShuffleOptionError(
             f"process_queue: schema must be a DDL string or StructType, got {schema!r}"
         )
-    reserved = [
-        f.name for f in parsed.fields if f.name in {*(s.name for s in SOURCE_FIELDS), "_delivery"}
-    ]
+    reserved = [f.name for f in parsed.fields if f.name in RESERVED_COLUMNS]
     if reserved:
         raise ShuffleOptionError(f"process_queue: schema column(s) {reserved} are reserved")
     return parsed.json(), to_arrow_schema(parsed, timezone="UTC")
 
 
-def _write_meta(output: Path, topic: str, group: str, ddl: str, arrow: pa.Schema) -> None:
+def _write_meta(output: Path, topic: str, group: str, schema_json: str) -> None:
+    """Records the output's schema, or refuses an output that holds rows of another."""
     meta = output / META_FILE
-    mine = {"schema": ddl}
     if meta.exists():
         old = json.loads(meta.read_text())
-        if old.get("schema") != ddl:
+        if old.get("schema") != schema_json:
             raise QueueSchemaError(
                 f"output {str(output)!r} holds rows of schema {old.get('schema')!r}; "
-                f"this run's schema is {ddl!r}: use another output directory"
+                f"this run's schema is {schema_json!r}: use another output directory"
             )
         return
     output.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps({**mine, "topic": topic, "group": group}, indent=1))
+    meta.write_text(json.dumps({"schema": schema_json, "topic": topic, "group": group}, indent=1))
+
+
+# --------------------------------------------------------------------------- the driver
 
 
 def process_queue(
-    spark: Any,
+    spark: SparkSession,
     topic: str,
     group: str,
     fn: Callable[[Any], Any],
-    schema: Any,
+    schema: StructType | str,
     *,
-    kafka: Mapping[str, Any],
-    output: str | os.PathLike,
+    kafka: KafkaSettings,
+    output: str | os.PathLike[str],
     tasks: int = 2,
     consumers_per_task: int = 1,
-    dead_letter_topic: str | None = None,
-    max_deliveries: int = 3,
+    delivery: DeliveryPolicy | None = None,
     idle_timeout: float = 5.0,
     max_seconds: float | None = None,
     data: str = "arrow",
     start: str = "earliest",
     batch_size: int = 100,
-    lock_seconds: float = 30.0,
     runs: Sequence[str] | None = None,
     feed_interval: float = 1.0,
 ) -> QueueResult:
@@ -842,77 +379,79 @@ def process_queue(
             topic, or rows of a shuffle's committed frames; both come with ``_topic``,
             ``_partition``, ``_offset``. Raising fails the batch (it is narrowed down).
         schema: The output schema (DDL string or StructType).
-        kafka: librdkafka options, ``bootstrap.servers`` at least.
+        kafka: The cluster: a :class:`~orchestration.shuffle.kafka.client.KafkaClient` or
+            librdkafka settings, ``bootstrap.servers`` at least.
         output: A Parquet directory (shared by every task); read it with
             :func:`read_queue_output`.
         tasks: Spark tasks; tasks beyond the free cores wait for one.
         consumers_per_task: share consumers (threads) per task, for an I/O-bound ``fn``.
-        dead_letter_topic: where records failing ``max_deliveries`` times go (created if
-            missing). Without one such a record stops the run (it is released, not lost).
-        max_deliveries: attempts per record before it is dead-lettered.
+        delivery: How a failing record is retried and where it goes after its last
+            delivery (:class:`~orchestration.shuffle.core.queue.DeliveryPolicy`: by default 3
+            deliveries, no dead-letter topic, a 30 s record lock).
         idle_timeout: seconds without records on a consumer before it stops (drained).
         max_seconds: stop after this long even if records remain (they stay queued).
         data: ``"arrow"`` (fn gets a pyarrow Table) or ``"pandas"`` (a DataFrame).
         start: ``"earliest"`` or ``"latest"``: where a new group starts.
         batch_size: records per poll (``max.poll.records``); a share group acquires whole
             producer batches, so a poll may return more.
-        lock_seconds: the group's record lock (``share.record.lock.duration.ms``): how long
-            a batch may take before its records are delivered to someone else.
         runs: for a shuffle topic, only these run ids are work (others are acknowledged
             and counted as skipped): give such a group its own id.
         feed_interval: seconds between checks of a shuffle's commit log while running.
+
+    Example::
+
+        result = process_queue(
+            spark, "events", "scorers", score, "id long, score double",
+            kafka={"bootstrap.servers": "127.0.0.1:19092"}, output="/data/scores",
+            tasks=2, consumers_per_task=4,
+            delivery=DeliveryPolicy(max_deliveries=3, dead_letter_topic="events.dlq"),
+        )
     """
+    delivery = DeliveryPolicy() if delivery is None else delivery
+    if not isinstance(delivery, DeliveryPolicy):
+        raise ShuffleOptionError(
+            f"process_queue: delivery must be a DeliveryPolicy, got {delivery!r}"
+        )
     if data not in ("arrow", "pandas"):
         raise ShuffleOptionError(f"process_queue: data must be 'arrow' or 'pandas', got {data!r}")
     if start not in ("earliest", "latest"):
         raise ShuffleOptionError(
             f"process_queue: start must be 'earliest' or 'latest', got {start!r}"
         )
-    for name, value in (
-        ("tasks", tasks),
-        ("consumers_per_task", consumers_per_task),
-        ("max_deliveries", max_deliveries),
-        ("batch_size", batch_size),
-    ):
-        if not isinstance(value, int) or value < 1:
-            raise ShuffleOptionError(f"process_queue: {name} must be a positive int, got {value!r}")
+    check_positive_ints(
+        "process_queue",
+        tasks=tasks,
+        consumers_per_task=consumers_per_task,
+        batch_size=batch_size,
+    )
     if idle_timeout <= 0:
         raise ShuffleOptionError(f"process_queue: idle_timeout must be > 0, got {idle_timeout!r}")
-    check_reachable(kafka)
-    if not _topic_exists(kafka, topic):
+    client = KafkaClient.of(kafka)
+    client.check_reachable()
+    if not _topic_exists(client, topic):
         raise ShuffleTopicNotFoundError(f"process_queue: topic {topic!r} does not exist")
-    shuffle = _topic_exists(kafka, commit_topic(topic))
-    _check_group_free(kafka, group)
-    ddl, arrow = _output_schema(spark, schema)
+    shuffle = _topic_exists(client, commit_topic(topic))
+    _check_group_free(client, group)
+    schema_json, arrow = _output_schema(spark, schema)
     out_dir = Path(output)
-    _write_meta(out_dir, topic, group, ddl, arrow)
-    if dead_letter_topic is not None:
-        ensure_topic(kafka, dead_letter_topic, partitions=1)
+    _write_meta(out_dir, topic, group, schema_json)
+    if delivery.dead_letter_topic is not None:
+        client.ensure_topic(delivery.dead_letter_topic, partitions=1)
     feeder = None
     fed_runs = 0
     if shuffle:
-        feeder = Feeder(topic, kafka)
+        feeder = Feeder(topic, client)
         fed_runs += feeder.feed()
-    _set_group_configs(
-        kafka,
-        group,
-        {
-            "share.auto.offset.reset": start,
-            "share.isolation.level": "read_committed",
-            "share.delivery.count.limit": str(max_deliveries + 1),
-            "share.record.lock.duration.ms": str(int(lock_seconds * 1000)),
-        },
-    )
-    spec = _Spec(
+    set_group_configs(client, group, share_group_configs(start, delivery))
+    spec = TaskSpec(
         topic=topic,
         group=group,
-        kafka=dict(kafka),
+        kafka=client,
         fn=fn,
         schema=schema_to_b64(arrow),
         output=str(out_dir.resolve()),
         consumers_per_task=consumers_per_task,
-        dead_letter_topic=dead_letter_topic,
-        max_deliveries=max_deliveries,
+        delivery=delivery,
         idle_timeout=float(idle_timeout),
         max_seconds=None if max_seconds is None else float(max_seconds),
         data=data,
@@ -920,9 +459,10 @@ def process_queue(
         shuffle=shuffle,
         runs=None if runs is None else tuple(runs),
     )
-    counts_ddl = ", ".join(f"{c} long" for c in _COUNT_COLUMNS)
-    job = spark.range(0, tasks, 1, tasks).mapInArrow(_Task(spec), counts_ddl)
-    rows: list[Any] = []
+    job = spark.range(0, tasks, 1, tasks).mapInArrow(
+        QueueTask(spec), ", ".join(f"{c} long" for c in TASK_COLUMNS)
+    )
+    rows: list[Row] = []
     failure: list[BaseException] = []
 
     def collect() -> None:
@@ -944,19 +484,15 @@ def process_queue(
                 log.warning("feeding %r failed (retried): %s", feeder.work_topic, exc)
     seconds = time.monotonic() - started
     if failure:
-        raise _queue_error(failure[0], topic, group) from failure[0]
-    result = QueueResult(
-        topic=topic, group=group, output=str(out_dir), fed_runs=fed_runs, seconds=seconds
+        raise job_error(failure[0], topic, group) from failure[0]
+    result = QueueResult.of_consumers(
+        (r.asDict() for r in rows),
+        topic=topic,
+        group=group,
+        output=str(out_dir),
+        fed_runs=fed_runs,
+        seconds=seconds,
     )
-    for r in sorted(rows, key=lambda r: (r["task"], r["consumer"])):
-        d = r.asDict()
-        result.per_task.append(d)
-        for n in QueueCounts.names():
-            setattr(result, n, getattr(result, n) + int(d[n]))
-    firsts = [d["first_ms"] for d in result.per_task if d["first_ms"]]
-    lasts = [d["last_ms"] for d in result.per_task if d["last_ms"]]
-    if firsts and lasts:
-        result.active_seconds = (max(lasts) - min(firsts)) / 1000
     log.info(
         "process_queue %s group %s: %d accepted, %d released, %d rejected, %d dead-lettered, "
         "%d skipped in %.1fs",
@@ -972,38 +508,21 @@ def process_queue(
     return result
 
 
-def _queue_error(exc: BaseException, topic: str, group: str) -> BaseException:
-    """The engine's error for a failed queue job, from the Python error inside Spark's."""
-    text = str(exc)
-    for cls in (
-        QueueSchemaError,
-        QueueGroupError,
-        ShuffleTopicNotFoundError,
-        ShuffleConnectionError,
-        ShuffleSchemaError,
-        _Fatal,
-    ):
-        marker = f"{cls.__name__}: "
-        if marker in text:
-            detail = text.split(marker, 1)[1].strip().splitlines()[0]
-            kind = ShuffleError if cls is _Fatal else cls
-            return kind(f"process_queue on topic {topic!r} group {group!r}: {detail}")
-    # The Python error inside Spark's: the last "Type: message" line of its traceback.
-    lines = [ln for ln in text.splitlines() if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", ln)]
-    detail = lines[-1] if lines else (text.splitlines()[0] if text else type(exc).__name__)
-    return ShuffleError(f"process_queue on topic {topic!r} group {group!r} failed: {detail}")
-
-
-def read_queue_output(spark: Any, output: str | os.PathLike) -> Any:
+def read_queue_output(spark: SparkSession, output: str | os.PathLike[str]) -> DataFrame:
     """The rows :func:`process_queue` wrote to ``output``, each source record's rows once.
 
     A record processed twice (a crash between writing and acknowledging, or a lock that
     expired under a slow ``fn``) has rows from two deliveries; only those of its last
     delivery (one file) are returned. Columns: the schema's, then ``_topic``,
     ``_partition``, ``_offset``.
+
+    Example::
+
+        read_queue_output(spark, "/data/scores").groupBy("_partition").count()
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     out = Path(output)
     meta_path = out / META_FILE
@@ -1011,8 +530,6 @@ def read_queue_output(spark: Any, output: str | os.PathLike) -> Any:
         raise ShuffleTopicNotFoundError(
             f"read_queue_output: {str(out)!r} is not a queue output (no {META_FILE})"
         )
-    from pyspark.sql import types as T
-
     meta = json.loads(meta_path.read_text())
     schema = T.StructType.fromJson(json.loads(meta["schema"]))
     for name, kind in (

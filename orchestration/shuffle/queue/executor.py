@@ -1,0 +1,555 @@
+"""Queue mode's executor side, run inside Spark tasks: the share consumers of a task.
+
+Each Spark task of :func:`~orchestration.shuffle.queue.driver.process_queue` runs
+:class:`QueueTask`, which starts ``consumers_per_task`` :class:`QueueConsumer` threads: each
+polls its share group, runs the user's function over a batch (narrowed down around failing
+units), writes the kept rows durably, dead-letters what failed its last delivery, then
+acknowledges every record. A shuffle's work items become rows of committed frames through
+:class:`ShuffleSource`. The decisions are pure functions of :mod:`orchestration.shuffle.core.queue`;
+the design is explained in :mod:`orchestration.shuffle.queue.driver`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka import (
+    AcknowledgeType,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    ShareConsumer,
+)
+
+from orchestration.shuffle.core import frames as fr
+from orchestration.shuffle.core.commitlog import Commit, ShuffleLog, schema_from_b64
+from orchestration.shuffle.core.queue import (
+    DELIVERY_FIELD,
+    SOURCE_FIELDS,
+    SOURCE_NAMES,
+    DeliveryPolicy,
+    Outcome,
+    QueueCounts,
+    QueueStopError,
+    WorkItem,
+    conform,
+    contiguous,
+    dead_letter_headers,
+    fed_run,
+    narrow,
+    record_coords,
+    row_json,
+    rows_to_keep,
+    settle,
+    work_topic,
+)
+from orchestration.shuffle.errors import QueueGroupError, QueueSchemaError
+from orchestration.shuffle.kafka.client import KafkaClient, error_code, read_chunks, translate
+from orchestration.shuffle.kafka.commitlog import read_log
+from orchestration.shuffle.spark.records import arrow_schema as records_arrow_schema
+from orchestration.shuffle.spark.records import records_batch
+
+log = logging.getLogger(__name__)
+
+# Before its first record a consumer waits at least this long: joining a share group and
+# getting an assignment takes a heartbeat or two.
+JOIN_GRACE_S = 10.0
+
+# What a task returns, one row per consumer (all long): its place and its counts, and the
+# wall-clock (epoch ms) of its first records polled and of its last batch settled.
+TASK_COLUMNS = ["task", "consumer", *QueueCounts.names(), "first_ms", "last_ms"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a Spark task needs to run its share consumers; pickled into each task.
+
+    Attributes:
+        topic: the topic processed (a shuffle's data topic when ``shuffle``).
+        group: the share group.
+        kafka: the cluster.
+        fn: the user's function (Spark pickles it with cloudpickle).
+        schema: the output Arrow schema, base64 IPC (``schema_to_b64``).
+        output: the output directory, absolute.
+        consumers_per_task: share consumers (threads) per task.
+        delivery: deliveries per record and the dead-letter topic.
+        idle_timeout: seconds without records after which a consumer stops.
+        max_seconds: seconds after which a consumer stops, records left or not; None: no
+            limit.
+        data: ``"arrow"`` or ``"pandas"``: what fn is given.
+        batch_size: records per poll (``max.poll.records``).
+        shuffle: the topic is a shuffle's, read through its work topic.
+        runs: for a shuffle, the only runs that are work; None: every committed run.
+    """
+
+    topic: str
+    group: str
+    kafka: KafkaClient
+    fn: Callable[[Any], Any]
+    schema: str
+    output: str
+    consumers_per_task: int
+    delivery: DeliveryPolicy
+    idle_timeout: float
+    max_seconds: float | None
+    data: str
+    batch_size: int
+    shuffle: bool
+    runs: tuple[str, ...] | None
+
+    @property
+    def what(self) -> str:
+        """Names the consumers in errors."""
+        return f"share group {self.group!r} on topic {self.topic!r}"
+
+
+def write_durably(path: Path, table: pa.Table) -> None:
+    """Writes ``table`` to Parquet file ``path`` so that the file is either absent or whole,
+    even after a crash: written to a hidden name, synced, renamed, directory synced."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class ShuffleSource:
+    """Turns work items into rows of committed DATA frames (one consumer thread's view)."""
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+        self.log: ShuffleLog = read_log(spec.kafka, spec.topic)
+        self.layout = self.log.require_layout()
+        self.names = self.layout.schema.names
+        self.reader = spec.kafka.consumer(**{"group.id": f"{spec.group}.frames"})
+
+    def _commit(self, run_id: str) -> Commit | None:
+        c = self.log.commit(run_id)
+        if c is None and run_id not in self.log.expired:
+            # Committed after this consumer read the log: the feeder saw it, so read again.
+            self.log = read_log(self.spec.kafka, self.spec.topic)
+            c = self.log.commit(run_id)
+        return None if run_id in self.log.expired else c
+
+    def empty(self) -> pa.Table:
+        """No units: the shuffle's columns and the source columns."""
+        return pa.Table.from_batches([], schema=pa.schema([*self.layout.schema, *SOURCE_FIELDS]))
+
+    def tables(self, items: dict[int, WorkItem]) -> dict[int, pa.Table]:
+        """The rows of each work item's frame, by message index; items that are not work
+        are absent."""
+        wanted: dict[int, dict[int, list[int]]] = {}
+        commits: dict[str, Commit] = {}
+        for idx, item in items.items():
+            if self.spec.runs is not None and item.run_id not in self.spec.runs:
+                continue
+            commit = self._commit(item.run_id)
+            if commit is None:
+                continue
+            commits[item.run_id] = commit
+            wanted.setdefault(item.partition, {}).setdefault(item.offset, []).append(idx)
+        out: dict[int, pa.Table] = {}
+        topic = self.spec.topic
+        for p, by_offset in wanted.items():
+            for start, end in contiguous(list(by_offset)):
+                for chunk in read_chunks(self.reader, topic, p, start, end, max_batch=1):
+                    for m in chunk:
+                        for idx in by_offset.get(m.offset(), ()):
+                            rows = self._rows(m, items[idx], commits[items[idx].run_id])
+                            if rows is not None:
+                                out[idx] = rows
+        return out
+
+    def _rows(self, m: Message, item: WorkItem, commit: Commit) -> pa.Table | None:
+        """The rows of the frame in ``m`` with their source columns, if it is a DATA frame of
+        the item's run written by a winning attempt; else None (not work)."""
+        topic, p, offset = self.spec.topic, m.partition(), m.offset()
+        # A record without a value is no frame: decoding it names the record in the error.
+        frame = fr.decode(m.value() or b"", f"topic {topic!r} partition {p} offset {offset}")
+        h = frame.header
+        if (
+            h.type is not fr.FrameType.DATA
+            or h.run_id != item.run_id
+            or (h.subtask, h.attempt) not in set(commit.tasks)
+        ):
+            return None
+        rows = pa.Table.from_batches([frame.batch()]).select(self.names)
+        n = rows.num_rows
+        return (
+            rows.append_column(SOURCE_FIELDS[0], pa.array([topic] * n, pa.string()))
+            .append_column(SOURCE_FIELDS[1], pa.array(np.full(n, p, np.int32)))
+            .append_column(SOURCE_FIELDS[2], pa.array(np.full(n, offset, np.int64)))
+        )
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+_ACK = {
+    Outcome.ACCEPT: AcknowledgeType.ACCEPT,
+    Outcome.RELEASE: AcknowledgeType.RELEASE,
+    Outcome.DEAD_LETTER: AcknowledgeType.REJECT,
+}
+
+
+class QueueConsumer:
+    """One share consumer: poll, run, write, dead-letter, acknowledge; until idle.
+
+    ``run`` returns the consumer's counts (also in ``counts``); ``first_ms`` and ``last_ms``
+    are the wall-clock (epoch ms) of its first records polled and of its last batch settled.
+    Setting ``stop`` ends it after the batch in hand.
+
+    Example::
+
+        QueueConsumer(spec, task=0, index=0, stop=threading.Event()).run()
+    """
+
+    def __init__(self, spec: TaskSpec, task: int, index: int, stop: threading.Event):
+        self.spec = spec
+        self.task = task
+        self.index = index
+        self.stop = stop
+        self.fn = spec.fn
+        self.schema = schema_from_b64(spec.schema)
+        self.counts = QueueCounts()
+        self.first_ms = 0
+        self.last_ms = 0
+        self.dlq: Producer | None = None
+        self.source: ShuffleSource | None = None
+        self.records_schema = records_arrow_schema(include_headers=True)
+        self.fatal_types: tuple[type[BaseException], ...] = (QueueSchemaError, QueueStopError)
+
+    def run(self) -> QueueCounts:
+        spec = self.spec
+        queue_topic = work_topic(spec.topic) if spec.shuffle else spec.topic
+        sc = ShareConsumer(
+            spec.kafka.config(
+                **{
+                    "group.id": spec.group,
+                    "share.acknowledgement.mode": "explicit",
+                    "max.poll.records": spec.batch_size,
+                }
+            )
+        )
+        started = last = time.monotonic()
+        got_any = False
+        try:
+            if spec.shuffle:
+                self.source = ShuffleSource(spec)
+            sc.subscribe([queue_topic])
+            while not self.stop.is_set():
+                now = time.monotonic()
+                if spec.max_seconds is not None and now - started >= spec.max_seconds:
+                    break
+                idle_limit = spec.idle_timeout if got_any else max(spec.idle_timeout, JOIN_GRACE_S)
+                if now - last >= idle_limit:
+                    break
+                try:
+                    msgs = sc.poll(0.5)
+                except KafkaException as exc:
+                    raise _group_error(exc, spec) from None
+                if not msgs:
+                    continue
+                got_any = True
+                if not self.first_ms:
+                    self.first_ms = int(time.time() * 1000)
+                self._handle(sc, list(msgs))
+                last = time.monotonic()
+                self.last_ms = int(time.time() * 1000)
+        finally:
+            try:
+                sc.close()
+            except KafkaException as exc:
+                log.warning("closing a share consumer of group %r: %s", spec.group, exc)
+            finally:
+                if self.source is not None:
+                    self.source.close()
+                if self.dlq is not None:
+                    self.dlq.flush(30)
+        return self.counts
+
+    # ------------------------------------------------------------------ one batch
+
+    def _handle(self, sc: ShareConsumer, msgs: list[Message]) -> None:
+        good = []
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                good.append(m)
+                continue
+            if err.code() in (KafkaError._PARTITION_EOF, KafkaError._NO_OFFSET):
+                continue
+            self._release_all(sc, [x for x in msgs if x.error() is None])
+            what = f"share group {self.spec.group!r} polling topic {m.topic() or self.spec.topic!r}"
+            raise QueueStopError(str(translate(KafkaException(err), what, self.spec.kafka)))
+        if not good:
+            return
+        self.counts.batches += 1
+        try:
+            self._process(sc, good)
+        except BaseException:
+            self._release_all(sc, good)
+            raise
+
+    def _release_all(self, sc: ShareConsumer, msgs: list[Message]) -> None:
+        """Hands records in hand back to the group (best effort: a failed release still
+        comes back when the lock expires)."""
+        try:
+            for m in msgs:
+                sc.acknowledge(m, AcknowledgeType.RELEASE)
+            sc.commit_sync(30)
+        except Exception as exc:  # noqa: BLE001
+            log.warning(
+                "releasing %d records of group %r failed: %s", len(msgs), self.spec.group, exc
+            )
+
+    def _inputs(
+        self, msgs: list[Message], deliveries: np.ndarray
+    ) -> tuple[pa.Table, np.ndarray, set[int]]:
+        """The units fn runs over (with ``_delivery``, the delivery count of each unit's
+        record), the message index of each unit, and the skipped messages."""
+        table, owner, skipped = self._units(msgs)
+        return table.append_column(DELIVERY_FIELD, pa.array(deliveries[owner])), owner, skipped
+
+    def _units(self, msgs: list[Message]) -> tuple[pa.Table, np.ndarray, set[int]]:
+        if not self.spec.shuffle:
+            batch = records_batch(self.records_schema, msgs, None, include_headers=True)
+            table = pa.Table.from_batches([batch])
+            table = (
+                table.append_column(SOURCE_FIELDS[0], table.column("topic"))
+                .append_column(SOURCE_FIELDS[1], table.column("partition"))
+                .append_column(SOURCE_FIELDS[2], table.column("offset"))
+            )
+            return table, np.arange(len(msgs), dtype=np.int64), set()
+        items: dict[int, WorkItem] = {}
+        skipped: set[int] = set()
+        for i, m in enumerate(msgs):
+            if fed_run(m.key()) is not None:
+                skipped.add(i)
+                continue
+            value = m.value()
+            try:
+                if value is None:
+                    raise ValueError("no value")
+                items[i] = WorkItem.from_json(value)
+            except (ValueError, KeyError, TypeError):
+                log.warning(
+                    "skipping a record of %r at partition %d offset %d: not a work item",
+                    m.topic(),
+                    m.partition(),
+                    m.offset(),
+                )
+                skipped.add(i)
+        assert self.source is not None
+        tables = self.source.tables(items)
+        skipped |= set(items) - set(tables)
+        order = sorted(tables)
+        if not order:
+            return self.source.empty(), np.zeros(0, np.int64), skipped
+        table = pa.concat_tables([tables[i] for i in order])
+        owner = np.concatenate([np.full(tables[i].num_rows, i, np.int64) for i in order])
+        return table, owner, skipped
+
+    def _call(self, table: pa.Table, start: int, end: int) -> pa.Table:
+        part = table.slice(start, end - start)
+        given = part.to_pandas() if self.spec.data == "pandas" else part
+        return conform(self.fn(given), self.schema, part, self.spec.what)
+
+    def _process(self, sc: ShareConsumer, msgs: list[Message]) -> None:
+        spec = self.spec
+        deliveries = np.fromiter((m.delivery_count() or 1 for m in msgs), np.int32, len(msgs))
+        table, owner, skipped = self._inputs(msgs, deliveries)
+        self.counts.rows_in += table.num_rows
+        found = narrow(table.num_rows, lambda s, e: self._call(table, s, e), fatal=self.fatal_types)
+        failures: dict[int, list[tuple[int, BaseException]]] = {}
+        for unit, exc in found.failures:
+            failures.setdefault(int(owner[unit]), []).append((unit, exc))
+        outcome = {
+            i: settle(m.delivery_count(), i in failures, spec.delivery.max_deliveries)
+            for i, m in enumerate(msgs)
+            if i not in skipped
+        }
+        # Rows of records that are kept: accepted, or dead-lettered (their good units).
+        keep = np.array([outcome.get(i) not in (None, Outcome.RELEASE) for i in range(len(msgs))])
+        rows = rows_to_keep(
+            (out for _, _, out in found.results),
+            record_coords(table, owner),
+            keep,
+            deliveries,
+            self.schema,
+            f"share group {spec.group!r}",
+        )
+        if rows is not None:
+            name = f"part-{self.task:05d}-{self.index:03d}-{uuid.uuid4().hex}.parquet"
+            write_durably(Path(spec.output) / name, rows)
+            self.counts.rows_out += rows.num_rows
+        dead = {i: f for i, f in failures.items() if outcome[i] is Outcome.DEAD_LETTER}
+        if dead:
+            self._dead_letter(msgs, table, dead)
+        for i, m in enumerate(msgs):
+            sc.acknowledge(m, AcknowledgeType.ACCEPT if i in skipped else _ACK[outcome[i]])
+        result = sc.commit_sync(60)
+        refused = {
+            (tp.topic, tp.partition)
+            for tp, err in (result or {}).items()
+            if err is not None or getattr(tp, "error", None) is not None
+        }
+        for i, m in enumerate(msgs):
+            if (m.topic(), m.partition()) in refused:
+                self.counts.lock_lost += 1
+            elif i in skipped:
+                if fed_run(m.key()) is None:
+                    self.counts.skipped += 1
+            elif outcome[i] is Outcome.ACCEPT:
+                self.counts.accepted += 1
+            elif outcome[i] is Outcome.RELEASE:
+                self.counts.released += 1
+            else:
+                self.counts.rejected += 1
+        if refused:
+            log.warning(
+                "group %r: the broker refused acknowledgements for %s (record locks expired; "
+                "raise DeliveryPolicy.lock_seconds if fn is slow); those records are delivered "
+                "again",
+                spec.group,
+                sorted(refused),
+            )
+
+    def _dead_letter(
+        self,
+        msgs: list[Message],
+        table: pa.Table,
+        dead: dict[int, list[tuple[int, BaseException]]],
+    ) -> None:
+        spec = self.spec
+        topic = spec.delivery.dead_letter_topic
+        if topic is None:
+            raise QueueStopError(
+                f"share group {spec.group!r}: a record failed {spec.delivery.max_deliveries} "
+                "times and no dead_letter_topic is set"
+            )
+        if self.dlq is None:
+            self.dlq = spec.kafka.producer(**{"acks": "all", "enable.idempotence": True})
+        errors: list[str] = []
+
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        sent = 0
+        for i, units in dead.items():
+            m = msgs[i]
+            for unit, exc in units:
+                src_topic, src_partition, src_offset = (
+                    table.column(n)[unit].as_py() for n in SOURCE_NAMES
+                )
+                queue_headers = dead_letter_headers(
+                    exc, (src_topic, src_partition, src_offset), m.delivery_count() or 1, spec.group
+                )
+                key: bytes | None
+                value: bytes | None
+                headers: list[tuple[str, str | bytes | None]]
+                if spec.shuffle:
+                    # One row of a frame, not a record: its values as JSON.
+                    row = table.slice(unit, 1).drop_columns(SOURCE_NAMES)
+                    key, value = None, row_json(row.to_pylist()[0])
+                    headers = [*queue_headers, ("queue.format", b"json")]
+                else:
+                    # The record as it was (key, value, headers), with what failed where.
+                    original = m.headers() or []
+                    key, value = m.key(), m.value()
+                    headers = [
+                        *(original.items() if isinstance(original, dict) else original),
+                        *queue_headers,
+                    ]
+                self.dlq.produce(
+                    topic, key=key, value=value, headers=headers, on_delivery=on_delivery
+                )
+                sent += 1
+        remaining = self.dlq.flush(60)
+        if errors or remaining:
+            raise QueueStopError(
+                f"writing {sent} records to dead-letter topic {topic!r} failed "
+                f"({remaining} not delivered): {errors[:3]}; the records are released"
+            )
+        self.counts.dead_lettered += sent
+
+
+def _group_error(exc: KafkaException, spec: TaskSpec) -> BaseException:
+    if error_code(exc) in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.INCONSISTENT_GROUP_PROTOCOL):
+        return QueueGroupError(
+            f"share group {spec.group!r}: the broker refused it ({exc.args[0].str()}); "
+            "the id may belong to a classic consumer group: a share group needs its own id"
+        )
+    return translate(exc, f"share group {spec.group!r} reading topic {spec.topic!r}", spec.kafka)
+
+
+def run_consumers(spec: TaskSpec, task: int) -> list[QueueConsumer]:
+    """Runs ``spec.consumers_per_task`` consumers in threads until they are idle; the first
+    error of any stops them all and is raised."""
+    stop = threading.Event()
+    consumers = [QueueConsumer(spec, task, i, stop) for i in range(spec.consumers_per_task)]
+    results: dict[int, QueueConsumer] = {}
+    errors: list[BaseException] = []
+
+    def body(c: QueueConsumer) -> None:
+        try:
+            c.run()
+            results[c.index] = c
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=body, args=(c,), daemon=True) for c in consumers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [results[i] for i in sorted(results)]
+
+
+class QueueTask:
+    """The function Spark runs per task (picklable): task indexes in, one row of
+    :data:`TASK_COLUMNS` per consumer out."""
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        schema = pa.schema([pa.field(n, pa.int64()) for n in TASK_COLUMNS])
+        for b in batches:
+            for task in b.column(0).to_pylist():
+                done = run_consumers(self.spec, int(task))
+                rows = [
+                    {
+                        "task": task,
+                        "consumer": c.index,
+                        **c.counts.as_dict(),
+                        "first_ms": c.first_ms,
+                        "last_ms": c.last_ms,
+                    }
+                    for c in done
+                ]
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
