@@ -31,7 +31,8 @@ def kafka_stack_check(
     back = (
         session.read.format("kafka-records")
         .option("subscribe", STACK_CHECK_TOPIC)
-        .option("kafka.bootstrap.servers", client.bootstrap_servers)
+        # Every setting, not just the address: a secured cluster needs its credentials.
+        .options(**{f"kafka.{k}": str(v) for k, v in client.settings.items()})
         .option("startingOffsets", json.dumps({STACK_CHECK_TOPIC: starting}))
         .load()
     )

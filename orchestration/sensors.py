@@ -27,7 +27,6 @@ from dagster import (
 from orchestration.io_manager import FAILED_WINDOWS_TAG
 from orchestration.metadata import ShuffleAsset, shuffle_asset
 from orchestration.shuffle import ShuffleTopicNotFoundError, shuffle_commits_since
-from orchestration.shuffle.core.commitlog import from_micros, to_micros
 
 PARTITION_TAG = "dagster/partition"
 RETRY_TAG = "shuffle/retry"
@@ -101,8 +100,8 @@ def shuffle_commit_sensor(
         latest = {c.window: c for c in commits if c.window is not None}
         requests, observations = [], []
         for window, commit in sorted(latest.items()):
-            mark = commit.effective_watermark
-            complete = end_of is None or (mark is not None and mark >= to_micros(end_of(window)))
+            mark = commit.watermark_time
+            complete = end_of is None or commit.complete_through(end_of(window))
             observations.append(
                 AssetObservation(
                     asset_key=asset.key,
@@ -113,7 +112,7 @@ def shuffle_commit_sensor(
                         "rows": commit.rows,
                         "shuffle/committed_at": commit.committed_at,
                         **(
-                            {"shuffle/watermark": MetadataValue.timestamp(from_micros(mark))}
+                            {"shuffle/watermark": MetadataValue.timestamp(mark)}
                             if mark is not None
                             else {}
                         ),

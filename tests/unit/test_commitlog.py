@@ -85,6 +85,23 @@ def test_commit_round_trip():
     assert c.subtasks == {0, 1}
 
 
+def test_commit_watermark_as_time_and_completeness():
+    day_end = dt.datetime(2013, 1, 2, tzinfo=dt.UTC)
+    c = commit("r1", "2013-01-01", wm=to_micros(day_end) - 1, until=None)
+    assert c.watermark_time == day_end - dt.timedelta(microseconds=1)
+    assert not c.complete_through(day_end)
+    assert c.complete_through(day_end.replace(tzinfo=None) - dt.timedelta(microseconds=1))
+    done = commit("r2", "2013-01-01", wm=None, until=to_micros(day_end))
+    assert done.complete_through(day_end) and done.watermark_time == day_end
+    unknown = commit("r3", "2013-01-01")
+    assert unknown.watermark_time is None and not unknown.complete_through(day_end)
+
+
+def test_a_record_without_a_key_is_a_format_error():
+    with pytest.raises(ShuffleFormatError, match="without a key"):
+        ShuffleLog.from_records("t", [(None, b"{}")])
+
+
 def records(*items):
     return [(k.encode(), v.encode() if isinstance(v, str) else v) for k, v in items]
 

@@ -219,6 +219,22 @@ class Commit:
         return max(marks) if marks else None
 
     @property
+    def watermark_time(self) -> dt.datetime | None:
+        """:attr:`effective_watermark` as a UTC datetime."""
+        return from_micros(self.effective_watermark)
+
+    def complete_through(self, when: dt.datetime) -> bool:
+        """Whether this run declares its window complete up to ``when`` (naive: UTC), i.e.
+        its :attr:`effective_watermark` is at or past it.
+
+        Example::
+
+            commit.complete_through(dt.datetime(2013, 1, 2))   # the whole of 2013-01-01
+        """
+        mark = self.effective_watermark
+        return mark is not None and mark >= to_micros(when)
+
+    @property
     def subtasks(self) -> frozenset[int]:
         return frozenset(s for s, _ in self.tasks)
 
