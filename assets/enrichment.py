@@ -33,7 +33,7 @@ from assets.pipeline import FLIGHTS_BY_TAILNUM, PIPELINE_GROUP, FaultInjection, 
 from orchestration import KafkaResource, WarehouseResource
 from orchestration.shuffle import process_queue, shuffle_log
 from orchestration.shuffle.core.queue import DeliveryPolicy
-from orchestration.shuffle.kafka.client import consumer, end_offsets, read_range
+from orchestration.shuffle.kafka import read_range
 
 ENRICHED = "flights_enriched"
 DEAD_LETTERS = "flights_enriched_dead_letters"
@@ -205,13 +205,13 @@ def enrichment_assets(topic: str, *, tasks: int = 2, consumers_per_task: int = 4
     )
     def flights_enriched_dead_letters(context: AssetExecutionContext, kafka: KafkaResource):
         day = context.partition_key
-        conf = kafka.config()
+        client = kafka.client()
         dlq = dead_letter_topic(topic)
         prefix = f"{topic}.enrich.{day}.".encode()
         flights: list[str] = []
         total = 0
-        with consumer(conf) as c:
-            for p, (lo, hi) in enumerate(end_offsets(conf, dlq, 1)):
+        with client.consumer() as c:
+            for p, (lo, hi) in enumerate(client.end_offsets(dlq, 1)):
                 for m in read_range(c, dlq, p, lo, hi):
                     total += 1
                     headers = dict(m.headers() or [])
