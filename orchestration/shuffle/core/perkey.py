@@ -163,7 +163,8 @@ class KeyFunction:
         fn = self.fn
         outs: list[Any] = []
         if self.data == "pandas":
-            import pandas as pd
+            # pandas ships no type information and pandas-stubs is not a dependency.
+            import pandas as pd  # type: ignore[import-untyped]
 
             for s, e in zip(bounds[:-1], bounds[1:], strict=True):
                 part = frame.iloc[s:e]
