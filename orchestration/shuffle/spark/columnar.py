@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -579,4 +580,6 @@ def _java_map(spark: Any, scala_map: Any) -> dict:
 
 
 def _python_type(spark: Any, jtype: Any) -> T.DataType:
-    return T._parse_datatype_json_string(jtype.json())
+    # PySpark's public JSON parser takes fields, not bare types: wrap the type in one.
+    field = {"name": "_", "type": json.loads(jtype.json()), "nullable": True, "metadata": {}}
+    return T.StructField.fromJson(field).dataType
