@@ -31,8 +31,7 @@ from dagster_pyspark import LazyPySparkResource
 
 from assets.pipeline import FLIGHTS_BY_TAILNUM, PIPELINE_GROUP, FaultInjection, daily
 from orchestration import KafkaResource, WarehouseResource
-from orchestration.shuffle import process_queue, shuffle_log
-from orchestration.shuffle.core.queue import DeliveryPolicy
+from orchestration.shuffle import DeliveryPolicy, process_queue, shuffle_log
 from orchestration.shuffle.kafka import read_range
 
 ENRICHED = "flights_enriched"

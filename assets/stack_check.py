@@ -6,8 +6,7 @@ from dagster import AssetExecutionContext, MaterializeResult, asset
 from dagster_pyspark import LazyPySparkResource
 
 from orchestration import KafkaResource
-from orchestration.shuffle import register_data_sources
-from orchestration.shuffle.spark.records import write_records
+from orchestration.shuffle import register_data_sources, write_records
 
 STACK_CHECK_TOPIC = "shuffle.stack-check"
 STACK_CHECK_ROWS = 1000

@@ -34,8 +34,8 @@ from assets.stack_check import kafka_stack_check
 from jobs.pipeline import flights_jobs
 from orchestration.io_manager import KafkaShuffleIOManager
 from orchestration.resources import KafkaResource, WarehouseResource
+from orchestration.shuffle import session_settings
 from orchestration.shuffle.kafka import KafkaClient
-from orchestration.shuffle.spark.session import session_settings
 
 # Variables of the table above without a default.
 REQUIRED_ENV = ("KAFKA_BOOTSTRAP_SERVERS",)

@@ -13,8 +13,10 @@ Example::
 Any SparkSession works: the functions register the project's data sources on the session
 they are given (:func:`register_data_sources` does it for use by name).
 
-This package imports no Dagster. Its pure modules (``keygroups``, ``frames``,
-``watermarks``, ``commitlog``, ``planning``, ``aggregation``) import neither Spark nor Kafka.
+This package imports no Dagster. Its layers (``docs/ARCHITECTURE.md``): ``core`` (pure
+logic: no Spark, no Kafka), ``kafka`` (clients, the commit log's I/O, retention, ACLs),
+``spark`` (the data sources, the writer, per-key work) and ``queue`` (queue mode); the names
+below are the public API.
 """
 
 from typing import TYPE_CHECKING
@@ -61,6 +63,8 @@ _EXPORTS = {
     "expire_shuffle": "kafka.retention",
     "register_data_sources": "spark.session",
     "spark_session": "spark.session",
+    "session_settings": "spark.session",
+    "write_records": "spark.records",
     "QueueGroupError": "errors",
     "QueueResult": "queue.driver",
     "QueueSchemaError": "errors",
@@ -68,6 +72,7 @@ _EXPORTS = {
     "process_queue": "queue.driver",
     "read_queue_output": "queue.driver",
     "QueueCounts": "core.queue",
+    "DeliveryPolicy": "core.queue",
     "grant_shuffle_access": "kafka.access",
     "shuffle_acls": "kafka.access",
 }
@@ -76,7 +81,7 @@ if TYPE_CHECKING:
     from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog
     from orchestration.shuffle.core.keygroups import key_group_of, key_group_range, partition_of
     from orchestration.shuffle.core.metrics import BatchMetrics, summarize_stream_metrics
-    from orchestration.shuffle.core.queue import QueueCounts
+    from orchestration.shuffle.core.queue import DeliveryPolicy, QueueCounts
     from orchestration.shuffle.errors import (
         QueueGroupError,
         QueueSchemaError,
@@ -113,7 +118,12 @@ if TYPE_CHECKING:
         stream_metrics,
     )
     from orchestration.shuffle.spark.perkey import apply_per_key
-    from orchestration.shuffle.spark.session import register_data_sources, spark_session
+    from orchestration.shuffle.spark.records import write_records
+    from orchestration.shuffle.spark.session import (
+        register_data_sources,
+        session_settings,
+        spark_session,
+    )
     from orchestration.shuffle.write import ShuffleSpec, WriteResult, write_shuffle
 
 

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from orchestration.shuffle import (
+    DeliveryPolicy,
     QueueGroupError,
     QueueSchemaError,
     ShuffleConnectionError,
@@ -28,7 +29,6 @@ from orchestration.shuffle import (
     read_shuffle,
     write_shuffle,
 )
-from orchestration.shuffle.core.queue import DeliveryPolicy
 from orchestration.shuffle.kafka.client import KafkaClient, read_range
 from orchestration.shuffle.queue.driver import set_group_configs
 from orchestration.shuffle.testing import fail_write_attempts_below
@@ -181,7 +181,7 @@ KILLED = """
 import sys, threading, time
 import pyarrow as pa
 from orchestration.shuffle.core.commitlog import schema_to_b64
-from orchestration.shuffle.core.queue import DeliveryPolicy
+from orchestration.shuffle import DeliveryPolicy
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.queue.executor import QueueConsumer, TaskSpec
 
