@@ -14,7 +14,6 @@ from orchestration.shuffle.core.commitlog import (
     ShuffleLog,
     commit_topic,
 )
-from orchestration.shuffle.core.reader import ReadPlan, plan_read
 from orchestration.shuffle.core.stream import LogRecord
 from orchestration.shuffle.errors import (
     ShuffleConnectionError,
@@ -206,31 +205,6 @@ def read_commits_since(kafka: KafkaClient, topic: str, offset: int) -> tuple[lis
         if value is not None and (key or b"").decode().startswith(COMMIT_PREFIX)
     ]
     return commits, next_offset
-
-
-def read_plan(
-    kafka: KafkaClient,
-    topic: str,
-    *,
-    log: ShuffleLog | None = None,
-    windows: list[str] | None = None,
-    runs: list[str] | None = None,
-    event_time_start: int | None = None,
-    event_time_end: int | None = None,
-    parallelism: int | str | None = None,
-) -> ReadPlan:
-    """Plans a read from the commit log (read here unless given) and checks the data topic."""
-    log = log if log is not None else read_log(kafka, topic)
-    plan = plan_read(
-        log,
-        windows=windows,
-        runs=runs,
-        event_time_start=event_time_start,
-        event_time_end=event_time_end,
-        parallelism=parallelism,
-    )
-    check_partitions(kafka, plan.layout)
-    return plan
 
 
 def write_expired(kafka: KafkaClient, topic: str, markers: list[Expired]) -> None:
