@@ -1,4 +1,6 @@
-"""commit_metadata: Dagster's standard keys and the shuffle's own, from a commit and a layout."""
+"""What Dagster is told of a shuffle's runs: commit_metadata (Dagster's standard keys and the
+shuffle's own, from a commit and a layout), and what a read of a window that retention
+expired says instead of "no committed run"."""
 
 import datetime as dt
 
@@ -8,8 +10,16 @@ from dagster import AssetMaterialization, MetadataValue, TableSchema
 
 from orchestration.metadata import column_schema, commit_metadata, shuffle_uri, type_name
 from orchestration.resources import KafkaResource
-from orchestration.shuffle import ShuffleOptionError
-from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange, to_micros
+from orchestration.shuffle import ShuffleOptionError, ShuffleWindowNotFoundError
+from orchestration.shuffle.core.commitlog import (
+    Commit,
+    Layout,
+    PartitionRange,
+    ShuffleLog,
+    to_micros,
+)
+from orchestration.shuffle.core.reader import plan_read
+from orchestration.shuffle.core.retention import marker, plan_expiry
 
 SCHEMA = pa.schema(
     [
@@ -30,9 +40,11 @@ LAYOUT = Layout(
 )
 
 
-def commit(window: str | None = "2024-01-01", watermark: int | None = None) -> Commit:
+def commit(
+    window: str | None = "2024-01-01", watermark: int | None = None, run_id: str = "r1"
+) -> Commit:
     return Commit(
-        run_id="r1",
+        run_id=run_id,
         window=window,
         committed_at="2024-01-02T03:04:05+00:00",
         tasks=((0, 0),),
@@ -138,3 +150,37 @@ def test_column_schema_marks_key_event_time_and_nullability():
 )
 def test_type_names(arrow, name):
     assert type_name(arrow) == name
+
+
+def expired_log(now: dt.datetime) -> ShuffleLog:
+    """Windows d1 (two runs), d2 and d3; everything but the latest window expired."""
+    records: list[tuple[str, str | None]] = [("layout", LAYOUT.to_json())]
+    for run, window in (("a", "d1"), ("b", "d1"), ("c", "d2"), ("d", "d3")):
+        records.append((f"commit/{run}", commit(window, run_id=run).to_json()))
+    plan = plan_expiry(ShuffleLog.from_records("t", records), now=now, keep_last=1)
+    for c, reason in plan.expire:
+        records.append((f"expired/{c.run_id}", marker(c, reason, now).to_json()))
+        records.append((f"commit/{c.run_id}", None))
+    return ShuffleLog.from_records("t", records)
+
+
+def test_reading_an_expired_window_says_when_and_why():
+    now = dt.datetime(2024, 2, 1, 3, 0, tzinfo=dt.UTC)
+    log = expired_log(now)
+    assert [c.window for c in log.visible()] == ["d3"]
+    with pytest.raises(ShuffleWindowNotFoundError) as err:
+        plan_read(log, windows=["d1", "d3"])
+    text = str(err.value)
+    # d1's last visible run is named, not the one it superseded.
+    assert "window(s) ['d1'] expired" in text
+    assert f"run b, expired {now.isoformat()}: not among the 1 most recent windows" in text
+    assert "run a" not in text and "no committed run" not in text
+
+
+def test_expired_and_never_committed_windows_are_told_apart():
+    log = expired_log(dt.datetime(2024, 2, 1, tzinfo=dt.UTC))
+    with pytest.raises(ShuffleWindowNotFoundError) as err:
+        plan_read(log, windows=["d2", "d9"])
+    text = str(err.value)
+    assert "window(s) ['d2'] expired: window 'd2' (run c," in text
+    assert text.endswith("no committed run for window(s) ['d9']")

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TypedDict, Unpack
 
-from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog, to_micros
+from orchestration.shuffle.core.commitlog import Commit, Expired, Layout, ShuffleLog, to_micros
 from orchestration.shuffle.core.keygroups import key_group_range, split_range
 from orchestration.shuffle.core.options import Options
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWindowNotFoundError
@@ -392,6 +392,35 @@ class ReadPlan:
         return sum(c.rows for c in self.commits)
 
 
+def missing_windows_message(log: ShuffleLog, windows: Sequence[str]) -> str:
+    """Why ``windows`` have no visible run: expired by retention (when, why, which run), or
+    never committed.
+
+    Example::
+
+        shuffle 'events': window(s) ['2024-03-01'] expired: window '2024-03-01' (run r1,
+        expired 2024-04-01T03:00:00+00:00: not among the 30 most recent windows)
+    """
+    # A window's last marker is its last visible run: superseded runs are marked before it
+    # (or in the same pass, earlier in the log), so later markers win.
+    last: dict[str, Expired] = {}
+    for marker in log.expired.values():
+        if marker.window is not None:
+            last[marker.window] = marker
+    expired = [w for w in windows if w in last]
+    never = [w for w in windows if w not in last]
+    parts = []
+    if expired:
+        why = "; ".join(
+            f"window {w!r} (run {last[w].run_id}, expired {last[w].expired_at}: {last[w].reason})"
+            for w in expired
+        )
+        parts.append(f"window(s) {expired} expired: {why}")
+    if never:
+        parts.append(f"no committed run for window(s) {never}")
+    return f"shuffle {log.topic!r}: " + "; ".join(parts)
+
+
 def plan_read(
     log: ShuffleLog,
     *,
@@ -408,7 +437,8 @@ def plan_read(
     ``[event_time_start, event_time_end)`` are planned; the reader filters their rows.
 
     Raises:
-        ShuffleWindowNotFoundError: A window or run named has no committed run.
+        ShuffleWindowNotFoundError: A window or run named has no committed run (the
+            message says so of one that retention expired, with when and why).
         ShuffleOptionError: An event-time range on a shuffle without an event-time column,
             or a parallelism that is not positive.
     """
@@ -418,9 +448,7 @@ def plan_read(
     if windows is not None:
         missing = sorted(set(windows) - {c.window for c in commits})
         if missing:
-            raise ShuffleWindowNotFoundError(
-                f"shuffle {topic!r} has no committed run for window(s) {missing}"
-            )
+            raise ShuffleWindowNotFoundError(missing_windows_message(log, missing))
     if runs is not None:
         missing = sorted(set(runs) - {c.run_id for c in commits})
         expired = [
