@@ -22,10 +22,12 @@ _EXPORTS = {
     "failed_region_sensor": "sensors",
     "shuffle_asset_checks": "checks",
     "shuffle_expiry_job": "maintenance",
+    "KafkaShuffle": "components",
 }
 
 if TYPE_CHECKING:
     from .checks import shuffle_asset_checks
+    from .components import KafkaShuffle
     from .io_manager import FAILED_WINDOWS_TAG, KafkaShuffleIOManager
     from .maintenance import shuffle_expiry_job
     from .metadata import shuffle_metadata
