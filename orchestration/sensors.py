@@ -2,18 +2,19 @@
 
 Both are small and pure apart from what they read (the shuffle's commit log; the failed
 run's tags), so a tick can be tested with ``build_sensor_context`` and
-``build_run_status_sensor_context``.
+``build_run_status_sensor_context``; what a commit sensor's tick launches, and its next
+cursor, is the pure :func:`commit_launches`.
 """
 
 import datetime as dt
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from dagster import (
     AssetObservation,
     AssetsDefinition,
     DefaultSensorStatus,
-    MetadataValue,
     RunFailureSensorContext,
     RunRequest,
     SensorEvaluationContext,
@@ -25,8 +26,14 @@ from dagster import (
 )
 
 from orchestration.io_manager import FAILED_WINDOWS_TAG
-from orchestration.metadata import ShuffleAsset, shuffle_asset
-from orchestration.shuffle import ShuffleTopicNotFoundError, shuffle_commits_since
+from orchestration.metadata import ShuffleAsset, commit_metadata, shuffle_asset
+from orchestration.shuffle import (
+    Commit,
+    Layout,
+    ShuffleTopicNotFoundError,
+    shuffle_commits_since,
+    shuffle_log,
+)
 
 PARTITION_TAG = "dagster/partition"
 RETRY_TAG = "shuffle/retry"
@@ -52,6 +59,70 @@ def _default_window_end(asset: AssetsDefinition) -> Callable[[str], dt.datetime]
     return None
 
 
+# How many launches the commit sensor's cursor remembers. A commit record is read once (the
+# cursor's offset moves past it), so a launch need not be remembered to avoid launching it
+# again; the few kept guard against the same record read twice (a retried produce of a
+# keyed record can land it again just after the first), and run keys make even that a no-op
+# for the daemon. So the cursor's size does not grow with the windows.
+KEPT_LAUNCHES = 32
+
+
+@dataclass(frozen=True)
+class CommitCursor:
+    """The commit sensor's cursor: the commit-log offset read so far and the latest launches
+    as (window, run id), oldest first, at most :data:`KEPT_LAUNCHES` of them. JSON.
+
+    Example::
+
+        CommitCursor.parse(context.cursor).offset
+    """
+
+    offset: int = 0
+    launched: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | None) -> "CommitCursor":
+        if not text:
+            return cls()
+        d = json.loads(text)
+        launched = d.get("launched", [])
+        if isinstance(launched, dict):
+            # A cursor written before launches were bounded: {window: run id}.
+            launched = list(launched.items())
+        pairs = tuple((str(w), str(r)) for w, r in launched)
+        return cls(int(d.get("offset", 0)), pairs[-KEPT_LAUNCHES:])
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"offset": self.offset, "launched": [list(p) for p in self.launched]},
+            separators=(",", ":"),
+        )
+
+
+def commit_launches(
+    cursor: CommitCursor,
+    commits: Sequence[Commit],
+    next_offset: int,
+    complete: Callable[[Commit], bool],
+) -> tuple[list[Commit], CommitCursor]:
+    """What one tick of the commit sensor launches, and its next cursor. Pure.
+
+    ``commits`` are those the commit log holds from ``cursor.offset`` to ``next_offset``, in
+    log order. Per window, only the latest of them counts (an older one is superseded); it
+    launches if ``complete`` says its window is complete and the cursor has not launched
+    that very run already.
+    """
+    latest = {c.window: c for c in commits if c.window is not None}
+    launched = list(cursor.launched)
+    seen = set(launched)
+    out = []
+    for window, commit in sorted(latest.items()):
+        if complete(commit) and (window, commit.run_id) not in seen:
+            out.append(commit)
+            launched.append((window, commit.run_id))
+    return out, CommitCursor(next_offset, tuple(launched[-KEPT_LAUNCHES:]))
+
+
 def shuffle_commit_sensor(
     name: str,
     *,
@@ -68,16 +139,29 @@ def shuffle_commit_sensor(
     the default for time-window partitions is the partition's end, and for other partitions
     a window is complete once committed. A newer run for W (corrected or late data)
     supersedes the old one and launches the jobs again. Each new commit is also reported as
-    an observation of the asset's partition (run id, rows, watermark, complete or not).
+    an observation of the asset's partition, with the metadata a materialization of it
+    carries (:func:`orchestration.metadata.commit_metadata`: row count, column schema, URI,
+    ``shuffle/*``) and ``shuffle/complete``.
 
-    The cursor (JSON) holds the commit-log offset read so far and, per window, the run
-    already launched for; a tick reads only commit records appended since, never the data
-    topic. ``run_key`` = ``<job>:<window>:<run id>``, so a repeated tick requests nothing new.
-    Kafka comes from the asset's IO manager (a ``KafkaShuffleIOManager``).
+    The cursor (JSON, :class:`CommitCursor`) holds the commit-log offset read so far and the
+    latest launches, a bounded number whatever the number of windows; a tick reads only
+    commit records appended since, never the data topic. ``run_key`` =
+    ``<job>:<window>:<run id>``, so a repeated tick requests nothing new. Kafka comes from
+    the asset's IO manager (a ``KafkaShuffleIOManager``).
     """
     shuffle = asset_shuffle(asset)
     io_key = asset_io_manager_key(asset)
     end_of = window_end or _default_window_end(asset)
+    # The layout (for the column schema) never changes once the shuffle exists: read it once
+    # per process, not on every tick.
+    layouts: dict[str, Layout] = {}
+
+    def complete(commit: Commit) -> bool:
+        return (
+            end_of is None
+            or commit.window is None
+            or commit.complete_through(end_of(commit.window))
+        )
 
     @sensor(
         name=name,
@@ -89,53 +173,49 @@ def shuffle_commit_sensor(
     )
     def _sensor(context: SensorEvaluationContext, **_resources):
         # Direct invocation (tests, build_sensor_context) also passes the resources by name.
-        kafka = getattr(context.resources, io_key).kafka.config()
-        cursor = json.loads(context.cursor) if context.cursor else {}
-        offset = int(cursor.get("offset", 0))
-        launched: dict[str, str] = dict(cursor.get("launched", {}))
+        resource = getattr(context.resources, io_key).kafka
+        kafka = resource.config()
+        cursor = CommitCursor.parse(context.cursor)
         try:
-            commits, next_offset = shuffle_commits_since(shuffle.topic, kafka=kafka, offset=offset)
+            commits, next_offset = shuffle_commits_since(
+                shuffle.topic, kafka=kafka, offset=cursor.offset
+            )
+            if commits and shuffle.topic not in layouts:
+                layout = shuffle_log(shuffle.topic, kafka=kafka).layout
+                if layout is not None:
+                    layouts[shuffle.topic] = layout
         except ShuffleTopicNotFoundError:
             return SkipReason(f"shuffle {shuffle.topic!r} has no commit log yet")
+        launches, new_cursor = commit_launches(cursor, commits, next_offset, complete)
         latest = {c.window: c for c in commits if c.window is not None}
-        requests, observations = [], []
+        observations = []
         for window, commit in sorted(latest.items()):
-            mark = commit.watermark_time
-            complete = end_of is None or commit.complete_through(end_of(window))
+            done = complete(commit)
+            metadata = commit_metadata(
+                commit, layouts.get(shuffle.topic), resource, topic=shuffle.topic
+            )
             observations.append(
                 AssetObservation(
                     asset_key=asset.key,
                     partition=window,
-                    metadata={
-                        "shuffle/run_id": commit.run_id,
-                        "shuffle/complete": complete,
-                        "rows": commit.rows,
-                        "shuffle/committed_at": commit.committed_at,
-                        **(
-                            {"shuffle/watermark": MetadataValue.timestamp(mark)}
-                            if mark is not None
-                            else {}
-                        ),
-                    },
+                    metadata={**metadata, "shuffle/complete": done},
                 )
             )
-            if not complete:
+            if not done:
                 context.log.info(f"window {window}: run {commit.run_id} is not complete yet")
-                continue
-            if launched.get(window) == commit.run_id:
-                continue
-            launched[window] = commit.run_id
-            for job in jobs:
-                requests.append(
-                    RunRequest(
-                        run_key=f"{job.name}:{window}:{commit.run_id}",
-                        job_name=job.name,
-                        partition_key=window,
-                        tags={COMMIT_TAG: commit.run_id, WINDOW_TAG: window},
-                    )
-                )
-        new_cursor = json.dumps({"offset": next_offset, "launched": launched}, sort_keys=True)
-        return SensorResult(run_requests=requests, cursor=new_cursor, asset_events=observations)
+        requests = [
+            RunRequest(
+                run_key=f"{job.name}:{commit.window}:{commit.run_id}",
+                job_name=job.name,
+                partition_key=commit.window,
+                tags={COMMIT_TAG: commit.run_id, WINDOW_TAG: commit.window},
+            )
+            for commit in launches
+            for job in jobs
+        ]
+        return SensorResult(
+            run_requests=requests, cursor=new_cursor.to_json(), asset_events=observations
+        )
 
     return _sensor
 

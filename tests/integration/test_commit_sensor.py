@@ -1,0 +1,134 @@
+"""The commit sensor against the real broker: 400 windows committed through the commit log's
+I/O (no Spark job), its cursor's size, re-runs, and what its observations carry."""
+
+import datetime as dt
+import time
+import uuid
+
+import pyarrow as pa
+import pytest
+from dagster import (
+    DailyPartitionsDefinition,
+    Definitions,
+    TableSchema,
+    asset,
+    build_sensor_context,
+    define_asset_job,
+    instance_for_test,
+)
+
+from orchestration import (
+    KafkaResource,
+    KafkaShuffleIOManager,
+    shuffle_commit_sensor,
+    shuffle_metadata,
+)
+from orchestration.sensors import KEPT_LAUNCHES
+from orchestration.shuffle import Commit, Layout
+from orchestration.shuffle.core.commitlog import PartitionRange, to_micros
+from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle.kafka.commitlog import create_or_check, write_commit
+
+pytestmark = pytest.mark.integration
+
+START = dt.date(2023, 1, 1)
+SCHEMA = pa.schema([pa.field("user_id", pa.string()), pa.field("clicks", pa.int64())])
+# A cursor's size whatever the number of windows (see tests/unit/test_sensor_cursor.py).
+BOUND = 64 * KEPT_LAUNCHES + 64
+
+
+def window(i: int) -> str:
+    return (START + dt.timedelta(days=i)).isoformat()
+
+
+def commit_of(i: int, rows: int = 10) -> Commit:
+    end = dt.datetime.combine(START + dt.timedelta(days=i + 1), dt.time(), dt.UTC)
+    return Commit(
+        run_id=str(uuid.uuid4()),
+        window=window(i),
+        committed_at=dt.datetime.now(dt.UTC).isoformat(),
+        tasks=((0, 0),),
+        partitions={0: PartitionRange(0, 0, rows, 1)},
+        rows=rows,
+        bytes=100,
+        frames=1,
+        complete_until=to_micros(end),
+    )
+
+
+def test_cursor_stays_bounded_over_400_windows(bootstrap, kafka_conf):
+    topic = f"sensor.events-{uuid.uuid4().hex[:8]}"
+    kafka = KafkaClient(kafka_conf)
+    create_or_check(kafka, Layout(topic, ("user_id",), 2, 8, SCHEMA))
+    daily = DailyPartitionsDefinition(start_date=window(0))
+
+    @asset(
+        partitions_def=daily,
+        io_manager_key="shuffle_io",
+        metadata=shuffle_metadata(key="user_id", num_partitions=2, max_parallelism=8, topic=topic),
+    )
+    def events_by_user():
+        raise AssertionError("never materialized here: the commits are written directly")
+
+    @asset(partitions_def=daily, deps=[events_by_user])
+    def user_totals() -> None: ...
+
+    consumer = define_asset_job("user_totals_job", selection=[user_totals])
+    sensor = shuffle_commit_sensor("events_commits", asset=events_by_user, jobs=[consumer])
+    defs = Definitions(
+        assets=[events_by_user, user_totals],
+        jobs=[consumer],
+        sensors=[sensor],
+        resources={
+            "shuffle_io": KafkaShuffleIOManager(kafka=KafkaResource(bootstrap_servers=bootstrap))
+        },
+    )
+
+    def tick(instance, cursor):
+        with build_sensor_context(
+            instance=instance, cursor=cursor, resources=defs.resources, definitions=defs
+        ) as ctx:
+            return defs.resolve_sensor_def("events_commits")(ctx)
+
+    commits = [commit_of(i, rows=10 + i) for i in range(400)]
+    started = time.monotonic()
+    with instance_for_test() as instance:
+        for c in commits[:10]:
+            write_commit(kafka, topic, c)
+        first = tick(instance, None)
+        assert [r.partition_key for r in first.run_requests] == [window(i) for i in range(10)]
+        for c in commits[10:]:
+            write_commit(kafka, topic, c)
+        second = tick(instance, first.cursor)
+        assert len(second.run_requests) == 390
+        small, large = len(first.cursor.encode()), len(second.cursor.encode())
+        print(f"cursor bytes: 10 windows {small}, 400 windows {large}")
+        assert small < large <= BOUND
+
+        # Each commit is observed with the metadata a materialization carries.
+        obs = {o.partition: o.metadata for o in second.asset_events}
+        assert len(obs) == 390
+        md = obs[window(399)]
+        assert md["dagster/row_count"].value == md["dagster/partition_row_count"].value == 409
+        schema = md["dagster/column_schema"].value
+        assert isinstance(schema, TableSchema)
+        assert [(c.name, c.type) for c in schema.columns] == [
+            ("user_id", "string"),
+            ("clicks", "bigint"),
+        ]
+        assert md["dagster/uri"].value == f"kafka://{bootstrap}/{topic}?window={window(399)}"
+        assert md["shuffle/run_id"].value == commits[399].run_id
+        assert md["shuffle/complete"].value is True
+
+        # A repeated tick is a no-op.
+        again = tick(instance, second.cursor)
+        assert list(again.run_requests) == [] and again.cursor == second.cursor
+        # A re-run of the oldest window, long pruned from the cursor, launches again.
+        rerun = commit_of(0, rows=5)
+        write_commit(kafka, topic, rerun)
+        third = tick(instance, second.cursor)
+        (req,) = third.run_requests
+        assert (req.partition_key, req.tags["shuffle/commit"]) == (window(0), rerun.run_id)
+        assert req.run_key == f"user_totals_job:{window(0)}:{rerun.run_id}"
+        assert len(third.cursor.encode()) <= BOUND
+    print(f"400 commits written and read in {time.monotonic() - started:.1f}s")
