@@ -25,9 +25,13 @@ Example::
 Output: one committed run per partition key (``window`` = the key; for time-window
 partitions ``complete_until`` = the window's end). A run over a range of partitions writes
 each key's rows (``shuffle/window_column`` = the key) as its own committed run; days that
-committed stay committed if another fails, and the run is tagged ``shuffle/failed_windows``
-so that a failed-region sensor re-runs only those. An unpartitioned asset commits one run
-with no window, and its latest run is what downstream assets read.
+committed stay committed if another fails: Dagster records them as materialized (each with
+its own metadata), the run fails for the rest and is tagged ``shuffle/failed_windows`` so
+that a failed-region sensor re-runs only those. An unpartitioned asset commits one run with
+no window, and its latest run is what downstream assets read. Every materialization carries
+:func:`~orchestration.metadata.commit_metadata`: Dagster's ``dagster/row_count``,
+``dagster/partition_row_count``, ``dagster/column_schema`` and ``dagster/uri``, and the
+shuffle's own keys.
 
 Input: a keyed read of exactly the upstream partitions the downstream asset depends on, as a
 DataFrame, or as a :class:`~orchestration.shuffle.ShuffleRead` if the parameter is annotated
@@ -37,23 +41,31 @@ so (for in-reader aggregation, commit details and row counts).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from typing import Any
 
 from dagster import (
+    AssetExecutionContext,
+    AssetMaterialization,
     ConfigurableIOManager,
+    DagsterInstance,
+    DagsterInvariantViolationError,
+    Failure,
+    InitResourceContext,
     InputContext,
     MetadataValue,
     OutputContext,
     TimeWindowPartitionsDefinition,
 )
 from dagster_pyspark import LazyPySparkResource
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from orchestration.metadata import ShuffleAsset, shuffle_asset
+from orchestration.metadata import ShuffleAsset, commit_metadata, shuffle_asset
 from orchestration.resources import KafkaResource
 from orchestration.shuffle import (
+    Layout,
     ShuffleError,
     ShuffleOptionError,
     ShuffleRead,
@@ -69,25 +81,6 @@ from orchestration.shuffle import (
 FAILED_WINDOWS_TAG = "shuffle/failed_windows"
 # The commit attribute that ties a committed run to the Dagster run that wrote it.
 DAGSTER_RUN_ATTR = "dagster_run_id"
-
-
-def write_metadata(result: WriteResult) -> dict[str, Any]:
-    """What a committed run's materialization shows."""
-    md: dict[str, Any] = {
-        "shuffle/topic": result.topic,
-        "shuffle/run_id": result.run_id,
-        "shuffle/window": result.window or "",
-        "rows": result.rows,
-        "bytes": result.bytes,
-        "frames": result.frames,
-        # How the rows reached the producer tasks: "columnar" (Parquet read by the tasks)
-        # or "rows" (handed over by Spark).
-        "shuffle/write_path": result.path,
-        "offsets": MetadataValue.json({str(p): list(r) for p, r in sorted(result.offsets.items())}),
-    }
-    if result.watermark is not None:
-        md["shuffle/watermark"] = MetadataValue.timestamp(result.watermark)
-    return md
 
 
 class KafkaShuffleIOManager(ConfigurableIOManager):
@@ -114,6 +107,12 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         description="Compression of the frames written: lz4, zstd (fewer bytes, more CPU) or none.",
     )
 
+    # Set up per run: the Dagster instance the run records into (None outside a run).
+    _instance: DagsterInstance | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._instance = context.instance
+
     def session(self) -> SparkSession:
         if self.spark is not None:
             return self.spark.spark_session
@@ -121,7 +120,12 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
 
     # --- output ---------------------------------------------------------------------
 
-    def handle_output(self, context: OutputContext, obj: Any) -> None:
+    # A generator: Dagster 1.13 writes the events an IO manager logs to the run's event log
+    # at each value it yields, which is how the windows a failing range run committed are
+    # recorded before its error (see _write_range_and_report).
+    def handle_output(  # type: ignore[override]
+        self, context: OutputContext, obj: Any
+    ) -> Iterator[dict]:
         name = context.asset_key.to_user_string()
         asset = shuffle_asset(name, context.asset_key.path, context.definition_metadata)
         if not isinstance(obj, DataFrame):
@@ -130,16 +134,21 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 f"returned {type(obj).__name__}"
             )
         conf = self.kafka.config()
-        if not context.has_asset_partitions:
-            result = self._write(context, asset, obj, None, conf)
-            context.add_output_metadata(write_metadata(result))
-            return
-        keys = list(context.asset_partition_keys)
-        if len(keys) == 1:
-            result = self._write(context, asset, obj, keys[0], conf)
-            context.add_output_metadata(write_metadata(result))
-            return
-        self._write_range(context, asset, obj, keys, conf)
+        window = None
+        if context.has_asset_partitions:
+            keys = list(context.asset_partition_keys)
+            if len(keys) > 1:
+                yield from self._write_range_and_report(context, asset, obj, keys, conf)
+                return
+            window = keys[0]
+        result = self._write(context, asset, obj, window, conf)
+        layout = shuffle_log(asset.topic, kafka=conf).layout
+        context.add_output_metadata(self._metadata(result, layout))
+
+    def _metadata(self, result: WriteResult, layout: Layout | None) -> dict[str, Any]:
+        return commit_metadata(
+            result.commit, layout, self.kafka, topic=result.topic, write_path=result.path
+        )
 
     def _write(
         self,
@@ -170,6 +179,63 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         )
         return result
 
+    def _write_range_and_report(
+        self,
+        context: OutputContext,
+        asset: ShuffleAsset,
+        df: DataFrame,
+        keys: list[str],
+        conf: dict,
+    ) -> Iterator[dict]:
+        """Writes each window of a range run and tells Dagster exactly which committed: each
+        committed window is materialized once, with its own metadata; if any failed, the
+        run fails for those (tagged and named in the error) and only for those."""
+        committed, failed = self._write_range(context, asset, df, keys, conf)
+        layout = shuffle_log(asset.topic, kafka=conf).layout if committed else None
+        metadata = {key: self._metadata(r, layout) for key, r in committed.items()}
+        if not failed:
+            try:
+                step = AssetExecutionContext.get()
+            except DagsterInvariantViolationError:
+                step = None
+            if step is not None:
+                # Dagster records one materialization per partition of the range once this
+                # returns; per-partition metadata goes on those. OutputContext has no public
+                # way to set it in Dagster 1.13 (add_output_metadata is the same for every
+                # partition), AssetExecutionContext.add_asset_metadata(partition_key=) has.
+                for key, md in metadata.items():
+                    step.add_asset_metadata(md, partition_key=key)
+                return
+        for key, md in metadata.items():
+            context.log_event(
+                AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=md)
+            )
+        if not failed:
+            return
+        # Written to the event log now: the error below ends the step, and Dagster then
+        # records no materialization of its own for any partition of the range.
+        yield {}
+        name = context.asset_key.to_user_string()
+        windows = ",".join(sorted(failed))
+        if self._instance is not None:
+            # Read by failed_region_sensor. Dagster 1.13 has no public API for a run to tag
+            # itself (dagster-io/dagster#27502); DagsterInstance.add_run_tags, on the
+            # instance the resource was set up with, is what the UI's own tag edits use.
+            # The failed windows are also in the Failure's metadata, which is public.
+            self._instance.add_run_tags(context.run_id, {FAILED_WINDOWS_TAG: windows})
+        error = ShuffleWriteError(
+            f"asset {name}: {len(failed)} of {len(keys)} window(s) failed and were not "
+            f"committed: {failed}"
+        )
+        raise Failure(
+            description=str(error),
+            metadata={
+                FAILED_WINDOWS_TAG: windows,
+                "shuffle/committed_windows": ",".join(sorted(committed)),
+                "shuffle/errors": MetadataValue.json(failed),
+            },
+        ) from error
+
     def _write_range(
         self,
         context: OutputContext,
@@ -177,7 +243,9 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         df: DataFrame,
         keys: list[str],
         conf: dict,
-    ) -> None:
+    ) -> tuple[dict[str, WriteResult], dict[str, str]]:
+        """Writes each key's rows as its own run: (runs committed, errors of those that
+        failed), by key."""
         name = context.asset_key.to_user_string()
         column = asset.window_column
         if column is None:
@@ -192,6 +260,8 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 f"asset's DataFrame {df.columns}"
             )
         window = F.col(column).cast("string")
+        committed: dict[str, WriteResult] = {}
+        failed: dict[str, str] = {}
         df = df.persist()
         try:
             found = {r[0]: r[1] for r in df.groupBy(window).count().collect()}
@@ -202,28 +272,19 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                     f"are not partitions of this run ({keys[0]} .. {keys[-1]}): "
                     f"{sorted(map(str, outside))[:5]}; nothing was written"
                 )
-            failed: dict[str, str] = {}
             for key in keys:
                 try:
-                    result = self._write(context, asset, df.filter(window == key), key, conf)
+                    committed[key] = self._write(
+                        context, asset, df.filter(window == key), key, conf
+                    )
                 except ShuffleError as exc:
+                    # Windows that committed stay committed; the failed-region sensor
+                    # re-runs the rest.
                     failed[key] = str(exc)
                     context.log.error(f"{asset.topic}: window {key} failed: {exc}")
-                    continue
-                context.step_context.add_asset_metadata(
-                    write_metadata(result), asset_key=context.asset_key, partition_key=key
-                )
         finally:
             df.unpersist()
-        if failed:
-            # Windows that committed stay committed; the failed-region sensor re-runs the rest.
-            context.step_context.instance.add_run_tags(
-                context.run_id, {FAILED_WINDOWS_TAG: ",".join(sorted(failed))}
-            )
-            raise ShuffleWriteError(
-                f"asset {name}: {len(failed)} of {len(keys)} window(s) failed and were not "
-                f"committed: {failed}"
-            )
+        return committed, failed
 
     # --- input ----------------------------------------------------------------------
 
@@ -240,6 +301,12 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         else:
             unwindowed = [c for c in log.commits if c.window is None]
             if not unwindowed:
+                gone = [e for e in log.expired.values() if e.window is None]
+                if gone:
+                    raise ShuffleWindowNotFoundError(
+                        f"asset {name}: shuffle {asset.topic!r}: its last run {gone[-1].run_id} "
+                        f"expired {gone[-1].expired_at}: {gone[-1].reason}"
+                    )
                 raise ShuffleWindowNotFoundError(
                     f"asset {name}: shuffle {asset.topic!r} has no committed run yet"
                 )

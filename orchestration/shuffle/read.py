@@ -233,7 +233,8 @@ def read_shuffle(
 
     Raises:
         ShuffleTopicNotFoundError: The shuffle does not exist.
-        ShuffleWindowNotFoundError: A window or run named has no committed run.
+        ShuffleWindowNotFoundError: A window or run named has no committed run; for one
+            that retention expired, the message says which run, when and why.
     """
     read = plan_shuffle_read(spark, topic, kafka=kafka, log=log, **selection)
     return read.dataframe(with_metadata=with_metadata)

@@ -468,6 +468,18 @@ class ShuffleLog:
             out.append(c)
         return out
 
+    def expired_windows(self) -> dict[str, Expired]:
+        """Windows that retention left with no visible run, each with the marker of its last
+        run: which run, when and why it expired."""
+        visible = self.latest_by_window()
+        last: dict[str, Expired] = {}
+        # Markers are in log order, and a window's superseded runs are marked before (or in
+        # the same pass as, earlier in the log than) its last visible run: later ones win.
+        for marker in self.expired.values():
+            if marker.window is not None and marker.window not in visible:
+                last[marker.window] = marker
+        return last
+
     def commit(self, run_id: str) -> Commit | None:
         return next((c for c in self.commits if c.run_id == run_id), None)
 

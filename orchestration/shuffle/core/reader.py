@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TypedDict, Unpack
 
-from orchestration.shuffle.core.commitlog import Commit, Expired, Layout, ShuffleLog, to_micros
+from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog, to_micros
 from orchestration.shuffle.core.keygroups import key_group_range, split_range
 from orchestration.shuffle.core.options import Options
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWindowNotFoundError
@@ -401,12 +401,7 @@ def missing_windows_message(log: ShuffleLog, windows: Sequence[str]) -> str:
         shuffle 'events': window(s) ['2024-03-01'] expired: window '2024-03-01' (run r1,
         expired 2024-04-01T03:00:00+00:00: not among the 30 most recent windows)
     """
-    # A window's last marker is its last visible run: superseded runs are marked before it
-    # (or in the same pass, earlier in the log), so later markers win.
-    last: dict[str, Expired] = {}
-    for marker in log.expired.values():
-        if marker.window is not None:
-            last[marker.window] = marker
+    last = log.expired_windows()
     expired = [w for w in windows if w in last]
     never = [w for w in windows if w not in last]
     parts = []
