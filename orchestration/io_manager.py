@@ -120,9 +120,10 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
 
     # --- output ---------------------------------------------------------------------
 
-    # A generator: Dagster 1.13 writes the events an IO manager logs to the run's event log
-    # at each value it yields, which is how the windows a failing range run committed are
-    # recorded before its error (see _write_range_and_report).
+    # A generator (IOManager declares None; Dagster 1.13's step execution runs a generator
+    # handle_output too): the events an IO manager logs reach the run's event log at each
+    # value it yields, which is how the windows a failing range run committed are recorded
+    # before its error (see _write_range_and_report).
     def handle_output(  # type: ignore[override]
         self, context: OutputContext, obj: Any
     ) -> Iterator[dict]:
@@ -200,12 +201,17 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 step = None
             if step is not None:
                 # Dagster records one materialization per partition of the range once this
-                # returns; per-partition metadata goes on those. OutputContext has no public
-                # way to set it in Dagster 1.13 (add_output_metadata is the same for every
-                # partition), AssetExecutionContext.add_asset_metadata(partition_key=) has.
+                # returns; per-partition metadata goes on those. In Dagster 1.13 OutputContext
+                # cannot set it (add_output_metadata is the same for every partition) and
+                # events logged here would be second materializations; the public
+                # add_asset_metadata(partition_key=) of the step's AssetExecutionContext can.
+                # AssetExecutionContext.get() is how code that is not the asset's body gets
+                # that context (added for that, dagster-io/dagster#14954, though absent from
+                # the API reference); the IO manager runs inside the step's context.
                 for key, md in metadata.items():
                     step.add_asset_metadata(md, partition_key=key)
                 return
+        # A failed range, or an OutputContext built outside a run: one event per window.
         for key, md in metadata.items():
             context.log_event(
                 AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=md)
@@ -219,9 +225,10 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         windows = ",".join(sorted(failed))
         if self._instance is not None:
             # Read by failed_region_sensor. Dagster 1.13 has no public API for a run to tag
-            # itself (dagster-io/dagster#27502); DagsterInstance.add_run_tags, on the
-            # instance the resource was set up with, is what the UI's own tag edits use.
-            # The failed windows are also in the Failure's metadata, which is public.
+            # itself (dagster-io/dagster#27502): DagsterInstance.add_run_tags is not in its
+            # API reference, called here on the instance the resource was set up with
+            # (InitResourceContext.instance, public). The failed windows are also in the
+            # Failure's metadata (public), from which a sensor can read them instead.
             self._instance.add_run_tags(context.run_id, {FAILED_WINDOWS_TAG: windows})
         error = ShuffleWriteError(
             f"asset {name}: {len(failed)} of {len(keys)} window(s) failed and were not "
