@@ -8,13 +8,16 @@ import datetime as dt
 import uuid
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from dagster import (
     AssetKey,
+    AssetMaterialization,
     AssetPartitionStatus,
     AssetRecordsFilter,
     BackfillPolicy,
     DagsterEventType,
+    DagsterInstance,
     DailyPartitionsDefinition,
     Definitions,
     TableSchema,
@@ -33,8 +36,10 @@ from orchestration import (
     shuffle_expiry_job,
     shuffle_metadata,
 )
-from orchestration.maintenance import WRITTEN_BY
+from orchestration.maintenance import WRITTEN_BY, forget_windows
 from orchestration.shuffle import ShuffleWindowNotFoundError, plan_shuffle_read, shuffle_log
+from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange, ShuffleLog
+from orchestration.shuffle.core.retention import marker
 
 pytestmark = pytest.mark.integration
 
@@ -248,3 +253,46 @@ def test_partition_status_follows_kafka(project, spark, kafka_conf):
     text = str(consumer.get_step_failure_events()[0].step_failure_data.error)
     assert "expired" in text and "not among the 4 most recent windows" in text
     assert "no committed run" not in text
+
+
+def test_expiry_status_without_a_dagster_record_or_a_window():
+    """What no run can report: a window committed through Dagster whose run ended before
+    reporting it is reported from its commit record when the expiry rebuilds Dagster's
+    history; an unpartitioned shuffle whose runs all expired stops being materialized."""
+    now = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
+    layout = Layout("t", ("k",), 1, 4, pa.schema([pa.field("k", pa.string())]))
+    kafka = KafkaResource(bootstrap_servers="b:9092")
+
+    def commit(run_id: str, window: str | None, **attrs: str) -> Commit:
+        parts = {0: PartitionRange(0, 1, 3, 1)}
+        return Commit(run_id, window, now.isoformat(), ((0, 0),), parts, 3, 10, 1, attrs=attrs)
+
+    def log_of(*records) -> ShuffleLog:
+        return ShuffleLog.from_records("t", [("layout", layout.to_json()), *records])
+
+    @asset(name="p", partitions_def=DailyPartitionsDefinition(start_date=D1))
+    def partitioned() -> None: ...
+
+    @asset(name="u")
+    def unpartitioned() -> None: ...
+
+    instance = DagsterInstance.ephemeral()
+    old, crashed = commit("r1", D1), commit("r2", D2, dagster_run_id="run-2")
+    instance.report_runless_asset_event(AssetMaterialization("p", partition=D1))
+    log = log_of(
+        ("commit/r2", crashed.to_json()), ("expired/r1", marker(old, "old", now).to_json())
+    )
+    assert forget_windows(instance, partitioned, log, kafka, sorted(log.expired_windows())) == [D1]
+    assert instance.get_materialized_partitions(AssetKey("p")) == {D2}
+    (record,) = instance.fetch_materializations(AssetKey("p"), 10).records
+    md = record.asset_materialization.metadata
+    assert md["shuffle/run_id"].value == "r2" and md["dagster/partition_row_count"].value == 3
+    assert md[WRITTEN_BY].value == "run-2"
+
+    instance.report_runless_asset_event(AssetMaterialization("u"))
+    alive = log_of(("commit/r3", commit("r3", None).to_json()))
+    assert forget_windows(instance, unpartitioned, alive, kafka, []) == []
+    assert instance.get_latest_materialization_event(AssetKey("u")) is not None
+    expired = log_of(("expired/r3", marker(commit("r3", None), "old", now).to_json()))
+    forget_windows(instance, unpartitioned, expired, kafka, [])
+    assert instance.get_latest_materialization_event(AssetKey("u")) is None
