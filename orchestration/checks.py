@@ -33,8 +33,6 @@ Blocking checks stop the rest of their run when they fail; the commit sensor als
 each commit, so a broken window is visible on the asset before consumers read it.
 """
 
-import struct
-import uuid
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -53,17 +51,9 @@ from dagster import (
 from orchestration.io_manager import DAGSTER_RUN_ATTR
 from orchestration.sensors import asset_io_manager_key, asset_shuffle
 from orchestration.shuffle import Commit, ShuffleError, ShuffleLog, plan_shuffle_read, shuffle_log
+from orchestration.shuffle.core.frames import FrameType, decode
+from orchestration.shuffle.errors import ShuffleFormatError
 from orchestration.shuffle.kafka import KafkaClient, check_partitions, read_range
-
-# Frame format v1, as documented in orchestration/shuffle/core/frames.py: the header is
-# magic, version, type, flags, run id, subtask, attempt, sequence; an END frame's payload is
-# (rows, data frames). The engine exports no header reader, so the check reads the few
-# fields it needs here and refuses any other magic or version rather than misread it.
-_HEADER = struct.Struct(">4sBBH16sIIQ")
-_END = struct.Struct(">QQ")
-_MAGIC = b"KSHF"
-_VERSION = 1
-_DATA, _END_TYPE = 1, 3
 
 
 @dataclass
@@ -105,7 +95,6 @@ def count_run_frames(kafka: KafkaClient, topic: str, commit: Commit) -> FrameCou
         ShuffleError: Kafka could not be read (e.g. the offsets were deleted).
     """
     out = FrameCount(commit.run_id, commit.window, rows_committed=commit.rows)
-    run = uuid.UUID(commit.run_id).bytes
     tasks = set(commit.tasks)
     with kafka.consumer() as c:
         for p, rng in sorted(commit.partitions.items()):
@@ -113,23 +102,20 @@ def count_run_frames(kafka: KafkaClient, topic: str, commit: Commit) -> FrameCou
             ended: dict[int, tuple[int, int]] = {}
             # One message at a time: frames are up to a few MiB and only their headers count.
             for m in read_range(c, topic, p, rng.first, rng.last + 1, max_batch=1):
-                value = m.value()
-                if value is None or len(value) < _HEADER.size:
-                    out.problems.append(f"partition {p} offset {m.offset()}: not a shuffle frame")
+                where = f"topic {topic!r} partition {p} offset {m.offset()}"
+                try:
+                    # Only the header is parsed: the Arrow payload stays undecoded.
+                    frame = decode(m.value() or b"", where)
+                except ShuffleFormatError as exc:
+                    out.problems.append(f"{exc}; check with full_read=True")
                     continue
-                magic, version, kind, _, frame_run, subtask, attempt, _ = _HEADER.unpack_from(value)
-                if magic != _MAGIC or version != _VERSION:
-                    out.problems.append(
-                        f"partition {p} offset {m.offset()}: frame magic {magic!r} version "
-                        f"{version} is not format v{_VERSION}; check with full_read=True"
-                    )
+                header = frame.header
+                if header.run_id != commit.run_id or (header.subtask, header.attempt) not in tasks:
                     continue
-                if frame_run != run or (subtask, attempt) not in tasks:
-                    continue
-                if kind == _DATA:
-                    data[subtask] = data.get(subtask, 0) + 1
-                elif kind == _END_TYPE:
-                    ended[subtask] = _END.unpack_from(value, _HEADER.size)
+                if header.type is FrameType.DATA:
+                    data[header.subtask] = data.get(header.subtask, 0) + 1
+                elif header.type is FrameType.END:
+                    ended[header.subtask] = frame.end_counts()
             rows = frames = 0
             for subtask, attempt in commit.tasks:
                 where = f"partition {p}, subtask {subtask} attempt {attempt}"
