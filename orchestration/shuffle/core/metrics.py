@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -116,10 +117,21 @@ def kind_of(offset: Mapping | None) -> str | None:
     return None
 
 
+def _parsed(offset: Any) -> Any:
+    """An offset as a classic session reports it (parsed JSON): Spark Connect's progress
+    reports carry the source's offsets as JSON text instead."""
+    if isinstance(offset, str):
+        try:
+            return json.loads(offset)
+        except ValueError:
+            return None
+    return offset
+
+
 def batch_metrics(batch_id: int, source: Mapping[str, Any]) -> BatchMetrics | None:
     """Metrics of one ``sources[]`` entry of a progress report (parsed JSON); None when the
     entry is not one of our sources."""
-    end, latest = source.get("endOffset"), source.get("latestOffset")
+    end, latest = _parsed(source.get("endOffset")), _parsed(source.get("latestOffset"))
     kind = kind_of(end) or kind_of(latest)
     if kind is None:
         return None
