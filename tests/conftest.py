@@ -55,6 +55,42 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def connect_spark():
+    """A Spark Connect session: to the server $SHUFFLE_TEST_SPARK_REMOTE names (sc://host:port),
+    else to one this process starts (``remote("local[2]")``, which holds the process's
+    SparkContext: not for a run that also uses the classic ``spark`` fixture). Stopped at the
+    end: a live Connect session hangs the interpreter's exit."""
+    import sys
+    import warnings
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    url = os.environ.get("SHUFFLE_TEST_SPARK_REMOTE") or "local[2]"
+    builder = SparkSession.builder.remote(url)
+    if url.startswith("local"):
+        # Settings of the server this process starts; a remote server has its own.
+        for key, value in {
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+        }.items():
+            builder = builder.config(key, value)
+    builder = builder.config("spark.sql.session.timeZone", "UTC").config(
+        "spark.sql.shuffle.partitions", "4"
+    )
+    with warnings.catch_warnings():
+        # The server started here takes every setting; the client then tries the static ones
+        # again as session settings and warns that it cannot.
+        warnings.filterwarnings("ignore", message=".*CANNOT_MODIFY", category=UserWarning)
+        session = builder.getOrCreate()
+    yield session
+    session.stop()
+
+
 @pytest.fixture
 def unique():
     """A factory of uuid-suffixed names, so tests never share topics or groups."""

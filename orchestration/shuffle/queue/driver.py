@@ -104,6 +104,7 @@ from orchestration.shuffle.kafka.client import (
 )
 from orchestration.shuffle.kafka.commitlog import read_log
 from orchestration.shuffle.queue.executor import TASK_COLUMNS, QueueTask, TaskSpec
+from orchestration.shuffle.spark.session import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
@@ -472,7 +473,8 @@ def process_queue(
             failure.append(exc)
 
     started = time.monotonic()
-    spark.sparkContext.setJobDescription(f"process_queue {topic} group {group}")
+    if not is_connect(spark):  # a Connect session has no SparkContext (nor job descriptions)
+        spark.sparkContext.setJobDescription(f"process_queue {topic} group {group}")
     runner = threading.Thread(target=collect, daemon=True)
     runner.start()
     while runner.is_alive():

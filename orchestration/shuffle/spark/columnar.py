@@ -432,7 +432,7 @@ def plan_columnar(
             raise ColumnarUnavailable(f"key column {c!r} has type {reason}")
     jdf = getattr(df, "_jdf", None)
     if jdf is None:
-        raise ColumnarUnavailable("the DataFrame is not a classic (non-Connect) Spark one")
+        raise ColumnarUnavailable("Spark Connect: the Parquet plan cannot be read without the JVM")
     spark = df.sparkSession
     top, node, conditions = _walk(jdf)
     relation = node.relation()

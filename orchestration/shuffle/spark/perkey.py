@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -39,6 +40,9 @@ from pyspark.sql import types as T
 from orchestration.shuffle.core.commitlog import schema_to_b64
 from orchestration.shuffle.core.perkey import KeyFunction
 from orchestration.shuffle.errors import ShuffleKeyError, ShuffleOptionError
+from orchestration.shuffle.spark.session import explain_text, is_connect
+
+log = logging.getLogger(__name__)
 
 # Column metadata that read_shuffle sets on the key columns; per-key work checks it.
 KEY_METADATA = "kafka_shuffle"
@@ -58,7 +62,9 @@ def shuffle_key_of(df: DataFrame, columns: Sequence[str]) -> tuple[str, ...] | N
 
 
 def _exchanges(df: DataFrame) -> list[str]:
-    plan = df._jdf.queryExecution().executedPlan().toString()
+    # The physical plan as ``explain`` prints it: public, and the same on a classic and a
+    # Spark Connect session (which has no JVM here to ask for the plan object).
+    plan = explain_text(df, "simple")
     return [
         line.strip()
         for line in plan.splitlines()
@@ -229,7 +235,18 @@ _RESULT_OPTIONS = ("aggregate", "per_key", "per_key_schema", "pass_rows")
 def shuffle_scan_options(df: DataFrame) -> dict[str, str] | None:
     """The options of the ``kafka-shuffle`` batch read that ``df`` is, if ``df`` is such a
     read as it was loaded, its columns possibly selected or dropped (never renamed, filtered
-    or computed); None for anything else."""
+    or computed); None for anything else.
+
+    On Spark Connect always None (so :func:`apply_per_key` sorts and cuts, which is right,
+    only slower): the read's options live in the server's plan, and no public Connect API
+    shows them (``explain`` prints neither the source's options nor its projection)."""
+    if is_connect(df.sparkSession):
+        log.info(
+            "apply_per_key: on Spark Connect the function runs after a sort within partitions; "
+            "running it inside the reader needs the read's options, which only a classic "
+            "session's plan shows"
+        )
+        return None
     try:
         node = df._jdf.queryExecution().optimizedPlan()
         while _simple_name(node) == "Project":

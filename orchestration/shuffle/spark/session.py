@@ -7,14 +7,22 @@ For use by name, register them yourself::
     register_data_sources(spark)
     spark.read.format("kafka-records").option("topic", "events")...
 
+A Spark Connect session (``SparkSession.builder.remote(...)``) has no JVM on this side; the
+functions here tell the two kinds apart per session (:func:`is_connect`), since one process
+may hold both.
+
 :func:`spark_session` only bundles settings that suit the shuffle on a laptop; it is never
 required.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +30,31 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 
 DEFAULT_MASTER = "local[2]"
+
+# Connect sessions (by session id) our sources were registered with: Connect offers no way to
+# ask the server whether a source is registered, and a registration lives in one session.
+_connect_registered: set[str] = set()
+_connect_lock = threading.Lock()
+# ``explain`` only prints; capturing it swaps ``sys.stdout`` for the whole process.
+_explain_lock = threading.Lock()
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session. Asked of the session itself, not of
+    the process (``is_remote()``), since classic and Connect sessions can live side by side."""
+    # A Connect session exists only once its module is loaded; looking it up there (instead
+    # of importing it) keeps classic sessions from needing the Connect client's dependencies.
+    module = sys.modules.get("pyspark.sql.connect.session")
+    return module is not None and isinstance(spark, module.SparkSession)
+
+
+def explain_text(df: Any, mode: str = "simple") -> str:
+    """The plan ``df.explain(mode=mode)`` prints, as text. Public on both kinds of session;
+    on Connect the only public view of the server's physical plan."""
+    buffer = io.StringIO()
+    with _explain_lock, contextlib.redirect_stdout(buffer):
+        df.explain(mode=mode)
+    return buffer.getvalue()
 
 
 def _data_sources() -> list[type[DataSource]]:
@@ -44,6 +77,9 @@ def register_data_sources(spark: SparkSession) -> None:
     with ``spark``. Idempotent: a source already registered is left as it is."""
     from pyspark.errors import AnalysisException
 
+    if is_connect(spark):
+        _register_connect(spark)
+        return
     missing = [s for s in _data_sources() if not _registered(spark, s.name())]
     if not missing:
         return
@@ -67,8 +103,27 @@ def register_data_sources(spark: SparkSession) -> None:
             jsessions.clearActiveSession()
 
 
+def _register_connect(spark: Any) -> None:
+    # The server keeps a registration per Connect session; registering again would only
+    # replace it (with a warning in the server's log), so each session registers once.
+    with _connect_lock:
+        if spark.session_id in _connect_registered:
+            return
+        for source in _data_sources():
+            spark.dataSource.register(source)
+        _connect_registered.add(spark.session_id)
+
+
 def task_slots(spark: SparkSession) -> int | None:
     """How many tasks the session runs at once (``defaultParallelism``), if it says."""
+    if is_connect(spark):
+        # No SparkContext on Connect, and spark.default.parallelism is usually unset; the
+        # server plans ``range`` with one split per slot and shows it in the plan.
+        try:
+            found = re.search(r"splits=(\d+)", explain_text(spark.range(1)))
+        except Exception:  # noqa: BLE001 - "not known" is an answer callers handle
+            return None
+        return int(found.group(1)) if found else None
     try:
         return int(spark.sparkContext.defaultParallelism)
     except Exception:  # noqa: BLE001 - e.g. Spark Connect has no SparkContext
@@ -100,21 +155,32 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     ui: bool = False,
     log_level: str = "WARN",
+    remote: str | None = None,
 ) -> SparkSession:
     """Returns the active SparkSession, creating it with settings that suit the shuffle.
+
+    With ``remote`` (or the ``SPARK_REMOTE`` environment variable), a Spark Connect session
+    to that server instead: the server owns its static settings (master, application name,
+    UI, jars, log level), so only ``conf`` and the session-level time zone and shuffle
+    partitions below are set, on this session only.
 
     Example::
 
         spark = spark_session()                      # local[2], UI off
         spark = spark_session(master="spark://h:7077", conf={"spark.executor.memory": "4g"})
+        spark = spark_session(remote="sc://127.0.0.1:15002")   # Spark Connect
 
     Args:
-        master: Spark master URL.
-        app_name: Application name shown in the Spark UI.
+        master: Spark master URL (ignored with ``remote``).
+        app_name: Application name shown in the Spark UI (ignored with ``remote``).
         conf: Extra Spark settings; they win over the defaults below.
-        ui: Whether to start the Spark UI.
-        log_level: Spark's log level once started.
+        ui: Whether to start the Spark UI (ignored with ``remote``).
+        log_level: Spark's log level once started (ignored with ``remote``).
+        remote: A Spark Connect URL (``sc://host:port``); default ``$SPARK_REMOTE``.
     """
+    remote = remote or os.environ.get("SPARK_REMOTE") or None
+    if remote:
+        return _connect_session(remote, conf)
     # Python workers must run the interpreter that has pyarrow and this package installed.
     # PySpark reads this when the session starts (a Spark setting would not reach local
     # workers); a value the user set is kept.
@@ -126,5 +192,17 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    register_data_sources(spark)
+    return spark
+
+
+def _connect_session(url: str, conf: Mapping[str, str] | None) -> SparkSession:
+    # Runtime settings only: a Connect session cannot change the server's static ones.
+    settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "4"}
+    settings.update({k: str(v) for k, v in (conf or {}).items()})
+    builder = SparkSession.builder.remote(url)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     register_data_sources(spark)
     return spark
