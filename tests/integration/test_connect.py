@@ -167,6 +167,35 @@ def test_stream_available_now_into_a_memory_table(connect_spark, kafka_conf, shu
     assert {m.source for m in metrics} == {"kafka-shuffle"}
 
 
+def test_per_key_work_inside_foreach_batch(connect_spark, kafka_conf, shuffled, tmp_path):
+    # foreachBatch runs in the server's Python process, on a Connect session there too.
+    topic, _ = shuffled
+    out = str(tmp_path / "per-key")
+    stream = read_shuffle_stream(connect_spark, topic, kafka=kafka_conf)
+    query = (
+        stream.writeStream.foreachBatch(PerKeyToParquet(out))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(180)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    per_user = connect_spark.read.parquet(out).groupBy("user_id").sum("n")
+    assert counts(per_user, "sum(n)") == EXPECTED
+
+
+class PerKeyToParquet:
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, batch, batch_id):
+        counted = apply_per_key(batch, "user_id", count_per_user, "user_id string, n long")
+        counted.write.mode("append").parquet(self.path)
+
+
 def test_sources_by_name_queue_and_expiry(connect_spark, kafka_conf, shuffled, tmp_path):
     topic, first = shuffled
     register_data_sources(connect_spark)
