@@ -7,6 +7,7 @@ The environment is read here and nowhere else:
 | ``KAFKA_BOOTSTRAP_SERVERS`` | the ``kafka`` resource (``bootstrap_servers``) | required |
 | ``SPARK_MASTER`` | the ``spark`` resource's ``spark.master`` | ``local[2]`` |
 | ``SPARK_DRIVER_MEMORY`` | the ``spark`` resource's ``spark.driver.memory`` | ``2g`` |
+| ``SPARK_REMOTE`` | a Spark Connect server (``sc://host:port``) instead of a local session | none |
 | ``SHUFFLE_WAREHOUSE`` | the ``warehouse`` resource (``path``) | ``.local/warehouse`` |
 | ``SHUFFLE_FLIGHTS_TOPIC`` | the topic of ``flights_by_tailnum`` | ``flights.by_tailnum`` |
 | ``SHUFFLE_MAX_RETRIES`` | retries of a failed consumer run / producer day | ``2`` |
@@ -65,8 +66,20 @@ def kafka_client(definitions: Definitions) -> KafkaClient:
     return resource.process_config_and_initialize().client()
 
 
-def spark_resource(master: str = "local[2]", driver_memory: str = "2g") -> LazyPySparkResource:
-    """A lazily started SparkSession with settings that suit the pipeline."""
+def spark_resource(
+    master: str = "local[2]", driver_memory: str = "2g", remote: str | None = None
+) -> LazyPySparkResource:
+    """A lazily started SparkSession with settings that suit the pipeline; with ``remote``
+    (``sc://host:port``), a Spark Connect session of that server, which owns its master,
+    memory and static settings (only session settings are sent)."""
+    if remote:
+        return LazyPySparkResource(
+            spark_config={
+                "spark.remote": remote,
+                "spark.sql.session.timeZone": "UTC",
+                "spark.sql.shuffle.partitions": "4",
+            }
+        )
     config = {
         **session_settings(master),
         "spark.app.name": "kafka-shuffle",
@@ -135,7 +148,9 @@ def defs_from_env(env: Mapping[str, str]) -> Definitions:
         max_retries=int(env.get("SHUFFLE_MAX_RETRIES", "2")),
         resources={
             "spark": spark_resource(
-                env.get("SPARK_MASTER", "local[2]"), env.get("SPARK_DRIVER_MEMORY", "2g")
+                env.get("SPARK_MASTER", "local[2]"),
+                env.get("SPARK_DRIVER_MEMORY", "2g"),
+                remote=env.get("SPARK_REMOTE") or None,
             ),
             "warehouse": WarehouseResource(
                 path=os.path.abspath(env.get("SHUFFLE_WAREHOUSE", ".local/warehouse"))

@@ -42,6 +42,7 @@ from orchestration.shuffle.core.columnar import (
     type_mismatch,
 )
 from orchestration.shuffle.core.vhash import unsupported_reason
+from orchestration.shuffle.spark.session import is_connect
 
 _CATALYST = "org.apache.spark.sql.catalyst"
 _PROJECT = f"{_CATALYST}.plans.logical.Project"
@@ -167,7 +168,8 @@ def key_type_reason(t: T.DataType) -> str | None:
 
 
 class _Translator:
-    """Catalyst filter expressions to predicate trees (see ``parquetscan.Predicate``)."""
+    """Catalyst filter expressions to predicate trees (see
+    ``orchestration.shuffle.core.columnar.Predicate``)."""
 
     def __init__(self, spark: Any, names: dict[int, str], sql_types: dict[int, str]):
         self.spark = spark
@@ -430,9 +432,11 @@ def plan_columnar(
         reason = key_type_reason(df.schema[c].dataType) or unsupported_reason(schema.field(c).type)
         if reason:
             raise ColumnarUnavailable(f"key column {c!r} has type {reason}")
+    if is_connect(df.sparkSession):
+        raise ColumnarUnavailable("Spark Connect: the Parquet plan cannot be read without the JVM")
     jdf = getattr(df, "_jdf", None)
     if jdf is None:
-        raise ColumnarUnavailable("Spark Connect: the Parquet plan cannot be read without the JVM")
+        raise ColumnarUnavailable("the DataFrame has no JVM plan to read")
     spark = df.sparkSession
     top, node, conditions = _walk(jdf)
     relation = node.relation()
