@@ -29,6 +29,7 @@ from orchestration.shuffle.errors import (
     ShuffleOptionError,
     ShuffleSchemaError,
     ShuffleTopicNotFoundError,
+    ShuffleWriteError,
 )
 
 WORK_TOPIC_SUFFIX = ".queue"
@@ -441,6 +442,8 @@ def job_error(exc: BaseException, topic: str, group: str) -> BaseException:
         ShuffleTopicNotFoundError,
         ShuffleConnectionError,
         ShuffleSchemaError,
+        ShuffleWriteError,
+        ShuffleOptionError,
         QueueStopError,
     ):
         marker = f"{cls.__name__}: "

@@ -24,10 +24,18 @@ How a batch is handled (one consumer thread, explicit acknowledgement):
    failing units are written to the dead-letter topic (original key, value and headers
    plus ``queue.*`` headers naming the error, source topic, partition, offset, delivery
    count and group), then REJECT.
-4. The output rows of accepted and dead-lettered records go to one Parquet file, written
-   to a hidden name, flushed to disk and renamed: only whole files are ever visible. Then
-   the dead-letter messages are flushed (``acks=all``). Only then are the records
-   acknowledged. Rows of released records are dropped: their next delivery writes them.
+4. The output rows of accepted and dead-lettered records go to one Parquet file, visible
+   only whole: on a local disk (or HDFS) written to a hidden name, synced and renamed; on
+   an object store (S3, GCS), which has no rename, uploaded in one piece under its name
+   (an object appears only when its upload completes). Then the dead-letter messages are
+   flushed (``acks=all``). Only then are the records acknowledged. Rows of released
+   records are dropped: their next delivery writes them.
+
+The output is a directory on any file system ``pyarrow.fs`` resolves, read and written
+through it on the driver and in every task: a plain path or ``file:`` URI, ``s3a://`` (or
+``s3://``), ``gs://``, ``hdfs://``, ``abfs://``. Spark reads it back under the scheme its
+Hadoop connectors know (``s3a://`` for S3). A local path is refused when the session's
+executors may run on other hosts (:func:`~orchestration.shuffle.core.paths.check_shared`).
 
 So every record ends accepted with its output written, or dead-lettered. A consumer that
 dies mid-batch loses nothing: its records' locks expire and the broker delivers them again,
@@ -67,14 +75,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from orchestration.shuffle.core.commitlog import ShuffleLog, commit_topic, schema_to_b64
+from orchestration.shuffle.core.paths import Location, check_shared, parse_location
 from orchestration.shuffle.core.queue import (
     FED_PREFIX,
     RESERVED_COLUMNS,
@@ -94,6 +103,7 @@ from orchestration.shuffle.errors import (
     ShuffleError,
     ShuffleOptionError,
     ShuffleTopicNotFoundError,
+    ShuffleWriteError,
 )
 from orchestration.shuffle.kafka.client import (
     KafkaClient,
@@ -103,7 +113,13 @@ from orchestration.shuffle.kafka.client import (
     translate,
 )
 from orchestration.shuffle.kafka.commitlog import read_log
-from orchestration.shuffle.queue.executor import TASK_COLUMNS, QueueTask, TaskSpec
+from orchestration.shuffle.queue.executor import (
+    TASK_COLUMNS,
+    QueueTask,
+    TaskSpec,
+    output_filesystem,
+    write_whole,
+)
 from orchestration.shuffle.spark.session import is_connect
 
 if TYPE_CHECKING:
@@ -330,19 +346,63 @@ def _output_schema(spark: SparkSession, schema: StructType | str) -> tuple[str, 
     return parsed.json(), to_arrow_schema(parsed, timezone="UTC")
 
 
-def _write_meta(output: Path, topic: str, group: str, schema_json: str) -> None:
+def _location(spark: SparkSession, output: str | os.PathLike[str], what: str) -> Location:
+    """``output`` parsed, refused if it is a local path the session's executors may not
+    share (see :func:`~orchestration.shuffle.core.paths.check_shared`)."""
+    location = parse_location(output)
+    if location.is_local:
+        if is_connect(spark):
+            # A Connect client sees only the server's address, not its master.
+            check_shared(location, connect_host=str(cast(Any, spark).client.host), what=what)
+        else:
+            check_shared(location, master=spark.conf.get("spark.master", None), what=what)
+    return location
+
+
+def _read_meta(
+    location: Location, fs: pafs.FileSystem, base: str, what: str
+) -> dict[str, Any] | None:
+    """The output's metadata file, None if there is none."""
+    path = f"{base.rstrip('/')}/{META_FILE}"
+    try:
+        if fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with fs.open_input_stream(path) as f:
+            meta: dict[str, Any] = json.loads(f.read())
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        raise ShuffleError(
+            f"{what}: reading {location.child(META_FILE)!r} of output {location.given!r} "
+            f"failed: {exc}"
+        ) from None
+    return meta
+
+
+def _write_meta(location: Location, topic: str, group: str, schema_json: str) -> None:
     """Records the output's schema, or refuses an output that holds rows of another."""
-    meta = output / META_FILE
-    if meta.exists():
-        old = json.loads(meta.read_text())
+    fs, base = output_filesystem(_task_output(location))
+    old = _read_meta(location, fs, base, "process_queue")
+    if old is not None:
         if old.get("schema") != schema_json:
             raise QueueSchemaError(
-                f"output {str(output)!r} holds rows of schema {old.get('schema')!r}; "
+                f"output {location.given!r} holds rows of schema {old.get('schema')!r}; "
                 f"this run's schema is {schema_json!r}: use another output directory"
             )
         return
-    output.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps({"schema": schema_json, "topic": topic, "group": group}, indent=1))
+    text = json.dumps({"schema": schema_json, "topic": topic, "group": group}, indent=1)
+    try:
+        fs.create_dir(base, recursive=True)
+        write_whole(fs, f"{base.rstrip('/')}/{META_FILE}", text.encode())
+    except (OSError, pa.ArrowException) as exc:
+        raise ShuffleWriteError(
+            f"process_queue: writing {location.child(META_FILE)!r} of output "
+            f"{location.given!r} failed: {exc}"
+        ) from None
+
+
+def _task_output(location: Location) -> str:
+    """The output as the tasks get it: a local path made absolute here (the tasks' working
+    directory may differ), any URI as the caller wrote it (errors show it so)."""
+    return location.arrow if location.is_local else location.given
 
 
 # --------------------------------------------------------------------------- the driver
@@ -382,7 +442,11 @@ def process_queue(
         schema: The output schema (DDL string or StructType).
         kafka: The cluster: a :class:`~orchestration.shuffle.kafka.client.KafkaClient` or
             librdkafka settings, ``bootstrap.servers`` at least.
-        output: A Parquet directory (shared by every task); read it with
+        output: A Parquet directory every task and the driver share: a path, a ``file:``
+            URI, or a URI of a file system ``pyarrow.fs`` resolves (``s3a://bucket/prefix``
+            or ``s3://``, ``gs://``, ``hdfs://``, ``abfs://``; S3 settings from ``AWS_*``
+            environment variables, on the driver and the executors). A local path is
+            refused when the executors may run on other hosts. Read it with
             :func:`read_queue_output`.
         tasks: Spark tasks; tasks beyond the free cores wait for one.
         consumers_per_task: share consumers (threads) per task, for an I/O-bound ``fn``.
@@ -433,9 +497,9 @@ def process_queue(
         raise ShuffleTopicNotFoundError(f"process_queue: topic {topic!r} does not exist")
     shuffle = _topic_exists(client, commit_topic(topic))
     _check_group_free(client, group)
+    location = _location(spark, output, "process_queue: output")
     schema_json, arrow = _output_schema(spark, schema)
-    out_dir = Path(output)
-    _write_meta(out_dir, topic, group, schema_json)
+    _write_meta(location, topic, group, schema_json)
     if delivery.dead_letter_topic is not None:
         client.ensure_topic(delivery.dead_letter_topic, partitions=1)
     feeder = None
@@ -450,7 +514,7 @@ def process_queue(
         kafka=client,
         fn=fn,
         schema=schema_to_b64(arrow),
-        output=str(out_dir.resolve()),
+        output=_task_output(location),
         consumers_per_task=consumers_per_task,
         delivery=delivery,
         idle_timeout=float(idle_timeout),
@@ -491,7 +555,7 @@ def process_queue(
         (r.asDict() for r in rows),
         topic=topic,
         group=group,
-        output=str(out_dir),
+        output=location.given,
         fed_runs=fed_runs,
         seconds=seconds,
     )
@@ -526,13 +590,13 @@ def read_queue_output(spark: SparkSession, output: str | os.PathLike[str]) -> Da
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    out = Path(output)
-    meta_path = out / META_FILE
-    if not meta_path.exists():
+    location = _location(spark, output, "read_queue_output: output")
+    fs, base = output_filesystem(_task_output(location))
+    meta = _read_meta(location, fs, base, "read_queue_output")
+    if meta is None:
         raise ShuffleTopicNotFoundError(
-            f"read_queue_output: {str(out)!r} is not a queue output (no {META_FILE})"
+            f"read_queue_output: {location.given!r} is not a queue output (no {META_FILE})"
         )
-    meta = json.loads(meta_path.read_text())
     schema = T.StructType.fromJson(json.loads(meta["schema"]))
     for name, kind in (
         ("_topic", T.StringType()),
@@ -541,7 +605,7 @@ def read_queue_output(spark: SparkSession, output: str | os.PathLike[str]) -> Da
         ("_delivery", T.IntegerType()),
     ):
         schema = schema.add(name, kind)
-    df = spark.read.schema(schema).parquet(str(out))
+    df = spark.read.schema(schema).parquet(location.spark)
     df = df.withColumn("_file", F.col("_metadata.file_name"))
     w = Window.partitionBy("_topic", "_partition", "_offset")
     pick = F.struct(F.col("_delivery"), F.col("_file"))

@@ -11,6 +11,7 @@ the design is explained in :mod:`orchestration.shuffle.queue.driver`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -18,11 +19,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from confluent_kafka import (
     AcknowledgeType,
@@ -35,6 +36,7 @@ from confluent_kafka import (
 
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core.commitlog import Commit, ShuffleLog, schema_from_b64
+from orchestration.shuffle.core.paths import atomic_write, parse_location
 from orchestration.shuffle.core.queue import (
     DELIVERY_FIELD,
     SOURCE_FIELDS,
@@ -55,7 +57,12 @@ from orchestration.shuffle.core.queue import (
     settle,
     work_topic,
 )
-from orchestration.shuffle.errors import QueueGroupError, QueueSchemaError
+from orchestration.shuffle.errors import (
+    QueueGroupError,
+    QueueSchemaError,
+    ShuffleOptionError,
+    ShuffleWriteError,
+)
 from orchestration.shuffle.kafka.client import KafkaClient, error_code, read_chunks, translate
 from orchestration.shuffle.kafka.commitlog import read_log
 from orchestration.shuffle.spark.records import arrow_schema as records_arrow_schema
@@ -82,7 +89,8 @@ class TaskSpec:
         kafka: the cluster.
         fn: the user's function (Spark pickles it with cloudpickle).
         schema: the output Arrow schema, base64 IPC (``schema_to_b64``).
-        output: the output directory, absolute.
+        output: the output directory: an absolute path, or its URI as the caller wrote it
+            (see :func:`output_filesystem`).
         consumers_per_task: share consumers (threads) per task.
         delivery: deliveries per record and the dead-letter topic.
         idle_timeout: seconds without records after which a consumer stops.
@@ -115,22 +123,67 @@ class TaskSpec:
         return f"share group {self.group!r} on topic {self.topic!r}"
 
 
-def write_durably(path: Path, table: pa.Table) -> None:
-    """Writes ``table`` to Parquet file ``path`` so that the file is either absent or whole,
-    even after a crash: written to a hidden name, synced, renamed, directory synced."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    fd = os.open(tmp, os.O_RDONLY)
+def output_filesystem(output: str) -> tuple[pafs.FileSystem, str]:
+    """The ``pyarrow.fs`` file system of an output directory (a plain path or a URI, see
+    :func:`~orchestration.shuffle.core.paths.parse_location`) and the directory's path on
+    it. S3's credentials, endpoint and region come from the environment (``AWS_*``), as
+    pyarrow reads them, on the driver and on each executor."""
+    location = parse_location(output)
+    if location.is_local:
+        return pafs.LocalFileSystem(), location.arrow
+    try:
+        fs, path = pafs.FileSystem.from_uri(location.arrow)
+    except (OSError, pa.ArrowException) as exc:
+        raise ShuffleOptionError(
+            f"output {location.given!r}: pyarrow cannot open its file system: {exc}"
+        ) from None
+    try:
+        atomic_write(fs.type_name)  # refuses, before any write, a file system not known
+    except ShuffleOptionError as exc:
+        raise ShuffleOptionError(f"output {location.given!r}: {exc}") from None
+    return fs, path
+
+
+def write_whole(fs: pafs.FileSystem, path: str, data: bytes | pa.Buffer) -> None:
+    """Writes ``data`` to file ``path`` of ``fs`` so that a reader never lists it
+    half-written, even after a crash: how is the file system's
+    (:func:`~orchestration.shuffle.core.paths.atomic_write`)."""
+    how = atomic_write(fs.type_name)
+    if not how.rename:
+        # One stream holding the whole payload: the store publishes the object when the
+        # stream closes, and an upload that fails publishes nothing.
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+        return
+    parent, _, name = path.rpartition("/")
+    tmp = f"{parent}/.{name}.tmp"
+    try:
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        if how.fsync:
+            _fsync(tmp)
+        fs.move(tmp, path)
+        if how.fsync:
+            _fsync(parent or "/")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.delete_file(tmp)
+        raise
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+
+
+def parquet_bytes(table: pa.Table) -> pa.Buffer:
+    """``table`` as the bytes of one Parquet file."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue()
 
 
 class ShuffleSource:
@@ -236,6 +289,8 @@ class QueueConsumer:
         self.last_ms = 0
         self.dlq: Producer | None = None
         self.source: ShuffleSource | None = None
+        # The output's file system and directory, opened at the first write.
+        self.out: tuple[pafs.FileSystem, str] | None = None
         self.records_schema = records_arrow_schema(include_headers=True)
         self.fatal_types: tuple[type[BaseException], ...] = (QueueSchemaError, QueueStopError)
 
@@ -401,7 +456,7 @@ class QueueConsumer:
         )
         if rows is not None:
             name = f"part-{self.task:05d}-{self.index:03d}-{uuid.uuid4().hex}.parquet"
-            write_durably(Path(spec.output) / name, rows)
+            self._write(name, rows)
             self.counts.rows_out += rows.num_rows
         dead = {i: f for i, f in failures.items() if outcome[i] is Outcome.DEAD_LETTER}
         if dead:
@@ -434,6 +489,20 @@ class QueueConsumer:
                 spec.group,
                 sorted(refused),
             )
+
+    def _write(self, name: str, rows: pa.Table) -> None:
+        """Writes output file ``name``, whole or not at all (see :func:`write_whole`)."""
+        if self.out is None:
+            self.out = output_filesystem(self.spec.output)
+        fs, base = self.out
+        try:
+            write_whole(fs, f"{base.rstrip('/')}/{name}", parquet_bytes(rows))
+        except (OSError, pa.ArrowException) as exc:
+            where = parse_location(self.spec.output)
+            raise ShuffleWriteError(
+                f"{self.spec.what}: writing file {where.child(name)!r} of output "
+                f"{where.given!r} failed: {exc}"
+            ) from exc
 
     def _dead_letter(
         self,
