@@ -142,14 +142,11 @@ def test_apply_per_key_every_mode_and_the_key_guard(connect_spark, kafka_conf, s
         apply_per_key(back, "id", count_per_user, "id long, n long")
 
 
-def test_stream_available_now_into_a_memory_table(connect_spark, kafka_conf, shuffled, tmp_path):
-    topic, _ = shuffled
-    name = f"cx_stream_{uuid.uuid4().hex[:8]}"
-    stream = read_shuffle_stream(connect_spark, topic, kafka=kafka_conf, with_metadata=True)
+def run_available_now(writer, tmp_path):
+    """Runs a streaming query to the end of what is committed (AvailableNow), checkpointed
+    under ``tmp_path``, and fails on its error."""
     query = (
-        stream.writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / "chk"))
+        writer.option("checkpointLocation", str(tmp_path / "chk"))
         .trigger(availableNow=True)
         .start()
     )
@@ -158,6 +155,14 @@ def test_stream_available_now_into_a_memory_table(connect_spark, kafka_conf, shu
         assert query.exception() is None
     finally:
         query.stop()
+    return query
+
+
+def test_stream_available_now_into_a_memory_table(connect_spark, kafka_conf, shuffled, tmp_path):
+    topic, _ = shuffled
+    name = f"cx_stream_{uuid.uuid4().hex[:8]}"
+    stream = read_shuffle_stream(connect_spark, topic, kafka=kafka_conf, with_metadata=True)
+    query = run_available_now(stream.writeStream.format("memory").queryName(name), tmp_path)
     table = connect_spark.table(name)
     assert Counter(r.user_id for r in table.select("user_id").collect()) == EXPECTED
     assert {r._run_id for r in table.select("_run_id").distinct().collect()} != set()
@@ -172,17 +177,7 @@ def test_per_key_work_inside_foreach_batch(connect_spark, kafka_conf, shuffled, 
     topic, _ = shuffled
     out = str(tmp_path / "per-key")
     stream = read_shuffle_stream(connect_spark, topic, kafka=kafka_conf)
-    query = (
-        stream.writeStream.foreachBatch(PerKeyToParquet(out))
-        .option("checkpointLocation", str(tmp_path / "chk"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        assert query.awaitTermination(180)
-        assert query.exception() is None
-    finally:
-        query.stop()
+    run_available_now(stream.writeStream.foreachBatch(PerKeyToParquet(out)), tmp_path)
     per_user = connect_spark.read.parquet(out).groupBy("user_id").sum("n")
     assert counts(per_user, "sum(n)") == EXPECTED
 
