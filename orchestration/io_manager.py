@@ -76,6 +76,7 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
 )
+from orchestration.shuffle.kafka import KafkaClient
 
 # Tag a producer run sets on itself when some windows of its range failed.
 FAILED_WINDOWS_TAG = "shuffle/failed_windows"
@@ -134,16 +135,16 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 f"asset {name}: KafkaShuffleIOManager stores Spark DataFrames, the asset "
                 f"returned {type(obj).__name__}"
             )
-        conf = self.kafka.config()
+        kafka = self.kafka.client()
         window = None
         if context.has_asset_partitions:
             keys = list(context.asset_partition_keys)
             if len(keys) > 1:
-                yield from self._write_range_and_report(context, asset, obj, keys, conf)
+                yield from self._write_range_and_report(context, asset, obj, keys, kafka)
                 return
             window = keys[0]
-        result = self._write(context, asset, obj, window, conf)
-        layout = shuffle_log(asset.topic, kafka=conf).layout
+        result = self._write(context, asset, obj, window, kafka)
+        layout = shuffle_log(asset.topic, kafka=kafka).layout
         context.add_output_metadata(self._metadata(result, layout))
 
     def _metadata(self, result: WriteResult, layout: Layout | None) -> dict[str, Any]:
@@ -157,7 +158,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         asset: ShuffleAsset,
         df: DataFrame,
         window: str | None,
-        conf: dict,
+        kafka: KafkaClient,
     ) -> WriteResult:
         complete_until = None
         partitions_def = context.asset_partitions_def if window is not None else None
@@ -167,7 +168,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         result = write_shuffle(
             df,
             asset.spec,
-            kafka=conf,
+            kafka=kafka,
             window=window,
             complete_until=complete_until,
             compression=self.compression,
@@ -186,13 +187,13 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         asset: ShuffleAsset,
         df: DataFrame,
         keys: list[str],
-        conf: dict,
+        kafka: KafkaClient,
     ) -> Iterator[dict]:
         """Writes each window of a range run and tells Dagster exactly which committed: each
         committed window is materialized once, with its own metadata; if any failed, the
         run fails for those (tagged and named in the error) and only for those."""
-        committed, failed = self._write_range(context, asset, df, keys, conf)
-        layout = shuffle_log(asset.topic, kafka=conf).layout if committed else None
+        committed, failed = self._write_range(context, asset, df, keys, kafka)
+        layout = shuffle_log(asset.topic, kafka=kafka).layout if committed else None
         metadata = {key: self._metadata(r, layout) for key, r in committed.items()}
         if not failed:
             try:
@@ -249,7 +250,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         asset: ShuffleAsset,
         df: DataFrame,
         keys: list[str],
-        conf: dict,
+        kafka: KafkaClient,
     ) -> tuple[dict[str, WriteResult], dict[str, str]]:
         """Writes each key's rows as its own run: (runs committed, errors of those that
         failed), by key."""
@@ -282,7 +283,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
             for key in keys:
                 try:
                     committed[key] = self._write(
-                        context, asset, df.filter(window == key), key, conf
+                        context, asset, df.filter(window == key), key, kafka
                     )
                 except ShuffleError as exc:
                     # Windows that committed stay committed; the failed-region sensor
@@ -300,8 +301,8 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         key = context.asset_key
         name = key.to_user_string()
         asset = shuffle_asset(name, key.path, upstream.definition_metadata if upstream else {})
-        conf = self.kafka.config()
-        log = shuffle_log(asset.topic, kafka=conf)
+        kafka = self.kafka.client()
+        log = shuffle_log(asset.topic, kafka=kafka)
         windows = runs = None
         if context.has_asset_partitions:
             windows = list(context.asset_partition_keys)
@@ -319,7 +320,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 )
             runs = [unwindowed[-1].run_id]
         read = plan_shuffle_read(
-            self.session(), asset.topic, kafka=conf, windows=windows, runs=runs, log=log
+            self.session(), asset.topic, kafka=kafka, windows=windows, runs=runs, log=log
         )
         context.log.info(
             f"{asset.topic}: reading {len(read.commits)} committed run(s), {read.rows} rows"

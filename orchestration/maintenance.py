@@ -83,9 +83,10 @@ def shuffle_expiry_job(
     @op(name=f"{name}_expire", required_resource_keys={io_key})
     def expire(context: OpExecutionContext, config: ExpiryConfig) -> None:
         kafka: KafkaResource = getattr(context.resources, io_key).kafka
+        client = kafka.client()
         result = expire_shuffle(
             shuffle.topic,
-            kafka=kafka.config(),
+            kafka=client,
             keep_last=config.keep_last,
             older_than=(
                 None
@@ -94,7 +95,7 @@ def shuffle_expiry_job(
             ),
             min_age=dt.timedelta(minutes=config.min_age_minutes),
         )
-        log = shuffle_log(shuffle.topic, kafka=kafka.config())
+        log = shuffle_log(shuffle.topic, kafka=client)
         gone = sorted(log.expired_windows())
         forgotten: list[str] = []
         if reconcile_status:

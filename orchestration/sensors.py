@@ -174,7 +174,7 @@ def shuffle_commit_sensor(
     def _sensor(context: SensorEvaluationContext, **_resources):
         # Direct invocation (tests, build_sensor_context) also passes the resources by name.
         resource = getattr(context.resources, io_key).kafka
-        kafka = resource.config()
+        kafka = resource.client()
         cursor = CommitCursor.parse(context.cursor)
         try:
             commits, next_offset = shuffle_commits_since(
