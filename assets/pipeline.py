@@ -16,13 +16,10 @@ day replaces that folder only. :func:`flights_pipeline` builds the definitions f
 """
 
 import datetime as dt
-import os
-import shutil
 import warnings
 from dataclasses import dataclass
 
 import pandas as pd
-import pyarrow.parquet as pq
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
@@ -95,11 +92,6 @@ class FaultInjection(ConfigurableResource):
             raise RuntimeError(f"injected failure of {asset_name} for {day}")
 
 
-def _replace_dir(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path, exist_ok=True)
-
-
 @asset(
     partitions_def=daily,
     backfill_policy=BackfillPolicy.single_run(),
@@ -112,8 +104,8 @@ def flights(context: AssetExecutionContext, warehouse: WarehouseResource) -> Mat
     for day in context.partition_keys:
         table = flights_of_day(day)
         path = warehouse.day_path("flights", day)
-        _replace_dir(path)
-        pq.write_table(table, f"{path}/part-0.parquet")
+        warehouse.replace_dir(path)
+        warehouse.write_table(table, f"{path}/part-0.parquet")
         per_day[day] = table.num_rows
         context.log.info(f"flights {day}: {table.num_rows} rows -> {path}")
     return MaterializeResult(
@@ -213,8 +205,8 @@ def _rows_balance_check(shuffle_asset, topic: str):
         mine = [c for c in log.commits if c.attrs.get(DAGSTER_RUN_ATTR) == context.run.run_id]
         days = {}
         for c in mine or log.visible()[-1:]:
-            flights_rows = pq.read_table(warehouse.day_path("flights", c.window)).num_rows
-            missing = pq.read_table(warehouse.day_path("flights_missing_tailnum", c.window))
+            flights_rows = warehouse.read_table(warehouse.day_path("flights", c.window)).num_rows
+            missing = warehouse.read_table(warehouse.day_path("flights_missing_tailnum", c.window))
             days[c.window] = [flights_rows, c.rows, missing.num_rows]
         return AssetCheckResult(
             passed=bool(days) and all(f == s + q for f, s, q in days.values()),

@@ -153,7 +153,7 @@ def defs_from_env(env: Mapping[str, str]) -> Definitions:
                 remote=env.get("SPARK_REMOTE") or None,
             ),
             "warehouse": WarehouseResource(
-                path=os.path.abspath(env.get("SHUFFLE_WAREHOUSE", ".local/warehouse"))
+                path=env.get("SHUFFLE_WAREHOUSE") or os.path.abspath(".local/warehouse")
             ),
             "faults": FaultInjection(fail=faults),
         },

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [str(commit.rows) if commit else "-"]
         for n in names:
             path = warehouse.day_path(n, day)
-            cells.append(str(spark.read.parquet(path).count()) if os.path.isdir(path) else "-")
+            cells.append(str(spark.read.parquet(path).count()) if warehouse.exists(path) else "-")
         print(f"{day:<11}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
     failed = [o for o in runner.outcomes if not o.success]
     retried = [

@@ -5,6 +5,7 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from orchestration.shuffle.core.paths import open_filesystem, parse_location
 from orchestration.shuffle.kafka import KafkaClient
 
 
@@ -61,17 +62,64 @@ class KafkaResource(ConfigurableResource):
 
 
 class WarehouseResource(ConfigurableResource):
-    """Where Parquet outputs live: ``<path>/<asset_name>/day=YYYY-MM-DD/``.
+    """Where Parquet outputs live: ``<path>/<asset_name>/day=YYYY-MM-DD/``, on a local disk or
+    any file system ``pyarrow.fs`` resolves (``s3a://bucket/prefix``, ``gs://``, ...).
+
+    Paths it hands out are spelled for Spark (``s3a://`` for S3); its file methods go
+    through ``pyarrow.fs`` (S3's endpoint and keys from the ``AWS_*`` environment).
 
     Example::
 
-        WarehouseResource(path=EnvVar("SHUFFLE_WAREHOUSE"))
+        WarehouseResource(path=EnvVar("SHUFFLE_WAREHOUSE"))   # a path, or s3a://bucket/wh
     """
 
-    path: str = Field(description="Root folder of the Parquet outputs")
+    path: str = Field(description="Root folder of the Parquet outputs: a path or a URI")
 
     def root(self) -> str:
-        return self.path
+        """The root, spelled for Spark (a local path is made absolute)."""
+        return parse_location(self.path).spark
 
     def day_path(self, asset_name: str, day: str) -> str:
-        return f"{self.path}/{asset_name}/day={day}"
+        return f"{self.root()}/{asset_name}/day={day}"
+
+    def _open(self, path: str) -> tuple[Any, str]:
+        return open_filesystem(parse_location(path))
+
+    def exists(self, path: str) -> bool:
+        """Whether the folder or file ``path`` (as :meth:`day_path` spells it) exists."""
+        import pyarrow.fs as pafs
+
+        fs, inner = self._open(path)
+        info = fs.get_file_info(inner)
+        if info.type != pafs.FileType.NotFound:
+            return True
+        # Object stores have no folders: a prefix exists when something is under it.
+        return bool(fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)))
+
+    def replace_dir(self, path: str) -> None:
+        """Deletes the folder ``path`` with what it holds, and creates it empty."""
+        fs, inner = self._open(path)
+        fs.delete_dir_contents(inner, missing_dir_ok=True)
+        fs.create_dir(inner)
+
+    def write_table(self, table: Any, path: str) -> None:
+        """Writes a pyarrow ``table`` as the Parquet file ``path``. A reader never sees part
+        of it: on a local disk it is written under a hidden name and renamed; an object
+        store publishes an upload only whole."""
+        import pyarrow.parquet as pq
+
+        fs, inner = self._open(path)
+        if fs.type_name != "local":
+            pq.write_table(table, inner, filesystem=fs)
+            return
+        folder, name = inner.rsplit("/", 1)
+        hidden = f"{folder}/.{name}.tmp"
+        pq.write_table(table, hidden, filesystem=fs)
+        fs.move(hidden, inner)
+
+    def read_table(self, path: str) -> Any:
+        """The Parquet file or folder ``path`` as one pyarrow table."""
+        import pyarrow.parquet as pq
+
+        fs, inner = self._open(path)
+        return pq.read_table(inner, filesystem=fs)

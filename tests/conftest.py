@@ -20,13 +20,40 @@ def kafka_conf(bootstrap) -> dict:
     return {"bootstrap.servers": bootstrap}
 
 
+def _use_local_s3() -> None:
+    """Points pyarrow and every Spark session started from now on at the local S3 server,
+    as ``eval "$(scripts/dev s3 env)"`` does in a shell: ``AWS_*`` variables and a
+    ``SPARK_CONF_DIR`` whose spark-defaults.conf holds the S3A settings. The server itself
+    starts only when a test asks for the ``s3`` fixture."""
+    from devstack import locals3
+
+    os.environ.update(locals3.env())
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A prefix factory on the local S3 server (MinIO, started once): ``s3("name")`` is a
+    fresh ``s3a://shuffle-dev/tests/<name>-<hex>`` location."""
+    from devstack import locals3
+
+    locals3.start()
+
+    def prefix(name: str) -> str:
+        return f"s3a://{locals3.BUCKET}/tests/{name}-{uuid.uuid4().hex[:10]}"
+
+    return prefix
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A session built the way any user builds one: nothing of the project's is registered
-    on it; the engine must register what it needs itself."""
+    on it; the engine must register what it needs itself. Its S3A settings come from the
+    environment (``SPARK_CONF_DIR``), as a user's would."""
     import sys
 
     from pyspark.sql import SparkSession
+
+    _use_local_s3()
 
     # The Python workers must run this interpreter (it has pyarrow and the project).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -52,6 +52,11 @@ class ShuffleWriteError(ShuffleError, RuntimeError):
     """Producing to Kafka failed; the run is not committed."""
 
 
+class ShuffleSessionError(ShuffleError, RuntimeError):
+    """The Spark session lacks what the engine needs (a jar, a setting); the message lists
+    each missing piece and where to set it. The engine never changes a session's settings."""
+
+
 class QueueSchemaError(ShuffleSchemaError):
     """A queue function returned rows that do not fit the declared schema."""
 

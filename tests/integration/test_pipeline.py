@@ -4,7 +4,6 @@ import datetime as dt
 import zipfile
 
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 from dagster import instance_for_test
 from pyspark.sql import functions as F
@@ -32,11 +31,13 @@ STREAKS_JOB = "aircraft_delay_streaks_job"
 
 
 @pytest.fixture(scope="module")
-def stack(bootstrap, spark, tmp_path_factory, unique_module):
+def stack(bootstrap, spark, s3, unique_module):
     topic = unique_module("flights.by_tailnum")
+    # The warehouse is on the local S3 server: every output, the queue-mode enrichment's
+    # files and the running totals' streaming checkpoint go through s3a:// and pyarrow.fs.
     resources = dict(
         kafka=KafkaResource(bootstrap_servers=bootstrap),
-        warehouse=WarehouseResource(path=str(tmp_path_factory.mktemp("warehouse"))),
+        warehouse=WarehouseResource(path=s3("warehouse")),
     )
 
     def defs(*faults):
@@ -89,8 +90,8 @@ def outcomes(runner, job=None, partition=None):
 
 
 def read_output(stack, asset, day):
-    path = stack["resources"]["warehouse"].day_path(asset, day)
-    return pq.read_table(path).to_pandas()
+    warehouse = stack["resources"]["warehouse"]
+    return warehouse.read_table(warehouse.day_path(asset, day)).to_pandas()
 
 
 def test_backfill_is_one_run_with_one_commit_per_day(stack, kafka_conf):
@@ -221,10 +222,11 @@ def test_new_producer_run_relaunches_consumers_with_new_data(stack, spark, kafka
     before = read_output(stack, "aircraft_daily_utilization", D3)
     # Corrected data for D3: drop every American Airlines flight, then produce D3 again.
     path = warehouse.day_path("flights", D3)
-    table = pq.read_table(path).to_pandas()
-    corrected = table[table["carrier"] != "AA"]
-    pq.write_table(
-        pq.read_table(path).from_pandas(corrected, preserve_index=False), f"{path}/part-0.parquet"
+    table = warehouse.read_table(path)
+    frame = table.to_pandas()
+    corrected = frame[frame["carrier"] != "AA"]
+    warehouse.write_table(
+        table.from_pandas(corrected, preserve_index=False), f"{path}/part-0.parquet"
     )
     second = runner.run(
         PRODUCER_JOB, partition=D3, asset_selection=[FLIGHTS_BY_TAILNUM, MISSING_TAILNUM]
@@ -372,8 +374,8 @@ def test_running_totals_equal_a_batch_computation_over_visible_runs(stack, spark
         return {r.tailnum: (r.n, r.miles, r.days) for r in rows.collect()}
 
     def got():
-        path = stack["resources"]["warehouse"].day_path(RUNNING_TOTALS, "x")
-        table = pq.read_table(path.rsplit("/", 1)[0] + "/totals").to_pandas()
+        warehouse = stack["resources"]["warehouse"]
+        table = warehouse.read_table(f"{warehouse.root()}/{RUNNING_TOTALS}/totals").to_pandas()
         return {r.tailnum: (r.flights, r.distance_miles, r.days) for r in table.itertuples()}
 
     first = runner.run(RUNNING_TOTALS_JOB)
@@ -482,6 +484,7 @@ def test_queue_mode_enrichment_equals_a_batch_computation(stack, spark, kafka_co
     assert sum(md["records_per_task"].values()) == md["accepted"]
     # What read_queue_output returns equals the plain batch computation over the day's
     # committed rows, without the flight made to fail.
+    assert md["path"].startswith("s3a://")
     got = read_queue_output(spark, md["path"]).toPandas()
     want = enrich(rows[~hit])
     columns = [

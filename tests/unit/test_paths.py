@@ -12,6 +12,7 @@ from orchestration.shuffle.core.paths import (
     AtomicWrite,
     atomic_write,
     check_shared,
+    endpoint_mismatch,
     parse_location,
 )
 from orchestration.shuffle.errors import ShuffleOptionError
@@ -165,3 +166,44 @@ def test_write_whole_leaves_only_the_whole_file_on_a_local_disk(tmp_path):
     write_whole(fs, f"{base}/part-1.parquet", parquet_bytes(table))
     assert os.listdir(tmp_path) == ["part-1.parquet"]
     assert pq.read_table(tmp_path / "part-1.parquet").equals(table)
+
+
+@pytest.mark.parametrize(
+    ("spark_endpoint", "arrow_endpoint"),
+    [
+        (None, None),
+        ("http://127.0.0.1:19000", "http://127.0.0.1:19000/"),
+        ("127.0.0.1:19000", "HTTP://127.0.0.1:19000"),  # S3A takes an endpoint without scheme
+        ("s3.eu-west-1.amazonaws.com", None),  # both AWS
+    ],
+)
+def test_s3_endpoints_that_name_one_store_agree(spark_endpoint, arrow_endpoint):
+    for uri in ("s3a://b/x", "s3://b/x"):
+        got = endpoint_mismatch(
+            parse_location(uri), spark_endpoint=spark_endpoint, arrow_endpoint=arrow_endpoint
+        )
+        assert got is None
+
+
+@pytest.mark.parametrize(
+    ("spark_endpoint", "arrow_endpoint", "named"),
+    [
+        (None, "http://127.0.0.1:19000", "AWS (spark.hadoop.fs.s3a.endpoint is unset)"),
+        ("http://127.0.0.1:19000", None, "AWS (AWS_ENDPOINT_URL is unset)"),
+        ("http://127.0.0.1:19000", "http://127.0.0.1:19001", "http://127.0.0.1:19001"),
+    ],
+)
+def test_s3_endpoints_that_differ_are_named_with_where_to_set_them(
+    spark_endpoint, arrow_endpoint, named
+):
+    got = endpoint_mismatch(
+        parse_location("s3a://b/x"), spark_endpoint=spark_endpoint, arrow_endpoint=arrow_endpoint
+    )
+    assert got is not None and named in got
+    assert "spark.hadoop.fs.s3a.endpoint" in got and "AWS_ENDPOINT_URL" in got
+
+
+def test_endpoints_only_matter_on_s3(tmp_path):
+    for where in (str(tmp_path), "gs://b/x", "hdfs://nn:8020/x"):
+        got = endpoint_mismatch(parse_location(where), spark_endpoint="a:1", arrow_endpoint="b:2")
+        assert got is None

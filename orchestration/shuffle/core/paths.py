@@ -3,8 +3,8 @@
 ...), spelled for pyarrow and for Spark; how a file is made visible whole on each file
 system; and whether the executors of a Spark session can share a local path.
 
-Pure: nothing here opens a file system. :mod:`orchestration.shuffle.queue` does, with the
-answers given here.
+Pure but for :func:`open_filesystem`, the one place the engine turns a location into a
+``pyarrow.fs`` file system.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 import re
 import urllib.parse
 from dataclasses import dataclass
+from typing import Any
 
 from orchestration.shuffle.errors import ShuffleOptionError
 
@@ -100,6 +101,43 @@ def parse_location(output: str | os.PathLike[str]) -> Location:
     return Location(
         given, scheme, f"{scheme}://{parts.netloc}{rest}{query}", f"{scheme}://{parts.netloc}{rest}"
     )
+
+
+# pyarrow file systems of object stores, one per bucket and process: opening a client
+# costs more than reading a Parquet footer.
+_STORES: dict[str, Any] = {}
+
+
+def open_filesystem(location: Location) -> tuple[Any, str]:
+    """The ``pyarrow.fs`` file system of ``location`` and the location's path on it.
+
+    A local location opens the local file system; any other is resolved by
+    ``pyarrow.fs.FileSystem.from_uri`` from its pyarrow spelling. S3's endpoint, region and
+    keys come from the environment (``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+    ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``), as pyarrow reads them, on the driver
+    and on each executor. Raises :class:`ShuffleOptionError` naming the location when
+    pyarrow cannot open it.
+    """
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    if location.is_local:
+        return pafs.LocalFileSystem(), location.arrow
+    scheme, rest = location.arrow.split("://", 1)
+    try:
+        if scheme not in ("s3", "gs"):
+            return pafs.FileSystem.from_uri(location.arrow)
+        # Object stores name a file "bucket/key".
+        bucket = rest.split("?", 1)[0].split("/", 1)[0]
+        store = f"{scheme}://{bucket}"
+        fs = _STORES.get(store)
+        if fs is None:
+            fs = _STORES[store] = pafs.FileSystem.from_uri(store)[0]
+        return fs, rest.split("?", 1)[0]
+    except (OSError, pa.ArrowException) as exc:
+        raise ShuffleOptionError(
+            f"{location.given!r}: pyarrow cannot open its file system: {exc}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -205,4 +243,47 @@ def check_shared(
         "files written there by an executor elsewhere would never be seen here. Use a "
         "location every executor and the driver share, e.g. s3a://<bucket>/<prefix> "
         "(or gs://, hdfs://, abfs://)"
+    )
+
+
+def _endpoint_host(endpoint: str | None) -> str | None:
+    """An S3 endpoint as host[:port], lower case; None for AWS itself (unset or amazonaws)."""
+    if not endpoint or not endpoint.strip():
+        return None
+    text = endpoint.strip().lower()
+    text = text.split("://", 1)[1] if "://" in text else text
+    host = text.split("/", 1)[0]
+    return None if host.endswith("amazonaws.com") or host.endswith("amazonaws.com.cn") else host
+
+
+def endpoint_mismatch(
+    location: Location, *, spark_endpoint: str | None, arrow_endpoint: str | None
+) -> str | None:
+    """Why Spark and pyarrow would reach different stores for an ``s3``/``s3a`` location, or
+    None when they reach the same one (or the location is not on S3).
+
+    The engine writes and reads some files with pyarrow (queue output, the columnar write
+    path's Parquet sources) and Spark reads or lists the same ones through Hadoop's S3A:
+    both must talk to one endpoint.
+
+    Args:
+        location: The location.
+        spark_endpoint: S3A's endpoint for the location's bucket
+            (``spark.hadoop.fs.s3a.bucket.<bucket>.endpoint`` or
+            ``spark.hadoop.fs.s3a.endpoint``), None when unset (AWS).
+        arrow_endpoint: pyarrow's (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``), None
+            when unset (AWS).
+    """
+    if location.scheme not in _S3_SCHEMES:
+        return None
+    spark_host, arrow_host = _endpoint_host(spark_endpoint), _endpoint_host(arrow_endpoint)
+    if spark_host == arrow_host:
+        return None
+    spark_side = spark_endpoint if spark_host else "AWS (spark.hadoop.fs.s3a.endpoint is unset)"
+    arrow_side = arrow_endpoint if arrow_host else "AWS (AWS_ENDPOINT_URL is unset)"
+    return (
+        f"Spark's S3A connector reaches {spark_side} but pyarrow reaches {arrow_side}: both "
+        "must name the same store. Set spark.hadoop.fs.s3a.endpoint when the session is "
+        "built, or AWS_ENDPOINT_URL in the environment of the driver and of the executors "
+        "(spark.executorEnv.AWS_ENDPOINT_URL)"
     )

@@ -120,7 +120,7 @@ from orchestration.shuffle.queue.executor import (
     output_filesystem,
     write_whole,
 )
-from orchestration.shuffle.spark.session import is_connect
+from orchestration.shuffle.spark.session import check_storage, is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
@@ -356,6 +356,8 @@ def _location(spark: SparkSession, output: str | os.PathLike[str], what: str) ->
             check_shared(location, connect_host=str(cast(Any, spark).client.host), what=what)
         else:
             check_shared(location, master=spark.conf.get("spark.master", None), what=what)
+    else:
+        check_storage(spark, location, what)
     return location
 
 

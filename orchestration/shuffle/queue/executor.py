@@ -36,7 +36,7 @@ from confluent_kafka import (
 
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core.commitlog import Commit, ShuffleLog, schema_from_b64
-from orchestration.shuffle.core.paths import atomic_write, parse_location
+from orchestration.shuffle.core.paths import atomic_write, open_filesystem, parse_location
 from orchestration.shuffle.core.queue import (
     DELIVERY_FIELD,
     SOURCE_FIELDS,
@@ -132,11 +132,9 @@ def output_filesystem(output: str) -> tuple[pafs.FileSystem, str]:
     if location.is_local:
         return pafs.LocalFileSystem(), location.arrow
     try:
-        fs, path = pafs.FileSystem.from_uri(location.arrow)
-    except (OSError, pa.ArrowException) as exc:
-        raise ShuffleOptionError(
-            f"output {location.given!r}: pyarrow cannot open its file system: {exc}"
-        ) from None
+        fs, path = open_filesystem(location)
+    except ShuffleOptionError as exc:
+        raise ShuffleOptionError(f"output {exc}") from None
     try:
         atomic_write(fs.type_name)  # refuses, before any write, a file system not known
     except ShuffleOptionError as exc:

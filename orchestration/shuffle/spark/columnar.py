@@ -38,11 +38,13 @@ from orchestration.shuffle.core.columnar import (
     Predicate,
     ScanColumn,
     balance,
+    open_parquet,
     predicate_columns,
     type_mismatch,
 )
+from orchestration.shuffle.core.paths import parse_location
 from orchestration.shuffle.core.vhash import unsupported_reason
-from orchestration.shuffle.spark.session import is_connect
+from orchestration.shuffle.spark.session import is_connect, storage_problems
 
 _CATALYST = "org.apache.spark.sql.catalyst"
 _PROJECT = f"{_CATALYST}.plans.logical.Project"
@@ -246,12 +248,14 @@ class _Translator:
         raise self.refuse(e)
 
 
-def _local_path(jpath: Any) -> str:
-    """The local file of a Hadoop ``Path``, or a refusal for any other file system."""
+def _file_path(jpath: Any) -> str:
+    """A file Spark listed (a Hadoop ``Path``) as pyarrow opens it: a local path, or the URI
+    (``s3a://`` and the other schemes :func:`~orchestration.shuffle.core.columnar.open_parquet`
+    resolves)."""
     uri = jpath.toUri()
-    if uri.getScheme() != "file":
-        raise ColumnarUnavailable(f"file {jpath.toString()} is not on a local file system (file:)")
-    return str(uri.getPath())
+    if uri.getScheme() in (None, "file"):
+        return str(uri.getPath())
+    return str(jpath.toString())
 
 
 def _spark_version(md: dict[bytes, bytes]) -> tuple[int, ...] | None:
@@ -413,7 +417,7 @@ def _list_files(
             for i, f in enumerate(fields)
         )
         for status in _seq(directory.files()):
-            files.append((_local_path(status.getPath()), values))
+            files.append((_file_path(status.getPath()), values))
     return files
 
 
@@ -502,6 +506,18 @@ def plan_columnar(
     file_columns = [c for c in columns if c.name not in partition_fields]
 
     files = _list_files(spark, relation, partition_filters)
+    # pyarrow opens the files Spark listed: it must reach the same store (one check per
+    # bucket or host).
+    checked = set()
+    for path, _ in files:
+        location = parse_location(path)
+        store = "/".join(location.spark.split("/", 3)[:3])
+        if location.is_local or store in checked:
+            continue
+        checked.add(store)
+        problems = storage_problems(spark, location)
+        if problems:
+            raise ColumnarUnavailable(f"file {path}: {'; '.join(problems)}")
     read_partitions = [n for n in partition_fields if n in types]
 
     modes = {
@@ -526,7 +542,7 @@ def plan_columnar(
             partition_values[path] = tuple(by_name[n] for n in read_partitions)
         if any(by_name[k] is None for k in key_sources if k in by_name):
             nulls_ruled_out = False
-        with pq.ParquetFile(path, coerce_int96_timestamp_unit="us") as pf:
+        with open_parquet(path, coerce_int96_timestamp_unit="us") as pf:
             md = pf.metadata
             if has_datetimes:
                 reason = _rebase_reason(path, md.metadata or {}, modes)

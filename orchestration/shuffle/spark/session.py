@@ -29,6 +29,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 
+from orchestration.shuffle.core.paths import Location, endpoint_mismatch
+from orchestration.shuffle.errors import ShuffleSessionError
+
 DEFAULT_MASTER = "local[2]"
 
 # Connect sessions (by session id) our sources were registered with: Connect offers no way to
@@ -206,3 +209,70 @@ def _connect_session(url: str, conf: Mapping[str, str] | None) -> SparkSession:
     spark = builder.getOrCreate()
     register_data_sources(spark)
     return spark
+
+
+def s3_endpoints(spark: SparkSession, bucket: str) -> tuple[str | None, str | None]:
+    """The S3 endpoints Spark and pyarrow use for ``bucket``: S3A's
+    (``spark.hadoop.fs.s3a.bucket.<bucket>.endpoint``, else ``spark.hadoop.fs.s3a.endpoint``;
+    None when unset) and pyarrow's (``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``)."""
+    spark_endpoint = None
+    for key in (f"spark.hadoop.fs.s3a.bucket.{bucket}.endpoint", "spark.hadoop.fs.s3a.endpoint"):
+        try:
+            value = spark.conf.get(key, None)
+        except Exception:  # noqa: BLE001 - a setting the server will not show is unset here
+            value = None
+        if value:
+            spark_endpoint = str(value)
+            break
+    arrow_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    return spark_endpoint, arrow_endpoint
+
+
+def storage_problems(spark: SparkSession, location: Location) -> list[str]:
+    """What keeps the session from reading and writing ``location`` beside pyarrow: no
+    Hadoop file system for its scheme on a classic session's class path (Spark Connect's
+    server is not asked; its error comes when Spark reads), or an S3 endpoint that differs
+    between Spark and pyarrow. Empty when nothing is known to be missing."""
+    if location.is_local:
+        return []
+    problems = []
+    scheme = location.spark.split("://", 1)[0]
+    if not is_connect(spark):
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        try:
+            jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(
+                scheme, spark.sparkContext._jsc.hadoopConfiguration()
+            )
+        except Exception:  # noqa: BLE001 - py4j's error: the scheme has no file system
+            hadoop = jvm.org.apache.hadoop.util.VersionInfo.getVersion()
+            hint = (
+                f"org.apache.hadoop:hadoop-aws:{hadoop} and the AWS SDK bundle it depends on"
+                if scheme == "s3a"
+                else f"the Hadoop connector of {scheme}:// (Hadoop {hadoop})"
+            )
+            problems.append(
+                f"the session has no Hadoop file system for {scheme}:// on its class path: add "
+                f"{hint} when the session is built (spark.jars.packages, or "
+                "spark.driver.extraClassPath and spark.executor.extraClassPath)"
+            )
+    bucket = location.spark.split("://", 1)[1].split("/", 1)[0]
+    spark_endpoint, arrow_endpoint = s3_endpoints(spark, bucket)
+    mismatch = endpoint_mismatch(
+        location, spark_endpoint=spark_endpoint, arrow_endpoint=arrow_endpoint
+    )
+    if mismatch:
+        problems.append(mismatch)
+    return problems
+
+
+def check_storage(spark: SparkSession, location: Location, what: str) -> None:
+    """Raises :class:`ShuffleSessionError` listing every :func:`storage_problems` of
+    ``location`` at once; the session's settings are left as they are."""
+    problems = storage_problems(spark, location)
+    if problems:
+        listed = "\n".join(f"  - {p}" for p in problems)
+        raise ShuffleSessionError(
+            f"{what} {location.given!r}: the Spark session is not set up for it "
+            f"(its settings are the session owner's to change):\n{listed}"
+        )
