@@ -94,3 +94,23 @@ def test_timestamps_round_trip_in_another_time_zone(spark, kafka_conf, unique):
     # The session really is in New York: a local midnight there is 05:00 UTC.
     local = ny.sql("select unix_micros(timestamp'2013-01-01 00:00:00') as us").first().us
     assert local == 1357016400000000
+
+
+def test_spark_session_leaves_an_active_session_as_its_owner_set_it(spark):
+    from orchestration.shuffle import spark_session
+
+    before = {
+        k: spark.conf.get(k) for k in ("spark.sql.session.timeZone", "spark.sql.shuffle.partitions")
+    }
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    spark.conf.set("spark.sql.shuffle.partitions", "7")
+    try:
+        with pytest.warns(UserWarning, match=r"not applied.*spark\.sql\.shuffle\.partitions"):
+            got = spark_session(conf={"spark.sql.shuffle.partitions": "3"})
+        assert got is spark
+        assert spark.conf.get("spark.sql.session.timeZone") == "America/New_York"
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
+        assert spark_session() is spark
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)

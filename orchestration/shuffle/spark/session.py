@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -160,7 +161,10 @@ def spark_session(
     log_level: str = "WARN",
     remote: str | None = None,
 ) -> SparkSession:
-    """Returns the active SparkSession, creating it with settings that suit the shuffle.
+    """Returns a SparkSession with settings that suit the shuffle, creating it.
+
+    An already active classic session is returned as it is: its settings and log level
+    belong to whoever built it (a ``conf`` given then is not applied, with a warning).
 
     With ``remote`` (or the ``SPARK_REMOTE`` environment variable), a Spark Connect session
     to that server instead: the server owns its static settings (master, application name,
@@ -184,6 +188,17 @@ def spark_session(
     remote = remote or os.environ.get("SPARK_REMOTE") or None
     if remote:
         return _connect_session(remote, conf)
+    existing = SparkSession.getActiveSession()
+    if existing is not None:
+        # Someone else's session: its settings and log level are its owner's.
+        if conf:
+            warnings.warn(
+                "spark_session: a SparkSession is already active; it is returned as it is "
+                f"and conf {sorted(conf)} is not applied to it",
+                stacklevel=2,
+            )
+        register_data_sources(existing)
+        return existing
     # Python workers must run the interpreter that has pyarrow and this package installed.
     # PySpark reads this when the session starts (a Spark setting would not reach local
     # workers); a value the user set is kept.
