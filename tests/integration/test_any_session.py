@@ -105,7 +105,9 @@ def test_spark_session_leaves_an_active_session_as_its_owner_set_it(spark):
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
     spark.conf.set("spark.sql.shuffle.partitions", "7")
     try:
-        with pytest.warns(UserWarning, match=r"not applied.*spark\.sql\.shuffle\.partitions"):
+        with pytest.warns(
+            UserWarning, match=r"conf \['spark\.sql\.shuffle\.partitions'\] is not applied"
+        ):
             got = spark_session(conf={"spark.sql.shuffle.partitions": "3"})
         assert got is spark
         assert spark.conf.get("spark.sql.session.timeZone") == "America/New_York"
