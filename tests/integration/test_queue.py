@@ -30,7 +30,7 @@ from orchestration.shuffle import (
     write_shuffle,
 )
 from orchestration.shuffle.kafka.client import KafkaClient, read_range
-from orchestration.shuffle.queue.driver import set_group_configs
+from orchestration.shuffle.queue.driver import RecordFeeder, set_group_configs
 from orchestration.shuffle.testing import fail_write_attempts_below
 
 pytestmark = pytest.mark.integration
@@ -206,10 +206,17 @@ def test_a_consumer_killed_mid_batch_loses_nothing(spark, kafka_conf, unique, tm
     topic, group = unique("q-kill"), unique("qg")
     KafkaClient(kafka_conf).ensure_topic(topic, partitions=2)
     produce(kafka_conf, topic, range(200))
+    # A plain topic reaches its consumers through its work topic; process_queue feeds it,
+    # the bare consumer below needs it fed first.
+    assert RecordFeeder(topic, KafkaClient(kafka_conf), "earliest").feed() == 200
     set_group_configs(
         KafkaClient(kafka_conf),
         group,
-        {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "2000"},
+        {
+            "share.auto.offset.reset": "earliest",
+            "share.isolation.level": "read_committed",
+            "share.record.lock.duration.ms": "2000",
+        },
     )
     out = tmp_path / "out"
     out.mkdir()
@@ -484,3 +491,41 @@ def test_bad_input_gets_clear_errors_and_loses_nothing(spark, kafka_conf, unique
         )
     assert time.monotonic() - started < 20
     assert json.loads((tmp_path / "out" / "_queue.json").read_text())["topic"] == topic
+
+
+def slow_doubled(table):
+    """An I/O-bound fn: it waits as a call to a remote service would."""
+    time.sleep(0.02 * table.num_rows)
+    return doubled(table)
+
+
+def test_two_consumers_share_one_partition_written_with_default_batching(
+    spark, kafka_conf, unique, tmp_path
+):
+    topic = unique("q-default")
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=1)
+    # A producer at its defaults: the 300 records go to the broker in one or few batches,
+    # which a share group would hand to one consumer whole.
+    p = Producer(kafka_conf)
+    for i in range(300):
+        p.produce(topic, key=f"k{i}", value=str(i))
+    assert p.flush(30) == 0
+    out = str(tmp_path / "out")
+    res = process_queue(
+        spark,
+        topic,
+        unique("qg"),
+        slow_doubled,
+        IDS,
+        kafka=kafka_conf,
+        output=out,
+        tasks=2,
+        idle_timeout=3,
+        batch_size=10,
+    )
+    assert res.accepted == 300 and res.rejected == 0 and res.skipped == 0
+    # Both consumers processed records.
+    per_consumer = [c["accepted"] for c in res.per_task]
+    assert len(per_consumer) == 2 and min(per_consumer) > 0, per_consumer
+    got = sorted(r.id for r in read_queue_output(spark, out).collect())
+    assert got == list(range(300))

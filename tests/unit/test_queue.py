@@ -15,11 +15,14 @@ from orchestration.shuffle.core.queue import (
     conform,
     contiguous,
     dead_letter_headers,
+    fed_positions,
     fed_run,
+    feed_range,
     job_error,
     narrow,
     output_schema,
     record_coords,
+    record_items,
     row_json,
     rows_to_keep,
     settle,
@@ -303,3 +306,42 @@ def test_job_error_finds_the_engine_error_inside_a_spark_error():
     assert type(stop) is ShuffleError and "no dead_letter_topic" in str(stop)
     other = job_error(RuntimeError("boom\nKeyError: 'k'\nZeroDivisionError: x\n"), "t", "g")
     assert type(other) is ShuffleError and str(other).endswith("failed: ZeroDivisionError: x")
+
+
+def test_record_items_are_one_per_offset_of_a_plain_partition():
+    items = record_items(3, 10, 13)
+    assert [(i.partition, i.offset, i.run_id) for i in items] == [
+        (3, 10, ""),
+        (3, 11, ""),
+        (3, 12, ""),
+    ]
+    assert [WorkItem.from_json(i.to_json()) for i in items] == items
+    assert record_items(0, 5, 5) == []
+
+
+def test_fed_positions_keep_each_partitions_last_marker():
+    records = [
+        (None, b'{"p": 0, "o": 1, "run": ""}'),
+        (b"fed/@0", b"2"),
+        (b"fed/@1", b"7"),
+        (b"fed/run-1", b"run-1"),  # a shuffle's marker: not a plain position
+        (b"fed/@0", b"5"),
+    ]
+    assert fed_positions(records) == {0: 5, 1: 7}
+    # Plain markers are fed markers too: consumers skip them without counting them.
+    assert fed_run(b"fed/@0") is not None
+
+
+@pytest.mark.parametrize(
+    ("fed", "low", "high", "start", "limit", "expected"),
+    [
+        (None, 0, 10, "earliest", 100, (0, 10)),  # first feeding from the start
+        (None, 3, 10, "latest", 100, (10, 10)),  # first feeding at the end: nothing yet
+        (4, 0, 10, "latest", 100, (4, 10)),  # then from where it stopped, whatever start
+        (2, 6, 10, "earliest", 100, (6, 10)),  # records deleted by retention are skipped
+        (0, 0, 10, "earliest", 4, (0, 4)),  # at most limit per feeding
+        (10, 0, 10, "earliest", 100, (10, 10)),  # nothing new
+    ],
+)
+def test_feed_range(fed, low, high, start, limit, expected):
+    assert feed_range(fed, low, high, start, limit) == expected

@@ -34,8 +34,11 @@ from orchestration.shuffle.errors import (
 
 WORK_TOPIC_SUFFIX = ".queue"
 # Keys of the records in a work topic: a work item's key is its run id; the record that
-# closes a run's feeding transaction is keyed ``fed/<run id>``.
+# closes a run's feeding transaction is keyed ``fed/<run id>``. A plain topic's feeding
+# transaction ends with one ``fed/@<partition>`` record per source partition, whose value
+# is the next offset to feed.
 FED_PREFIX = "fed/"
+PLAIN_FED_PREFIX = FED_PREFIX + "@"
 
 T = TypeVar("T")
 
@@ -70,13 +73,15 @@ def check_positive_ints(owner: str, **values: Any) -> None:
 
 
 def work_topic(topic: str) -> str:
-    """The work topic that feeds the committed frames of shuffle ``topic`` to share groups."""
+    """The work topic that feeds ``topic`` to share groups: a shuffle's committed frames, or
+    a plain topic's records, one work item each."""
     return topic + WORK_TOPIC_SUFFIX
 
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One record of a shuffle's data topic, fed to the queue once its run committed."""
+    """One record of the source topic: of a shuffle's data topic, fed once its run committed
+    (``run_id`` is the run's), or of a plain topic (``run_id`` is empty)."""
 
     partition: int
     offset: int
@@ -110,6 +115,38 @@ def work_items(commit: Commit) -> list[WorkItem]:
         for p, r in sorted(commit.partitions.items())
         for o in range(r.first, r.last + 1)
     ]
+
+
+def record_items(partition: int, start: int, end: int) -> list[WorkItem]:
+    """One work item per offset of a plain topic's ``partition`` in ``[start, end)``.
+
+    An offset that holds no record (a transaction marker, a compacted record) is fed too;
+    the consumer finds nothing there and acknowledges the item as skipped.
+    """
+    return [WorkItem(partition, o, "") for o in range(start, end)]
+
+
+def fed_positions(markers: Iterable[tuple[bytes | None, bytes | None]]) -> dict[int, int]:
+    """The next offset to feed per source partition, from a work topic's records (key,
+    value) in offset order: the last ``fed/@<partition>`` record of each partition wins."""
+    out: dict[int, int] = {}
+    prefix = PLAIN_FED_PREFIX.encode()
+    for key, value in markers:
+        if key is not None and key.startswith(prefix) and value is not None:
+            out[int(key[len(prefix) :])] = int(value)
+    return out
+
+
+def feed_range(fed: int | None, low: int, high: int, start: str, limit: int) -> tuple[int, int]:
+    """The offsets ``[first, end)`` of one source partition to feed now.
+
+    ``fed`` is the partition's next offset to feed (None before its first feeding, which
+    begins at the partition's ``low`` end for ``start="earliest"`` or its ``high`` end for
+    ``"latest"``); records already deleted by retention are skipped; at most ``limit``.
+    """
+    first = fed if fed is not None else (low if start == "earliest" else high)
+    first = min(max(first, low), high)
+    return first, min(high, first + limit)
 
 
 def unfed(log: ShuffleLog, fed: set[str]) -> list[Commit]:

@@ -47,6 +47,16 @@ and acknowledging, a record's rows exist from two deliveries. Every output row c
 limit is set one above ``max_deliveries``, so a crash during the last attempt still leaves
 one more delivery to dead-letter the record instead of the broker archiving it silently.
 
+Plain topics. A share group hands out whole producer batches: records written with a
+producer's default batching (one batch of thousands of records) would all go to the one
+consumer that acquired the batch. So a plain topic is also queued through its work topic
+``<topic>.queue``: :class:`RecordFeeder` appends one work item per record, each in a
+producer batch of its own, in transactions that end with the next offset to feed per
+partition (``fed/@<partition>``), so feeding resumes where it stopped and is done once. A
+consumer fetches the records its items name from the topic (one ranged read per run of
+contiguous offsets). Item and record are one to one, so a record's acknowledgement,
+release, rejection and delivery count are its item's.
+
 Shuffle topics. A share group knows nothing of the shuffle's commit log: reading the data
 topic directly would hand out frames of runs still being written (too early), of failed or
 losing attempts (never to be processed) and WATERMARK / END frames (not work). So a shuffle
@@ -86,12 +96,16 @@ from orchestration.shuffle.core.commitlog import ShuffleLog, commit_topic, schem
 from orchestration.shuffle.core.paths import Location, check_shared, parse_location
 from orchestration.shuffle.core.queue import (
     FED_PREFIX,
+    PLAIN_FED_PREFIX,
     RESERVED_COLUMNS,
     DeliveryPolicy,
     QueueCounts,
     check_positive_ints,
+    fed_positions,
     fed_run,
+    feed_range,
     job_error,
+    record_items,
     share_group_configs,
     unfed,
     work_items,
@@ -259,6 +273,106 @@ class Feeder:
             self.fed.add(commit.run_id)
             fed += 1
         return fed
+
+
+# Work items one feeding transaction holds at most; a backlog is fed over several.
+FEED_LIMIT = 50_000
+
+
+def _fed_positions(kafka: KafkaClient, topic: str, partitions: int) -> dict[int, int]:
+    """The next offset to feed per source partition, from the last committed feeding
+    transaction of plain work topic ``topic`` (each ends with a marker per partition), read
+    backwards from the end in growing windows."""
+    with kafka.consumer(**{"isolation.level": "read_committed"}) as c:
+        with kafka.errors(f"reading the offsets of work topic {topic!r}"):
+            low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        span = 4 * (partitions + 1)
+        while True:
+            begin = max(low, high - span)
+            found = fed_positions(
+                (m.key(), m.value()) for m in read_range(c, topic, 0, begin, high)
+            )
+            if len(found) >= partitions or begin == low:
+                return found
+            span *= 4
+
+
+class RecordFeeder:
+    """Appends one work item per record of a plain topic to its work topic.
+
+    A share group hands out whole producer batches, so two consumers on a partition written
+    with a producer's default batching do not share it: one acquires the batch, the other
+    waits. Fed through the work topic (one item per producer batch, as for shuffles), the
+    records spread over every consumer; each item is one record, so acknowledging,
+    releasing and rejecting it, and its delivery count, are the record's. Feeding is
+    transactional and idempotent: each transaction ends with the next offset to feed per
+    partition, and a newer feeder fences an older one.
+
+    Example::
+
+        RecordFeeder("events", KafkaClient(conf), start="earliest").feed()  # items fed
+    """
+
+    def __init__(self, topic: str, kafka: KafkaClient, start: str):
+        self.topic = topic
+        self.kafka = kafka
+        self.start = start
+        self.work_topic = work_topic(topic)
+        kafka.ensure_topic(self.work_topic, partitions=1)
+        self.producer = kafka.producer(
+            **{
+                "transactional.id": f"kafka-shuffle-feeder.{self.work_topic}",
+                "batch.num.messages": 1,
+                "linger.ms": 0,
+            },
+        )
+        with kafka.errors(f"starting the feeder of work topic {self.work_topic!r}"):
+            self.producer.init_transactions(60)
+        self.partitions = kafka.partition_count(topic)
+        self.fed = _fed_positions(kafka, self.work_topic, self.partitions)
+        self.fenced = False
+
+    def _ends(self) -> dict[int, tuple[int, int]]:
+        with self.kafka.consumer() as c:
+            with self.kafka.errors(f"reading the offsets of topic {self.topic!r}"):
+                return {
+                    p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)
+                    for p in range(self.partitions)
+                }
+
+    def feed(self) -> int:
+        """Feeds the records appended since the last feeding (at most
+        :data:`FEED_LIMIT` per partition); returns how many items it fed."""
+        if self.fenced:
+            return 0
+        ends = self._ends()
+        ranges = {
+            p: feed_range(self.fed.get(p), low, high, self.start, FEED_LIMIT)
+            for p, (low, high) in ends.items()
+        }
+        count = sum(end - first for first, end in ranges.values())
+        if count == 0 and set(self.fed) >= set(ranges):
+            return 0
+        try:
+            self.producer.begin_transaction()
+            for p, (first, end) in ranges.items():
+                for item in record_items(p, first, end):
+                    self.producer.produce(self.work_topic, value=item.to_json())
+                    self.producer.poll(0)
+            for p, (_, end) in ranges.items():
+                self.producer.produce(self.work_topic, key=f"{PLAIN_FED_PREFIX}{p}", value=str(end))
+            self.producer.commit_transaction(60)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError._FENCED:
+                log.info("feeder of %r fenced by a newer feeder; it stops", self.work_topic)
+                self.fenced = True
+                return 0
+            if isinstance(err, KafkaError) and err.txn_requires_abort():
+                self.producer.abort_transaction(60)
+            raise translate(exc, f"feeding topic {self.topic!r} to {self.work_topic!r}") from None
+        self.fed.update({p: end for p, (_, end) in ranges.items()})
+        return count
 
 
 def feed_queue(topic: str, *, kafka: KafkaSettings) -> int:
@@ -504,11 +618,14 @@ def process_queue(
     _write_meta(location, topic, group, schema_json)
     if delivery.dead_letter_topic is not None:
         client.ensure_topic(delivery.dead_letter_topic, partitions=1)
-    feeder = None
+    feeder: Feeder | RecordFeeder
     fed_runs = 0
     if shuffle:
         feeder = Feeder(topic, client)
         fed_runs += feeder.feed()
+    else:
+        feeder = RecordFeeder(topic, client, start)
+        feeder.feed()
     set_group_configs(client, group, share_group_configs(start, delivery))
     spec = TaskSpec(
         topic=topic,
@@ -545,9 +662,10 @@ def process_queue(
     runner.start()
     while runner.is_alive():
         runner.join(feed_interval)
-        if feeder is not None and runner.is_alive():
+        if runner.is_alive():
             try:
-                fed_runs += feeder.feed()
+                fed = feeder.feed()
+                fed_runs += fed if shuffle else 0
             except ShuffleError as exc:
                 log.warning("feeding %r failed (retried): %s", feeder.work_topic, exc)
     seconds = time.monotonic() - started

@@ -256,6 +256,33 @@ class ShuffleSource:
         self.reader.close()
 
 
+class RecordSource:
+    """Turns work items into the plain topic's records they name (one consumer thread's
+    view); read in one ranged fetch per run of contiguous offsets."""
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+        self.reader = spec.kafka.consumer(**{"group.id": f"{spec.group}.records"})
+
+    def messages(self, items: dict[int, WorkItem]) -> dict[int, Message]:
+        """The source record of each work item, by message index; an item whose record is
+        gone (deleted by retention, or an offset without a record) is absent."""
+        wanted: dict[int, dict[int, list[int]]] = {}
+        for idx, item in items.items():
+            wanted.setdefault(item.partition, {}).setdefault(item.offset, []).append(idx)
+        out: dict[int, Message] = {}
+        for p, by_offset in wanted.items():
+            for start, end in contiguous(sorted(by_offset)):
+                for chunk in read_chunks(self.reader, self.spec.topic, p, start, end):
+                    for m in chunk:
+                        for idx in by_offset.get(m.offset(), ()):
+                            out[idx] = m
+        return out
+
+    def close(self) -> None:
+        self.reader.close()
+
+
 _ACK = {
     Outcome.ACCEPT: AcknowledgeType.ACCEPT,
     Outcome.RELEASE: AcknowledgeType.RELEASE,
@@ -287,6 +314,9 @@ class QueueConsumer:
         self.last_ms = 0
         self.dlq: Producer | None = None
         self.source: ShuffleSource | None = None
+        self.records: RecordSource | None = None
+        # The source record of each polled work item of a plain topic, by message index.
+        self.sources: dict[int, Message] = {}
         # The output's file system and directory, opened at the first write.
         self.out: tuple[pafs.FileSystem, str] | None = None
         self.records_schema = records_arrow_schema(include_headers=True)
@@ -294,7 +324,8 @@ class QueueConsumer:
 
     def run(self) -> QueueCounts:
         spec = self.spec
-        queue_topic = work_topic(spec.topic) if spec.shuffle else spec.topic
+        # Shuffles and plain topics alike are consumed through their work topic.
+        queue_topic = work_topic(spec.topic)
         sc = ShareConsumer(
             spec.kafka.config(
                 **{
@@ -309,6 +340,8 @@ class QueueConsumer:
         try:
             if spec.shuffle:
                 self.source = ShuffleSource(spec)
+            else:
+                self.records = RecordSource(spec)
             sc.subscribe([queue_topic])
             while not self.stop.is_set():
                 now = time.monotonic()
@@ -337,6 +370,8 @@ class QueueConsumer:
             finally:
                 if self.source is not None:
                     self.source.close()
+                if self.records is not None:
+                    self.records.close()
                 if self.dlq is not None:
                     self.dlq.flush(30)
         return self.counts
@@ -385,15 +420,6 @@ class QueueConsumer:
         return table.append_column(DELIVERY_FIELD, pa.array(deliveries[owner])), owner, skipped
 
     def _units(self, msgs: list[Message]) -> tuple[pa.Table, np.ndarray, set[int]]:
-        if not self.spec.shuffle:
-            batch = records_batch(self.records_schema, msgs, None, include_headers=True)
-            table = pa.Table.from_batches([batch])
-            table = (
-                table.append_column(SOURCE_FIELDS[0], table.column("topic"))
-                .append_column(SOURCE_FIELDS[1], table.column("partition"))
-                .append_column(SOURCE_FIELDS[2], table.column("offset"))
-            )
-            return table, np.arange(len(msgs), dtype=np.int64), set()
         items: dict[int, WorkItem] = {}
         skipped: set[int] = set()
         for i, m in enumerate(msgs):
@@ -413,6 +439,21 @@ class QueueConsumer:
                     m.offset(),
                 )
                 skipped.add(i)
+        if not self.spec.shuffle:
+            assert self.records is not None
+            self.sources = self.records.messages(items)
+            skipped |= set(items) - set(self.sources)
+            order = sorted(self.sources)
+            batch = records_batch(
+                self.records_schema, [self.sources[i] for i in order], None, include_headers=True
+            )
+            table = pa.Table.from_batches([batch])
+            table = (
+                table.append_column(SOURCE_FIELDS[0], table.column("topic"))
+                .append_column(SOURCE_FIELDS[1], table.column("partition"))
+                .append_column(SOURCE_FIELDS[2], table.column("offset"))
+            )
+            return table, np.array(order, dtype=np.int64), skipped
         assert self.source is not None
         tables = self.source.tables(items)
         skipped |= set(items) - set(tables)
@@ -543,8 +584,9 @@ class QueueConsumer:
                     headers = [*queue_headers, ("queue.format", b"json")]
                 else:
                     # The record as it was (key, value, headers), with what failed where.
-                    original = m.headers() or []
-                    key, value = m.key(), m.value()
+                    src = self.sources[i]
+                    original = src.headers() or []
+                    key, value = src.key(), src.value()
                     headers = [
                         *(original.items() if isinstance(original, dict) else original),
                         *queue_headers,
