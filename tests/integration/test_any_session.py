@@ -97,22 +97,28 @@ def test_timestamps_round_trip_in_another_time_zone(spark, kafka_conf, unique):
 
 
 def test_spark_session_leaves_an_active_session_as_its_owner_set_it(spark):
+    from pyspark.sql import SparkSession
+
     from orchestration.shuffle import spark_session
 
-    before = {
-        k: spark.conf.get(k) for k in ("spark.sql.session.timeZone", "spark.sql.shuffle.partitions")
-    }
-    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
-    spark.conf.set("spark.sql.shuffle.partitions", "7")
+    # Whichever session this thread holds as active (earlier tests may have made another
+    # session of the same context active).
+    active = SparkSession.getActiveSession()
+    assert active is not None
+    keys = ("spark.sql.session.timeZone", "spark.sql.shuffle.partitions")
+    before = {k: active.conf.get(k) for k in keys}
+    active.conf.set("spark.sql.session.timeZone", "America/New_York")
+    active.conf.set("spark.sql.shuffle.partitions", "7")
     try:
         with pytest.warns(
             UserWarning, match=r"conf \['spark\.sql\.shuffle\.partitions'\] is not applied"
         ):
             got = spark_session(conf={"spark.sql.shuffle.partitions": "3"})
-        assert got is spark
-        assert spark.conf.get("spark.sql.session.timeZone") == "America/New_York"
-        assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
-        assert spark_session() is spark
+        # The active session, with its owner's settings: none set, none changed.
+        assert got.sparkContext is spark.sparkContext
+        assert got.conf.get("spark.sql.session.timeZone") == "America/New_York"
+        assert got.conf.get("spark.sql.shuffle.partitions") == "7"
+        assert active.conf.get("spark.sql.shuffle.partitions") == "7"
     finally:
         for k, v in before.items():
-            spark.conf.set(k, v)
+            active.conf.set(k, v)
