@@ -125,6 +125,10 @@ def test_unfed_skips_fed_and_expired_runs_in_log_order():
 
 def test_contiguous():
     assert contiguous([5, 3, 4, 9, 9, 11, 10]) == [(3, 6), (9, 12)]
+    # Ranges at most `gap` apart are read as one.
+    assert contiguous([5, 3, 4, 9, 9, 11, 10, 30], gap=3) == [(3, 12), (30, 31)]
+    assert contiguous([1, 3], gap=1) == [(1, 4)]
+    assert contiguous([1, 4], gap=1) == [(1, 2), (4, 5)]
     assert contiguous([]) == []
 
 

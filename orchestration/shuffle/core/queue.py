@@ -319,11 +319,13 @@ def error_text(exc: BaseException, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def contiguous(offsets: Sequence[int]) -> list[tuple[int, int]]:
-    """Sorted, distinct offsets as ``[start, end)`` ranges of consecutive values."""
+def contiguous(offsets: Sequence[int], gap: int = 0) -> list[tuple[int, int]]:
+    """Sorted, distinct offsets as ``[start, end)`` ranges of consecutive values; with
+    ``gap``, ranges at most ``gap`` offsets apart are read as one (one fetch that skips a few
+    records costs less than a round trip per range)."""
     out: list[tuple[int, int]] = []
     for o in sorted(set(offsets)):
-        if out and out[-1][1] == o:
+        if out and out[-1][1] + gap >= o:
             out[-1] = (out[-1][0], o + 1)
         else:
             out.append((o, o + 1))

@@ -256,6 +256,10 @@ class ShuffleSource:
         self.reader.close()
 
 
+# Offsets of a plain topic one fetch reads past to reach the next wanted record.
+RECORD_FETCH_GAP = 2000
+
+
 class RecordSource:
     """Turns work items into the plain topic's records they name (one consumer thread's
     view); read in one ranged fetch per run of contiguous offsets."""
@@ -272,7 +276,9 @@ class RecordSource:
             wanted.setdefault(item.partition, {}).setdefault(item.offset, []).append(idx)
         out: dict[int, Message] = {}
         for p, by_offset in wanted.items():
-            for start, end in contiguous(sorted(by_offset)):
+            # Consumers share a partition's items, so the offsets of one poll interleave with
+            # other consumers'; reading across small gaps saves a fetch per run.
+            for start, end in contiguous(sorted(by_offset), gap=RECORD_FETCH_GAP):
                 for chunk in read_chunks(self.reader, self.spec.topic, p, start, end):
                     for m in chunk:
                         for idx in by_offset.get(m.offset(), ()):
