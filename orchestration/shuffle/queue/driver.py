@@ -211,14 +211,9 @@ def _fed_runs(kafka: KafkaClient, topic: str) -> set[str]:
         }
 
 
-class Feeder:
-    """Appends the work items of committed runs to a shuffle's work topic, once per run.
-
-    Example::
-
-        feeder = Feeder("flights.by_tailnum", KafkaClient(conf))
-        feeder.feed()  # the number of runs fed
-    """
+class _WorkTopicFeeder:
+    """What both feeders share: the work topic, its transactional producer (one per work
+    topic: a newer feeder fences an older one) and a transaction of work-topic records."""
 
     def __init__(self, topic: str, kafka: KafkaClient):
         self.topic = topic
@@ -236,10 +231,43 @@ class Feeder:
         )
         with kafka.errors(f"starting the feeder of work topic {self.work_topic!r}"):
             # Fences any earlier feeder of this work topic and waits out its transaction;
-            # the fed runs are read after that, so none is fed twice.
+            # what was fed is read after that, so nothing is fed twice.
             self.producer.init_transactions(60)
-        self.fed = _fed_runs(kafka, self.work_topic)
         self.fenced = False
+
+    def _transaction(self, records: Iterable[tuple[str | None, str]], what: str) -> bool:
+        """Appends ``records`` (key, value) in one transaction; False when a newer feeder
+        fenced this one (which then stops feeding)."""
+        try:
+            self.producer.begin_transaction()
+            for key, value in records:
+                self.producer.produce(self.work_topic, key=key, value=value)
+                self.producer.poll(0)
+            self.producer.commit_transaction(60)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError._FENCED:
+                log.info("feeder of %r fenced by a newer feeder; it stops", self.work_topic)
+                self.fenced = True
+                return False
+            if isinstance(err, KafkaError) and err.txn_requires_abort():
+                self.producer.abort_transaction(60)
+            raise translate(exc, f"feeding {what} to {self.work_topic!r}") from None
+        return True
+
+
+class Feeder(_WorkTopicFeeder):
+    """Appends the work items of committed runs to a shuffle's work topic, once per run.
+
+    Example::
+
+        feeder = Feeder("flights.by_tailnum", KafkaClient(conf))
+        feeder.feed()  # the number of runs fed
+    """
+
+    def __init__(self, topic: str, kafka: KafkaClient):
+        super().__init__(topic, kafka)
+        self.fed = _fed_runs(kafka, self.work_topic)
 
     def feed(self, shuffle_log: ShuffleLog | None = None) -> int:
         """Feeds every committed run not fed yet (of ``shuffle_log``, or of the commit log
@@ -250,27 +278,12 @@ class Feeder:
             shuffle_log = read_log(self.kafka, self.topic)
         fed = 0
         for commit in unfed(shuffle_log, self.fed):
-            try:
-                self.producer.begin_transaction()
-                for item in work_items(commit):
-                    self.producer.produce(self.work_topic, key=commit.run_id, value=item.to_json())
-                    self.producer.poll(0)
-                self.producer.produce(
-                    self.work_topic, key=FED_PREFIX + commit.run_id, value=commit.run_id
-                )
-                self.producer.commit_transaction(60)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if isinstance(err, KafkaError) and err.code() == KafkaError._FENCED:
-                    log.info("feeder of %r fenced by a newer feeder; it stops", self.work_topic)
-                    self.fenced = True
-                    return fed
-                if isinstance(err, KafkaError) and err.txn_requires_abort():
-                    self.producer.abort_transaction(60)
-                raise translate(
-                    exc, f"feeding run {commit.run_id} to {self.work_topic!r}"
-                ) from None
-            self.fed.add(commit.run_id)
+            run = commit.run_id
+            records = [(run, item.to_json()) for item in work_items(commit)]
+            records.append((FED_PREFIX + run, run))
+            if not self._transaction(records, f"run {run}"):
+                return fed
+            self.fed.add(run)
             fed += 1
         return fed
 
@@ -297,7 +310,7 @@ def _fed_positions(kafka: KafkaClient, topic: str, partitions: int) -> dict[int,
             span *= 4
 
 
-class RecordFeeder:
+class RecordFeeder(_WorkTopicFeeder):
     """Appends one work item per record of a plain topic to its work topic.
 
     A share group hands out whole producer batches, so two consumers on a partition written
@@ -314,23 +327,10 @@ class RecordFeeder:
     """
 
     def __init__(self, topic: str, kafka: KafkaClient, start: str):
-        self.topic = topic
-        self.kafka = kafka
+        super().__init__(topic, kafka)
         self.start = start
-        self.work_topic = work_topic(topic)
-        kafka.ensure_topic(self.work_topic, partitions=1)
-        self.producer = kafka.producer(
-            **{
-                "transactional.id": f"kafka-shuffle-feeder.{self.work_topic}",
-                "batch.num.messages": 1,
-                "linger.ms": 0,
-            },
-        )
-        with kafka.errors(f"starting the feeder of work topic {self.work_topic!r}"):
-            self.producer.init_transactions(60)
         self.partitions = kafka.partition_count(topic)
         self.fed = _fed_positions(kafka, self.work_topic, self.partitions)
-        self.fenced = False
 
     def _ends(self) -> dict[int, tuple[int, int]]:
         with self.kafka.consumer() as c:
@@ -353,24 +353,14 @@ class RecordFeeder:
         count = sum(end - first for first, end in ranges.values())
         if count == 0 and set(self.fed) >= set(ranges):
             return 0
-        try:
-            self.producer.begin_transaction()
-            for p, (first, end) in ranges.items():
-                for item in record_items(p, first, end):
-                    self.producer.produce(self.work_topic, value=item.to_json())
-                    self.producer.poll(0)
-            for p, (_, end) in ranges.items():
-                self.producer.produce(self.work_topic, key=f"{PLAIN_FED_PREFIX}{p}", value=str(end))
-            self.producer.commit_transaction(60)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError._FENCED:
-                log.info("feeder of %r fenced by a newer feeder; it stops", self.work_topic)
-                self.fenced = True
-                return 0
-            if isinstance(err, KafkaError) and err.txn_requires_abort():
-                self.producer.abort_transaction(60)
-            raise translate(exc, f"feeding topic {self.topic!r} to {self.work_topic!r}") from None
+        records: list[tuple[str | None, str]] = [
+            (None, item.to_json())
+            for p, (first, end) in ranges.items()
+            for item in record_items(p, first, end)
+        ]
+        records += [(f"{PLAIN_FED_PREFIX}{p}", str(end)) for p, (_, end) in ranges.items()]
+        if not self._transaction(records, f"topic {self.topic!r}"):
+            return 0
         self.fed.update({p: end for p, (_, end) in ranges.items()})
         return count
 
