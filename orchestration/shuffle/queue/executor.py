@@ -129,8 +129,6 @@ def output_filesystem(output: str) -> tuple[pafs.FileSystem, str]:
     it. S3's credentials, endpoint and region come from the environment (``AWS_*``), as
     pyarrow reads them, on the driver and on each executor."""
     location = parse_location(output)
-    if location.is_local:
-        return pafs.LocalFileSystem(), location.arrow
     try:
         fs, path = open_filesystem(location)
     except ShuffleOptionError as exc:
