@@ -116,8 +116,9 @@ def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap,
                 + str([(r.job_name, r.status.value) for r in instance.get_runs()])
             )
             time.sleep(3)
-        # Give the retries a chance to (wrongly) go past their limit.
-        time.sleep(20)
+        # Give the retries a chance to (wrongly) go past their limit: the daemon creates a
+        # retry within seconds of a failure (about 3 s here), so 8 s is ample.
+        time.sleep(8)
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
         try:
