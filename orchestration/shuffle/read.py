@@ -110,7 +110,8 @@ class ShuffleRead:
 
     @property
     def parallelism(self) -> int | str | None:
-        """The parallelism asked for: None is one split per Kafka partition."""
+        """The parallelism asked for (``"auto"`` unless given): None is one split per Kafka
+        partition."""
         return self.options.parallelism
 
     @property
@@ -224,8 +225,10 @@ def read_shuffle(
             again); by default it is read here.
         **selection: What to read and in how many Spark partitions: ``windows``, ``runs``,
             ``event_time_range``, ``parallelism``, as documented on
-            :class:`~orchestration.shuffle.core.reader.ReadOptions` (all runs visible, one
-            Spark partition per Kafka partition by default).
+            :class:`~orchestration.shuffle.core.reader.ReadOptions` (by default all runs
+            visible and ``parallelism="auto"``: one Spark partition per Kafka partition,
+            but a small read in fewer tasks, each of whole partitions;
+            ``parallelism=None`` always gives one per partition).
 
     Returns:
         A DataFrame with exactly the written columns and types (plus metadata columns if

@@ -65,7 +65,7 @@ def test_round_trip_columns_types_and_partitions(spark, kafka_conf, unique):
     res = write_shuffle(df, spec_for(topic), kafka=kafka_conf, window="d1")
     assert res.rows == 5000 and res.frames > 0 and res.bytes > 0
     assert set(res.offsets) == {0, 1, 2, 3}
-    back = read_shuffle(spark, topic, kafka=kafka_conf)
+    back = read_shuffle(spark, topic, kafka=kafka_conf, parallelism=None)
     assert back.columns == df.columns
     assert [f.dataType for f in back.schema] == [f.dataType for f in df.schema]
     assert sorted(map(tuple, back.collect())) == sorted(map(tuple, df.collect()))
@@ -121,10 +121,15 @@ def test_auto_parallelism_reads_a_small_read_in_fewer_tasks(spark, kafka_conf, u
     auto = read_shuffle(spark, topic, kafka=kafka_conf, parallelism="auto", with_metadata=True)
     # 3,000 rows are far under a task's worth: one task reads the four partitions.
     assert auto.rdd.getNumPartitions() == 1
+    # "auto" is the functions' default; None asks for one task per partition.
     default = read_shuffle(spark, topic, kafka=kafka_conf, with_metadata=True)
-    assert default.rdd.getNumPartitions() == 4
-    assert sorted(auto.collect()) == sorted(default.collect())
-    # The same by name, as a data source option.
+    assert default.rdd.getNumPartitions() == 1
+    per_partition = read_shuffle(
+        spark, topic, kafka=kafka_conf, parallelism=None, with_metadata=True
+    )
+    assert per_partition.rdd.getNumPartitions() == 4
+    assert sorted(auto.collect()) == sorted(per_partition.collect()) == sorted(default.collect())
+    # By name, as a data source option (the option's default is one task per partition).
     by_name = (
         spark.read.format("kafka-shuffle")
         .options(topic=topic, parallelism="auto")

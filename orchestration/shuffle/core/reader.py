@@ -262,7 +262,7 @@ class ReadSelection(TypedDict, total=False):
     windows: Iterable[str] | None
     runs: Iterable[str] | None
     event_time_range: tuple[dt.datetime | None, dt.datetime | None] | None
-    parallelism: int | str | None
+    parallelism: int | str | None  # not given: "auto"; None: one per Kafka partition
 
 
 @dataclass(frozen=True)
@@ -293,7 +293,9 @@ class ReadOptions:
         parallelism: Spark partitions; None: one per Kafka partition. ``"auto"``: the same,
             but a small read merges whole contiguous partitions so that each task reads
             about 500k rows or more (each task has a fixed cost). See
-            :mod:`orchestration.shuffle.core.reader` for smaller and larger values.
+            :mod:`orchestration.shuffle.core.reader` for smaller and larger values. The
+            Python functions (:meth:`select`) default to ``"auto"``; the data source's
+            option, when not given, is None.
         with_metadata: Add the columns ``_partition``, ``_key_group``, ``_run_id``,
             ``_offset`` and ``_window``. Option: ``true`` or ``false``.
     """
@@ -307,7 +309,8 @@ class ReadOptions:
 
     @classmethod
     def select(cls, **selection: Unpack[ReadSelection]) -> ReadOptions:
-        """The options that the public functions' keyword arguments give."""
+        """The options that the public functions' keyword arguments give; ``parallelism``
+        not given is ``"auto"`` (a small read in few tasks), None one task per partition."""
         windows = selection.get("windows")
         runs = selection.get("runs")
         start, end = selection.get("event_time_range") or (None, None)
@@ -316,7 +319,7 @@ class ReadOptions:
             runs=None if runs is None else tuple(runs),
             event_time_start=to_micros(start),
             event_time_end=to_micros(end),
-            parallelism=selection.get("parallelism"),
+            parallelism=selection.get("parallelism", AUTO),
         )
 
     @classmethod

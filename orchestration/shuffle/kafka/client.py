@@ -161,8 +161,10 @@ class KafkaClient:
                     # A read ends at a committed offset, often the partition's end, where the
                     # broker holds a fetch until this passes (500 ms by default). The next
                     # range read with the same consumer (another partition, another pass)
-                    # waited behind it: half a second per partition for a task reading several.
-                    "fetch.wait.max.ms": 10,
+                    # waits behind it: at 10 ms, a task reading one 1,000-row window over 8
+                    # partitions took 90 ms, against 29 ms at 1 ms. A fetch with data waiting
+                    # returns at once whatever this is.
+                    "fetch.wait.max.ms": 1,
                     **overrides,
                 }
             )

@@ -206,23 +206,23 @@ def in_reader(
 
 
 def _balanced(spark: Any, options: dict[str, str]) -> dict[str, str]:
-    """``options`` with a read planned one split per Kafka partition (the default) regrouped
-    into one task per core (see :func:`~orchestration.shuffle.core.reader.balance_splits`):
-    per-key results are not keyed rows, so nothing needs a task per partition."""
+    """``options`` with a read planned in whole Kafka partitions (parallelism not given,
+    None or ``"auto"``) regrouped into one task per core (see
+    :func:`~orchestration.shuffle.core.reader.balance_splits`): per-key results are not keyed
+    rows, so nothing needs a task per partition."""
     from orchestration.shuffle.core.commitlog import Layout
-    from orchestration.shuffle.core.reader import SplitPlan, balance_splits
+    from orchestration.shuffle.core.reader import AUTO, SplitPlan, balance_splits
     from orchestration.shuffle.spark.session import task_slots
 
     names = {k.lower(): k for k in options}
     slots = task_slots(spark)
-    if not slots or "plan" not in names or "layout" not in names or "parallelism" in names:
+    asked = options.get(names.get("parallelism", ""), "").strip().lower()
+    if not slots or "plan" not in names or "layout" not in names or asked not in ("", AUTO):
         return options
     layout = Layout.from_json(options[names["layout"]])
     splits = [SplitPlan.from_json(p) for p in json.loads(options[names["plan"]])]
-    default = len(splits) == layout.num_partitions and all(
-        len(s.reads) == 1 and s.reads[0].full and s.reads[0].partition == s.index for s in splits
-    )
-    if not default:
+    whole = [r.partition for s in splits for r in s.reads if r.full]
+    if sorted(whole) != list(range(layout.num_partitions)) or len(splits) <= slots:
         return options
     balanced = balance_splits(splits, slots, layout.max_parallelism, layout.num_partitions)
     return {**options, names["plan"]: json.dumps([s.to_json() for s in balanced])}

@@ -1,0 +1,308 @@
+"""Benchmark: the speed a long-lived SparkSession sees (P1) and the fixed cost of small
+windows (P2), side by side with Spark.
+
+Each size runs in a process of its own, so that its session starts fresh:
+
+- P1: over a 200k-key shuffle of the size (Zipf-skewed keys, as ``shuffle_bench``), the
+  pairs T2 (``apply_per_key(per="batch")`` with a vectorized pandas aggregation against
+  ``groupBy(key).agg`` over the Parquet source) and T3 (``aggregate_shuffle`` against the
+  same ``groupBy.agg``), ``--repeat`` times alternating which goes first, in the fresh
+  session; then one ``groupBy(key).applyInPandas`` job over the whole source (T1's
+  baseline); then the same pairs again. Met when each ratio after the job is within 10% of
+  the fresh one and T2 >= 1x, T3 >= 2x after it.
+- P2 (``--small``): one window of 1,000 rows (the reference pipeline's size) in a shuffle
+  that holds 30 such windows, against a 1,000-row Parquet file: a plain read, the same
+  aggregation (``aggregate_shuffle`` / ``groupBy.agg``) and ``apply_per_key(per="batch")``
+  (against ``groupBy.agg``), each into the ``noop`` sink. Met when ours takes at most the
+  baseline's time. It also times the parts of one read (planning from the commit log,
+  making the DataFrame, running it) and the same read after 65 s of idle session
+  (``--idle``: Spark stops its idle Python planner processes after a minute).
+
+Medians go to ``.local/bench/session.json``; ``bench/report.py`` prints them with the
+other targets.
+
+Run::
+
+    scripts/dev bench-session                       # 2M and 10M rows, 3 repeats, P2
+    scripts/dev bench-session --rows 2000000 --repeat 5 --no-idle
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shuffle_bench import (  # noqa: E402  (bench/ is the script's directory)
+    AGGREGATIONS,
+    BATCH_SCHEMA,
+    PER_KEY_SCHEMA,
+    WORK,
+    batch_stats,
+    drop_topics,
+    generate,
+    group_by,
+    noop,
+    per_key_stats,
+)
+
+from devstack import localstack  # noqa: E402
+from orchestration.shuffle import (  # noqa: E402
+    ShuffleSpec,
+    aggregate_shuffle,
+    apply_per_key,
+    plan_shuffle_read,
+    write_shuffle,
+)
+from orchestration.shuffle.core.commitlog import commit_topic  # noqa: E402
+from orchestration.shuffle.spark.session import spark_session  # noqa: E402
+
+P1_WITHIN = 0.9  # the ratio after the applyInPandas job, as a share of the fresh one
+P1_BOUNDS = {"T2": 1.0, "T3": 2.0}
+SMALL_ROWS = 1_000
+SMALL_WINDOWS = 30
+IDLE_SECONDS = 65
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def side_by_side(pairs: list, repeat: int, label: str) -> dict[str, list[float]]:
+    """Each pair ``repeat`` times, alternating which goes first: the seconds of every run."""
+    out: dict[str, list[float]] = {}
+    for i in range(repeat):
+        for a, b in pairs:
+            order = [a, b] if i % 2 == 0 else [b, a]
+            for name, fn in order:
+                s = _seconds(fn)
+                out.setdefault(name, []).append(s)
+                print(f"  {label} repeat={i} {name:<32} {s:8.3f}s", flush=True)
+    return out
+
+
+def _ratios(times: dict[str, list[float]]) -> dict[str, float]:
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "T2": med["spark_group_by"] / med["shuffle_per_key"],
+        "T3": med["spark_group_by"] / med["shuffle_aggregate"],
+    }
+
+
+def p1(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dict:
+    src = WORK / f"source-{rows}-k200000.parquet"
+    generate(spark, rows, src, keys=200_000)
+    df = spark.read.parquet(str(src))
+    topic = f"bench.session.{uuid.uuid4().hex[:8]}"
+    spec = ShuffleSpec(topic=topic, key=("k",), num_partitions=partitions, event_time="ts")
+    write_shuffle(df, spec, kafka=kafka, window="bench")
+
+    def per_key():
+        read = plan_shuffle_read(spark, topic, kafka=kafka).dataframe()
+        noop(apply_per_key(read, "k", batch_stats, BATCH_SCHEMA, per="batch"))
+
+    def aggregate():
+        noop(aggregate_shuffle(spark, topic, kafka=kafka, aggregations=AGGREGATIONS))
+
+    def pairs():
+        return [
+            (("shuffle_per_key", per_key), ("spark_group_by", lambda: group_by(df))),
+            (("shuffle_aggregate", aggregate), ("spark_group_by", lambda: group_by(df))),
+        ]
+
+    fresh = side_by_side(pairs(), repeat, f"rows={rows} fresh")
+    job = _seconds(lambda: noop(df.groupBy("k").applyInPandas(per_key_stats, PER_KEY_SCHEMA)))
+    print(f"  rows={rows} groupBy.applyInPandas over the source: {job:.1f}s", flush=True)
+    after = side_by_side(pairs(), repeat, f"rows={rows} after")
+    drop_topics(kafka, [topic, commit_topic(topic)])
+    r_fresh, r_after = _ratios(fresh), _ratios(after)
+    checks = {
+        name: {
+            "fresh": r_fresh[name],
+            "after": r_after[name],
+            "kept": r_after[name] / r_fresh[name],
+            "bound": bound,
+            "met": r_after[name] / r_fresh[name] >= P1_WITHIN and r_after[name] >= bound,
+        }
+        for name, bound in P1_BOUNDS.items()
+    }
+    return {
+        "fresh": fresh,
+        "after": after,
+        "apply_in_pandas_seconds": job,
+        "targets": checks,
+        "met": all(c["met"] for c in checks.values()),
+    }
+
+
+def p2(spark, kafka: dict, partitions: int, repeat: int, idle: bool) -> dict:
+    src = WORK / "source-1000000.parquet"
+    generate(spark, 1_000_000, src)
+    rows = spark.read.parquet(str(src)).limit(SMALL_ROWS * SMALL_WINDOWS).collect()
+    base = spark.createDataFrame(rows[:SMALL_ROWS])
+    small = WORK / "small-1000.parquet"
+    base.coalesce(1).write.mode("overwrite").parquet(str(small))
+    topic = f"bench.small.{uuid.uuid4().hex[:8]}"
+    spec = ShuffleSpec(topic=topic, key=("k",), num_partitions=partitions, event_time="ts")
+    for w in range(SMALL_WINDOWS):
+        part = rows[w * SMALL_ROWS : (w + 1) * SMALL_ROWS]
+        write_shuffle(spark.createDataFrame(part), spec, kafka=kafka, window=f"w{w:02d}")
+    window = ["w00"]
+    parquet = spark.read.parquet(str(small))
+
+    def read():
+        noop(plan_shuffle_read(spark, topic, kafka=kafka, windows=window).dataframe())
+
+    def aggregate():
+        noop(
+            aggregate_shuffle(spark, topic, kafka=kafka, aggregations=AGGREGATIONS, windows=window)
+        )
+
+    def per_key():
+        df = plan_shuffle_read(spark, topic, kafka=kafka, windows=window).dataframe()
+        noop(apply_per_key(df, "k", batch_stats, BATCH_SCHEMA, per="batch"))
+
+    times = side_by_side(
+        [
+            (("small_read", read), ("spark_small_read", lambda: noop(parquet))),
+            (("small_aggregate", aggregate), ("spark_small_group_by", lambda: group_by(parquet))),
+            (("small_per_key", per_key), ("spark_small_group_by_2", lambda: group_by(parquet))),
+        ],
+        repeat,
+        "small",
+    )
+
+    def parts() -> dict[str, float]:
+        t0 = time.perf_counter()
+        plan = plan_shuffle_read(spark, topic, kafka=kafka, windows=window)
+        t1 = time.perf_counter()
+        df = plan.dataframe()
+        t2 = time.perf_counter()
+        noop(df)
+        t3 = time.perf_counter()
+        return {"plan": t1 - t0, "dataframe": t2 - t1, "run": t3 - t2}
+
+    breakdown = [parts() for _ in range(repeat)]
+    cold = None
+    if idle:
+        print(f"  idle {IDLE_SECONDS}s, then one read", flush=True)
+        time.sleep(IDLE_SECONDS)
+        cold = parts()
+    drop_topics(kafka, [topic, commit_topic(topic)])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    pairs = {
+        "read": ("small_read", "spark_small_read"),
+        "aggregate": ("small_aggregate", "spark_small_group_by"),
+        "per_key": ("small_per_key", "spark_small_group_by_2"),
+    }
+    targets = {
+        name: {
+            "ours": med[o],
+            "baseline": med[b],
+            "ratio": med[o] / med[b],
+            "met": med[o] <= med[b],
+        }
+        for name, (o, b) in pairs.items()
+    }
+    return {
+        "times": times,
+        "targets": targets,
+        "read_parts": {k: statistics.median(p[k] for p in breakdown) for k in breakdown[0]},
+        "read_parts_after_idle": cold,
+        "met": all(t["met"] for t in targets.values()),
+    }
+
+
+def child(args) -> dict:
+    kafka = {"bootstrap.servers": localstack.start()}
+    spark = spark_session(
+        master=args.master,
+        app_name="kafka-shuffle-session-bench",
+        conf={"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": str(args.partitions)},
+    )
+    if args.small_only:
+        return {"p2": p2(spark, kafka, args.partitions, args.repeat, args.idle)}
+    return {"p1": p1(spark, kafka, args.rows_one, args.repeat, args.partitions)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="2000000,10000000", help="comma-separated sizes (P1)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"))
+    parser.add_argument("--no-small", dest="small", action="store_false", help="leave out P2")
+    parser.add_argument("--no-p1", dest="p1", action="store_false", help="leave out P1")
+    parser.add_argument("--no-idle", dest="idle", action="store_false", help="P2 without idle")
+    parser.add_argument("--out", default=str(WORK / "session.json"))
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--rows-one", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--small-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        Path(args.child).write_text(json.dumps(child(args)))
+        return 0
+
+    report: dict = {"master": args.master, "cores": os.cpu_count(), "p1": {}, "p2": None}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = [("p1", int(r)) for r in args.rows.split(",") if r] if args.p1 else []
+    if args.small:
+        runs.append(("p2", 0))
+    for kind, rows in runs:
+        # A fresh process, so a fresh session and JVM, for each size.
+        result = WORK / f"session-child-{uuid.uuid4().hex[:8]}.json"
+        cmd = [sys.executable, __file__, "--child", str(result), "--repeat", str(args.repeat)]
+        cmd += ["--partitions", str(args.partitions), "--master", args.master]
+        cmd += ["--rows-one", str(rows)] if kind == "p1" else ["--small-only"]
+        if not args.idle:
+            cmd.append("--no-idle")
+        print(f"== {kind} {rows or ''} (fresh session)", flush=True)
+        subprocess.run(cmd, check=True)
+        got = json.loads(result.read_text())
+        result.unlink()
+        if kind == "p1":
+            report["p1"][str(rows)] = got["p1"]
+        else:
+            report["p2"] = got["p2"]
+        out.write_text(json.dumps(report, indent=2))
+    for rows, r in report["p1"].items():
+        for name, c in r["targets"].items():
+            print(
+                f"P1 {name} {int(rows) / 1e6:g}M rows: fresh {c['fresh']:.2f}x, after "
+                f"applyInPandas {c['after']:.2f}x ({c['kept']:.2f} of fresh; target >= "
+                f"{P1_WITHIN} of fresh and >= {c['bound']:g}x): "
+                f"{'met' if c['met'] else 'MISSED'}"
+            )
+    if report["p2"]:
+        for name, t in report["p2"]["targets"].items():
+            print(
+                f"P2 {name} one 1,000-row window: {t['ours']:.3f}s vs Parquet "
+                f"{t['baseline']:.3f}s ({t['ratio']:.2f} of its time; target <= 1): "
+                f"{'met' if t['met'] else 'MISSED'}"
+            )
+        parts = report["p2"]["read_parts"]
+        print("P2 a read's parts (median): " + ", ".join(f"{k} {v:.3f}s" for k, v in parts.items()))
+        cold = report["p2"]["read_parts_after_idle"]
+        if cold:
+            print(
+                f"P2 the same after {IDLE_SECONDS}s idle: "
+                + ", ".join(f"{k} {v:.3f}s" for k, v in cold.items())
+            )
+    print(f"\nall measurements: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
