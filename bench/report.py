@@ -183,6 +183,128 @@ def merge(reports: list[dict]) -> dict:
     return merged
 
 
+P_BOUNDS = {"P3": 2.0, "P4": 0.9, "P5": T9_BOUND, "P6": 1.15, "P7": 3.0}
+
+
+def _load(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def round_three(work: Path) -> list[tuple[str, str, str, str]]:
+    """P1-P7, each (target, what was measured, wanted, met / missed / not run), from the
+    results of the four benchmarks in ``work``: ``session.json`` (P1, P2), ``records.json``
+    (P3, P4), ``results.json`` (P5, P6) and ``queue.json`` (P7)."""
+    out: list[tuple[str, str, str, str]] = []
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    session = _load(work / "session.json") or {}
+    for rows, r in sorted((session.get("p1") or {}).items(), key=lambda kv: int(kv[0])):
+        for name, c in r["targets"].items():
+            out.append(
+                (
+                    f"P1 {name}, {_rows(rows)} rows",
+                    f"fresh {c['fresh']:.2f}x, after applyInPandas {c['after']:.2f}x "
+                    f"({c['kept']:.2f} of fresh)",
+                    f">= 0.9 of fresh and >= {c['bound']:g}x",
+                    verdict(c["met"]),
+                )
+            )
+    if not session.get("p1"):
+        out.append(("P1", "not run", "", "not run"))
+    p2 = session.get("p2")
+    for name, t in (p2 or {}).get("targets", {}).items():
+        out.append(
+            (
+                f"P2 {name}, one 1k-row window",
+                f"{_seconds(t['ours'])} vs {_seconds(t['baseline'])} from Parquet "
+                f"({t['ratio']:.2f} of its time)",
+                "<= 1",
+                verdict(t["met"]),
+            )
+        )
+    if not p2:
+        out.append(("P2", "not run", "", "not run"))
+    records = _load(work / "records.json") or {}
+    sizes = records.get("sizes") or {}
+    big = max(sizes, key=int) if sizes else None
+    if big is None:
+        out += [("P3", "not run", "", "not run"), ("P4", "not run", "", "not run")]
+    else:
+        s = sizes[big]
+        r3, r4 = s["kafka_records_vs_spark_speedup"], s["stream_vs_batch_throughput"]
+        out.append(
+            (
+                f"P3 kafka-records / Spark kafka source, {_rows(big)} messages",
+                f"{r3:.2f}x faster",
+                f">= {P_BOUNDS['P3']:g}x",
+                verdict(r3 >= P_BOUNDS["P3"]),
+            )
+        )
+        out.append(
+            (
+                f"P4 streaming / batch read throughput, {_rows(big)} rows",
+                f"{r4:.2f} (micro-batches alone {s['stream_processing_vs_batch_throughput']:.2f})",
+                f">= {P_BOUNDS['P4']:g}",
+                verdict(r4 >= P_BOUNDS["P4"]),
+            )
+        )
+    results = _load(work / "results.json")
+    growth = memory_growth(results) if results else {}
+    if growth:
+        worst = max(growth.items(), key=lambda kv: kv[1]["ratio"])
+        missed = [n for n, g in growth.items() if not g["met"]]
+        out.append(
+            (
+                "P5 worker memory, largest size / smallest, every phase",
+                f"worst `{worst[0]}` {worst[1]['ratio']:.2f}x; {len(missed)} of {len(growth)} "
+                "phases over",
+                f"<= {P_BOUNDS['P5']:g}x",
+                verdict(not missed),
+            )
+        )
+    else:
+        out.append(("P5", "not run", "", "not run"))
+    big_r = max(results["sizes"], key=int) if results and results.get("sizes") else None
+    s = results["sizes"][big_r] if big_r else {}
+    if "shuffle_write_rows" in s and "arrow_handover" in s:
+        r6 = s["shuffle_write_rows"]["median_seconds"] / s["arrow_handover"]["median_seconds"]
+        out.append(
+            (
+                f"P6 row-path write / Arrow hand-over floor, {_rows(big_r)} rows",
+                f"{_seconds(s['shuffle_write_rows']['median_seconds'])} vs "
+                f"{_seconds(s['arrow_handover']['median_seconds'])} ({r6:.2f}x)",
+                f"<= {P_BOUNDS['P6']:g}x",
+                verdict(r6 <= P_BOUNDS["P6"]),
+            )
+        )
+    else:
+        out.append(("P6", "not run", "", "not run"))
+    queue = _load(work / "queue.json")
+    if queue:
+        q = queue["summary"]
+        producer = "default producer" if queue.get("producer_batch") is None else "batched"
+        ok = q["io_8_vs_2"] >= P_BOUNDS["P7"] and queue.get("producer_batch") is None
+        out.append(
+            (
+                f"P7 queue, 8 vs 2 consumers, I/O-bound ({producer})",
+                f"{q['io_8_vs_2']:.2f}x",
+                f">= {P_BOUNDS['P7']:g}x",
+                verdict(ok),
+            )
+        )
+    else:
+        out.append(("P7", "not run", "", "not run"))
+    return out
+
+
+def round_three_table(work: Path) -> str:
+    lines = ["| target | measured | wanted | |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in round_three(work)]
+    return "\n".join(lines)
+
+
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 
 
@@ -216,7 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", default=str(ROOT / "README.md"))
     parser.add_argument("--chart", help="also draw the targets chart (PNG) of the merged results")
     parser.add_argument("--check", action="store_true", help="fail if README is out of date")
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="print P1-P7 from the four benchmarks' results in .local/bench and stop",
+    )
     args = parser.parse_args(argv)
+    if args.targets:
+        print(round_three_table(ROOT / ".local" / "bench"))
+        return 0
     report = merge([json.loads(Path(p).read_text()) for p in args.results])
     if args.chart:
         sys.path.insert(0, str(ROOT / "bench"))

@@ -269,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.idle:
             cmd.append("--no-idle")
         print(f"== {kind} {rows or ''} (fresh session)", flush=True)
-        subprocess.run(cmd, check=True)
+        # The per-key functions come from shuffle_bench: Spark's Python workers import it.
+        paths = [str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        subprocess.run(cmd, check=True, env=env)
         got = json.loads(result.read_text())
         result.unlink()
         if kind == "p1":
