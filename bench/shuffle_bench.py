@@ -39,7 +39,12 @@ and the targets, each against its own baseline:
   all 30, with the default parallelism and with ``parallelism="auto"``;
 - T9: the peak memory of a Python worker in each of our phases, the largest size against
   the smallest (meaningful with ``--no-worker-reuse``, which gives each task a fresh
-  worker).
+  worker);
+- B: against Spark's natural alternative for a reused keyed intermediate, a bucketed
+  Parquet table (``bucketBy(8, "k")``, whose ``groupBy("k")`` and window-by-key plans have
+  no Exchange): the write, a plain read, the aggregation, the per-key gaps consumer, and
+  the write plus the three consumers, each against the same over the table;
+- P6: the row-path write against the Arrow hand-over floor.
 
 It samples the resident memory of Spark's Python worker processes during each phase,
 prints a line per phase and the medians, writes every measurement to
@@ -120,6 +125,16 @@ PHASES = (
     "spark_three_consumers",
     "recover_one_consumer",
     "rerun_day_pipeline",
+    "shuffle_write_b",
+    "bucketed_write",
+    "shuffle_read_b",
+    "bucketed_read",
+    "shuffle_aggregate_b",
+    "bucketed_group_by",
+    "shuffle_gaps_b",
+    "bucketed_gaps",
+    "reuse_three_consumers_b",
+    "bucketed_three_consumers",
 )
 # (target, title, ours, baseline, kind, bound): "speedup" is baseline / ours and must be at
 # least the bound; "ratio" is ours / baseline and must be at most the bound.
@@ -150,6 +165,18 @@ TARGETS = (
      "read_1_of_30_windows", "read_30_windows", "ratio", 0.1),
     ("T8-read-auto", "read 1 of 30 windows / all 30, parallelism=auto",
      "read_1_of_30_windows_auto", "read_30_windows_auto", "ratio", 0.1),
+    ("B-write", "write_shuffle / bucketed Parquet table write (bucketBy 8)",
+     "shuffle_write_b", "bucketed_write", "speedup", 1.0),
+    ("B-read", "read_shuffle / read of the bucketed table",
+     "shuffle_read_b", "bucketed_read", "speedup", 1.0),
+    ("B-agg", "aggregate_shuffle / groupBy.agg over the bucketed table",
+     "shuffle_aggregate_b", "bucketed_group_by", "speedup", 1.0),
+    ("B-gaps", "apply_per_key gaps / window lag over the bucketed table",
+     "shuffle_gaps_b", "bucketed_gaps", "speedup", 1.0),
+    ("B-reuse", "write + 3 consumers / bucketed write + the 3 over the table",
+     "reuse_three_consumers_b", "bucketed_three_consumers", "ratio", 0.6),
+    ("P6", "row-path write / Arrow hand-over floor",
+     "shuffle_write_rows", "arrow_handover", "ratio", 1.15),
 )  # fmt: skip
 WINDOWS = 30
 TICKS = 50  # ticks timed per run (a tick takes milliseconds); their median is the run's time
@@ -497,6 +524,26 @@ def make_phases(
     def a_ours():
         noop(aggregate_shuffle(spark, ours, kafka=kafka, aggregations=AGGREGATIONS))
 
+    # The bucketed table's pairs: a shuffle and a table of their own, written by the first.
+    table = f"bench_bucketed_{topics['b'].rsplit('.', 1)[-1]}"
+    b_spec = dataclasses.replace(spec, topic=topics["b"])
+
+    def bucketed_write(name: str) -> None:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+        df.write.bucketBy(spec.num_partitions, "k").format("parquet").saveAsTable(name)
+
+    def a_b():
+        noop(aggregate_shuffle(spark, b_spec.topic, kafka=kafka, aggregations=AGGREGATIONS))
+
+    def b_reuse():
+        reuse_spec = dataclasses.replace(spec, topic=topics["reuse_b"])
+        write_shuffle(df, reuse_spec, kafka=kafka, window="bench")
+        our_consumers(spark, kafka, topics["reuse_b"], ["bench"])
+
+    def b_theirs_reuse():
+        bucketed_write(table + "_reuse")
+        spark_consumers(spark.table(table + "_reuse"))
+
     return [
         # The writer's floor: Spark -> Python hand-over alone, no Kafka.
         ("arrow_handover", handover, None, None),
@@ -511,6 +558,14 @@ def make_phases(
         ("reuse_three_consumers", lambda: reuse(topics["reuse"], "pandas"), "spark_three_consumers",
          lambda: spark_consumers(df)),
         ("reuse_three_consumers_arrow", lambda: reuse(topics["reuse_arrow"], "arrow"), None, None),
+        ("shuffle_write_b", lambda: write_shuffle(df, b_spec, kafka=kafka, window="bench"),
+         "bucketed_write", lambda: bucketed_write(table)),
+        ("shuffle_read_b", lambda: noop(read_shuffle(spark, b_spec.topic, kafka=kafka)),
+         "bucketed_read", lambda: noop(spark.table(table))),
+        ("shuffle_aggregate_b", a_b, "bucketed_group_by", lambda: group_by(spark.table(table))),
+        ("shuffle_gaps_b", lambda: our_gaps(spark, kafka, b_spec.topic, None),
+         "bucketed_gaps", lambda: spark_gaps(spark.table(table))),
+        ("reuse_three_consumers_b", b_reuse, "bucketed_three_consumers", b_theirs_reuse),
     ]  # fmt: skip
 
 
@@ -653,6 +708,8 @@ def run_size(
             "reuse": f"bench.reuse.{uuid.uuid4().hex[:8]}",
             "reuse_arrow": f"bench.reuse.{uuid.uuid4().hex[:8]}",
             "rows": f"bench.rows.{uuid.uuid4().hex[:8]}",
+            "b": f"bench.b.{uuid.uuid4().hex[:8]}",
+            "reuse_b": f"bench.reuse.{uuid.uuid4().hex[:8]}",
         }
         client.ensure_topic(
             topics["perf"], partitions,
@@ -691,7 +748,11 @@ def run_size(
                     f"{rows / seconds / 1e3:9.0f}k rows/s  worker peak {peak / 2**20:6.0f} MiB",
                     flush=True,
                 )
-        reuses = [topics["reuse"], topics["reuse_arrow"], topics["rows"]]
+        reuses = [topics["reuse"], topics["reuse_arrow"], topics["rows"], topics["b"]]
+        reuses.append(topics["reuse_b"])
+        for t in spark.catalog.listTables():
+            if t.name.startswith("bench_bucketed_"):
+                spark.sql(f"DROP TABLE IF EXISTS {t.name}")
         drop_topics(
             kafka,
             [ours, commit_topic(ours), theirs, topics["perf"]]
@@ -834,6 +895,8 @@ def main(argv: list[str] | None = None) -> int:
             "spark.driver.memory": "6g",
             "spark.sql.shuffle.partitions": str(args.partitions),
             "spark.python.worker.reuse": str(not args.no_worker_reuse).lower(),
+            # The bucketed tables of the B pairs.
+            "spark.sql.warehouse.dir": str(WORK / "spark-warehouse"),
         },
     )
     report = {
