@@ -1,0 +1,552 @@
+package kafkashuffle.jvm;
+
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import org.apache.arrow.compression.CommonsCompressionFactory;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.BigIntVector;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.IntVector;
+import org.apache.arrow.vector.TimeStampVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowStreamReader;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.util.TransferPair;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * Reads one split: for each Kafka partition of it, seeks to the merged committed offset
+ * ranges, keeps the DATA frames of the segments' runs and committed (subtask, attempt) pairs,
+ * merges the producers' watermarks, and checks each committed attempt's END frame against what
+ * was read, as {@code orchestration/shuffle/spark/reader.py} {@code _read_partition} does.
+ *
+ * <p>Each DATA frame becomes one {@link ColumnarBatch} of its Arrow vectors wrapped as they are;
+ * rows are copied only when a filter (a key-group sub-range, an event-time range) removes some.
+ * A batch's memory is released when Spark asks for the next one.
+ */
+final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
+  static final String OWNER = "kafka-shuffle-jvm";
+  // How long a partition may send nothing while offsets remain to be read.
+  private static final long IDLE_TIMEOUT_MS = 30_000;
+
+  private final ReadSpec spec;
+  private final SplitPlan split;
+  private final Layout layout;
+  private final BufferAllocator allocator;
+  private final List<AutoCloseable> live = new ArrayList<>();
+  private KafkaConsumer<byte[], byte[]> consumer;
+  private int readIndex = -1;
+  private PartitionState state;
+  private ColumnarBatch current;
+
+  ShuffleBatchReader(ReadSpec spec, SplitPlan split) {
+    this.spec = spec;
+    this.split = split;
+    this.layout = spec.layout();
+    this.allocator = new RootAllocator(Long.MAX_VALUE);
+  }
+
+  @Override
+  public boolean next() throws IOException {
+    release();
+    while (true) {
+      if (state == null) {
+        readIndex++;
+        if (readIndex >= split.reads.size()) {
+          return false;
+        }
+        state = new PartitionState(split.reads.get(readIndex));
+      }
+      ConsumerRecord<byte[], byte[]> rec = state.nextRecord();
+      if (rec == null) {
+        state.finish();
+        state = null;
+        continue;
+      }
+      ColumnarBatch batch = state.handle(rec);
+      if (batch != null) {
+        current = batch;
+        return true;
+      }
+    }
+  }
+
+  @Override
+  public ColumnarBatch get() {
+    return current;
+  }
+
+  @Override
+  public void close() throws IOException {
+    release();
+    try {
+      if (consumer != null) {
+        consumer.close(Duration.ofSeconds(5));
+      }
+    } finally {
+      allocator.close();
+    }
+  }
+
+  private void release() {
+    current = null;
+    RuntimeException first = null;
+    for (AutoCloseable c : live) {
+      try {
+        c.close();
+      } catch (Exception e) {
+        if (first == null) {
+          first = new IllegalStateException("releasing a batch's Arrow memory", e);
+        }
+      }
+    }
+    live.clear();
+    if (first != null) {
+      throw first;
+    }
+  }
+
+  private KafkaConsumer<byte[], byte[]> consumer() {
+    if (consumer == null) {
+      Properties p = KafkaSettings.consumer(spec.kafka, OWNER);
+      // Reads are planned by offsets: no group, no committed position, no reset.
+      p.setProperty("enable.auto.commit", "false");
+      p.setProperty("auto.offset.reset", "none");
+      p.setProperty("isolation.level", "read_committed");
+      p.setProperty("client.id", OWNER + "-" + spec.topic + "-" + split.index);
+      // A frame is up to a few MiB; fetch a few at a time, and do not let a fetch at a
+      // partition's end (a read usually stops there) wait the default 500 ms.
+      p.setProperty("max.partition.fetch.bytes", String.valueOf(8 << 20));
+      p.setProperty("fetch.max.bytes", String.valueOf(16 << 20));
+      p.setProperty("fetch.max.wait.ms", "1");
+      p.setProperty("max.poll.records", "16");
+      p.setProperty("key.deserializer", ByteArrayDeserializer.class.getName());
+      p.setProperty("value.deserializer", ByteArrayDeserializer.class.getName());
+      consumer = new KafkaConsumer<>(p);
+    }
+    return consumer;
+  }
+
+  private static String pair(int subtask, int attempt) {
+    return subtask + "/" + attempt;
+  }
+
+  /** The reading of one Kafka partition of the split. */
+  private final class PartitionState {
+    final SplitPlan.PartitionRead read;
+    final TopicPartition tp;
+    final String quotedTopic;
+    final Map<String, Set<String>> allowed = new HashMap<>();
+    final Map<String, String> windows = new HashMap<>();
+    final Map<String, WatermarkMerger> mergers = new HashMap<>();
+    final Map<String, long[]> seen = new HashMap<>();
+    final Map<String, long[]> ended = new HashMap<>();
+    final Iterator<long[]> intervals;
+    long start;
+    long stop = -1; // exclusive end of the interval being read; -1: none
+    Iterator<ConsumerRecord<byte[], byte[]>> pending;
+    long idleSince;
+
+    PartitionState(SplitPlan.PartitionRead read) {
+      this.read = read;
+      this.tp = new TopicPartition(spec.topic, read.partition);
+      this.quotedTopic = "'" + spec.topic + "'";
+      for (SplitPlan.Segment s : read.segments) {
+        Set<String> tasks = new HashSet<>();
+        Set<Integer> subtasks = new HashSet<>();
+        for (int[] t : s.tasks) {
+          tasks.add(pair(t[0], t[1]));
+          subtasks.add(t[0]);
+        }
+        allowed.put(s.runId, tasks);
+        windows.put(s.runId, s.window);
+        mergers.put(
+            s.runId,
+            new WatermarkMerger(
+                subtasks,
+                "topic " + quotedTopic + " partition " + read.partition + " run " + s.runId));
+      }
+      this.intervals = read.mergedIntervals().iterator();
+    }
+
+    String where(long offset) {
+      return "topic " + quotedTopic + " partition " + read.partition + " offset " + offset;
+    }
+
+    /** The next record of the partition's intervals, or null when they are read. */
+    ConsumerRecord<byte[], byte[]> nextRecord() {
+      KafkaConsumer<byte[], byte[]> c = consumer();
+      while (true) {
+        if (stop < 0) {
+          if (!intervals.hasNext()) {
+            return null;
+          }
+          long[] iv = intervals.next();
+          start = iv[0];
+          c.assign(List.of(tp));
+          long end;
+          try {
+            end = c.endOffsets(List.of(tp)).get(tp);
+          } catch (KafkaException e) {
+            throw new ShuffleException(
+                ShuffleException.Kind.CONNECTION,
+                "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
+                e);
+          }
+          // Offsets may have gaps (e.g. transaction markers): stop at the partition's end.
+          stop = Math.min(iv[1] + 1, end);
+          if (start >= stop) {
+            stop = -1;
+            continue;
+          }
+          c.seek(tp, start);
+          pending = null;
+          idleSince = System.currentTimeMillis();
+        }
+        if (pending != null && pending.hasNext()) {
+          ConsumerRecord<byte[], byte[]> rec = pending.next();
+          if (rec.offset() >= stop) {
+            pending = null;
+            stop = -1;
+            continue;
+          }
+          if (rec.offset() == stop - 1) {
+            pending = null;
+            stop = -1;
+          }
+          return rec;
+        }
+        if (c.position(tp) >= stop) {
+          stop = -1;
+          continue;
+        }
+        List<ConsumerRecord<byte[], byte[]>> got;
+        try {
+          got = c.poll(Duration.ofMillis(200)).records(tp);
+        } catch (OffsetOutOfRangeException e) {
+          throw ShuffleException.format(
+              "topic "
+                  + quotedTopic
+                  + " partition "
+                  + read.partition
+                  + ": committed offsets from "
+                  + start
+                  + " are no longer in the topic; the topic lost data or was truncated");
+        } catch (KafkaException e) {
+          throw new ShuffleException(
+              ShuffleException.Kind.CONNECTION,
+              "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
+              e);
+        }
+        if (got.isEmpty()) {
+          if (System.currentTimeMillis() - idleSince > IDLE_TIMEOUT_MS) {
+            throw new ShuffleException(
+                ShuffleException.Kind.CONNECTION,
+                "no data from topic "
+                    + quotedTopic
+                    + " partition "
+                    + read.partition
+                    + " for "
+                    + IDLE_TIMEOUT_MS / 1000
+                    + "s while reading offsets ["
+                    + start
+                    + ", "
+                    + stop
+                    + ")");
+          }
+          continue;
+        }
+        idleSince = System.currentTimeMillis();
+        pending = got.iterator();
+      }
+    }
+
+    /** A record of the partition: the rows of a DATA frame to output, or null. */
+    ColumnarBatch handle(ConsumerRecord<byte[], byte[]> rec) {
+      String where = where(rec.offset());
+      byte[] value = rec.value();
+      Frames.Header h = Frames.decode(value, where);
+      Set<String> tasks = allowed.get(h.runId);
+      if (tasks == null || !tasks.contains(pair(h.subtask, h.attempt))) {
+        return null;
+      }
+      String key = h.runId + "/" + h.subtask;
+      long[] counts = seen.computeIfAbsent(key, k -> new long[2]);
+      switch (h.type) {
+        case Frames.DATA:
+          return data(value, h.runId, rec.offset(), where, counts);
+        case Frames.WATERMARK:
+          mergers.get(h.runId).observe(h.subtask, Frames.watermark(value));
+          return null;
+        default:
+          ended.put(key, Frames.endCounts(value));
+          mergers.get(h.runId).end(h.subtask);
+          return null;
+      }
+    }
+
+    /** END counts against what was read: a lost or extra frame is an error. */
+    void finish() {
+      for (SplitPlan.Segment s : read.segments) {
+        for (int[] t : s.tasks) {
+          String key = s.runId + "/" + t[0];
+          long[] got = seen.getOrDefault(key, new long[2]);
+          long[] want = ended.get(key);
+          String where =
+              "topic "
+                  + quotedTopic
+                  + " partition "
+                  + read.partition
+                  + ", run "
+                  + s.runId
+                  + " subtask "
+                  + t[0];
+          if (want == null) {
+            throw ShuffleException.format(
+                where
+                    + " attempt "
+                    + t[1]
+                    + ": no END frame within committed offsets ["
+                    + s.first
+                    + ", "
+                    + s.last
+                    + "]; the topic lost data or was truncated");
+          }
+          if (got[0] != want[0] || got[1] != want[1]) {
+            throw ShuffleException.format(
+                where
+                    + ": read "
+                    + got[0]
+                    + " rows in "
+                    + got[1]
+                    + " frames, the producer wrote "
+                    + want[0]
+                    + " rows in "
+                    + want[1]
+                    + " frames");
+          }
+        }
+      }
+    }
+
+    private ColumnarBatch data(byte[] value, String runId, long offset, String where, long[] counts) {
+      ArrowStreamReader reader =
+          new ArrowStreamReader(
+              new ByteArrayInputStream(value, Frames.HEADER_SIZE, value.length - Frames.HEADER_SIZE),
+              allocator,
+              CommonsCompressionFactory.INSTANCE);
+      boolean keep = false;
+      try {
+        VectorSchemaRoot root;
+        try {
+          if (!reader.loadNextBatch()) {
+            throw ShuffleException.format("DATA frame at " + where + " holds no record batch");
+          }
+          root = reader.getVectorSchemaRoot();
+        } catch (IOException | RuntimeException e) {
+          if (e instanceof ShuffleException) {
+            throw (ShuffleException) e;
+          }
+          throw new ShuffleException(
+              ShuffleException.Kind.FORMAT,
+              "DATA frame at " + where + " is not a readable Arrow IPC stream: " + e,
+              e);
+        }
+        int rows = root.getRowCount();
+        counts[0] += rows;
+        counts[1] += 1;
+        FieldVector kg = root.getVector(Frames.KEY_GROUP_COLUMN);
+        if (!(kg instanceof IntVector)) {
+          throw ShuffleException.format(
+              "DATA frame at "
+                  + where
+                  + (kg == null ? " has no " : " has a non-int32 ")
+                  + Frames.KEY_GROUP_COLUMN
+                  + " column");
+        }
+        int[] selected = select(root, (IntVector) kg, rows, where);
+        int n = selected == null ? rows : selected.length;
+        if (n == 0) {
+          return null;
+        }
+        ColumnVector[] out = new ColumnVector[spec.columns.length];
+        for (int i = 0; i < out.length; i++) {
+          String name = spec.columns[i];
+          switch (name) {
+            case "_partition":
+              out[i] = constantInt(n, read.partition);
+              break;
+            case "_run_id":
+              out[i] = constantString(n, runId);
+              break;
+            case "_window":
+              out[i] = constantString(n, windows.get(runId));
+              break;
+            case "_offset":
+              ConstantColumnVector o = new ConstantColumnVector(n, DataTypes.LongType);
+              o.setLong(offset);
+              live.add(o);
+              out[i] = o;
+              break;
+            case "_key_group":
+              out[i] = new ArrowColumnVector(rowsOf(kg, selected, n));
+              break;
+            default:
+              out[i] = new ArrowColumnVector(rowsOf(column(root, name, where), selected, n));
+          }
+        }
+        if (selected == null) {
+          keep = true; // the batch wraps the frame's own vectors
+        }
+        return new ColumnarBatch(out, n);
+      } finally {
+        if (keep) {
+          live.add(reader);
+        } else {
+          try {
+            reader.close();
+          } catch (IOException e) {
+            throw new IllegalStateException("closing the Arrow reader of " + where, e);
+          }
+        }
+      }
+    }
+
+    private FieldVector column(VectorSchemaRoot root, String name, String where) {
+      FieldVector v = root.getVector(name);
+      if (v == null) {
+        throw ShuffleException.format("DATA frame at " + where + " has no column '" + name + "'");
+      }
+      Field want = layout.schema.findField(name);
+      if (!v.getField().getType().equals(want.getType())) {
+        throw ShuffleException.format(
+            "DATA frame at "
+                + where
+                + " has column '"
+                + name
+                + "' of type "
+                + v.getField().getType()
+                + ", the layout says "
+                + want.getType());
+      }
+      return v;
+    }
+
+    /** The rows to keep (null: all): the read's key groups and the event-time range. */
+    private int[] select(VectorSchemaRoot root, IntVector kg, int rows, String where) {
+      boolean byGroup = !read.full;
+      boolean byTime = spec.filtersEventTime() && layout.eventTime != null;
+      if (!byGroup && !byTime) {
+        return null;
+      }
+      FieldVector et = byTime ? column(root, layout.eventTime, where) : null;
+      int[] keep = new int[rows];
+      int n = 0;
+      for (int i = 0; i < rows; i++) {
+        if (byGroup) {
+          if (kg.isNull(i)) {
+            continue;
+          }
+          int g = kg.get(i);
+          if (g < read.keyGroupStart || g >= read.keyGroupEnd) {
+            continue;
+          }
+        }
+        if (byTime) {
+          if (et.isNull(i)) {
+            continue;
+          }
+          long t = eventTime(et, i, where);
+          if (spec.eventTimeStart != null && t < spec.eventTimeStart) {
+            continue;
+          }
+          if (spec.eventTimeEnd != null && t >= spec.eventTimeEnd) {
+            continue;
+          }
+        }
+        keep[n++] = i;
+      }
+      if (n == rows) {
+        return null;
+      }
+      return java.util.Arrays.copyOf(keep, n);
+    }
+
+    private long eventTime(FieldVector v, int i, String where) {
+      if (v instanceof TimeStampVector) {
+        return ((TimeStampVector) v).get(i);
+      }
+      if (v instanceof BigIntVector) {
+        return ((BigIntVector) v).get(i);
+      }
+      if (v instanceof IntVector) {
+        return ((IntVector) v).get(i);
+      }
+      throw ShuffleException.format(
+          "DATA frame at "
+              + where
+              + ": event-time column '"
+              + layout.eventTime
+              + "' has type "
+              + v.getField().getType()
+              + ", not a timestamp or integer");
+    }
+
+    /** {@code v} itself (all rows), or a copy of its selected rows. */
+    private FieldVector rowsOf(FieldVector v, int[] selected, int n) {
+      if (selected == null) {
+        return v;
+      }
+      FieldVector copy = v.getField().createVector(allocator);
+      live.add(copy);
+      copy.setInitialCapacity(n);
+      copy.allocateNew();
+      TransferPair tp = v.makeTransferPair(copy);
+      for (int j = 0; j < n; j++) {
+        tp.copyValueSafe(selected[j], j);
+      }
+      copy.setValueCount(n);
+      return copy;
+    }
+
+    private ColumnVector constantInt(int n, int value) {
+      ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.IntegerType);
+      c.setInt(value);
+      live.add(c);
+      return c;
+    }
+
+    private ColumnVector constantString(int n, String value) {
+      ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.StringType);
+      if (value == null) {
+        c.setNull();
+      } else {
+        c.setUtf8String(UTF8String.fromString(value));
+      }
+      live.add(c);
+      return c;
+    }
+  }
+}

@@ -1,0 +1,181 @@
+package kafkashuffle.jvm;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.spark.sql.catalyst.analysis.NoSuchFunctionException;
+import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
+import org.apache.spark.sql.connector.catalog.FunctionCatalog;
+import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCatalog;
+import org.apache.spark.sql.connector.catalog.TableChange;
+import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * A catalog whose tables are shuffle topics and whose functions compute where a key lives.
+ *
+ * <p>Configured as {@code spark.sql.catalog.shuffle=kafkashuffle.jvm.ShuffleCatalog} with
+ * {@code spark.sql.catalog.shuffle.kafka.bootstrap.servers=...} (and any other {@code kafka.*}
+ * setting, librdkafka-style as the Python side takes them). {@code spark.table("shuffle.`t`")}
+ * is the shuffle {@code t} (its layout read from the commit log {@code t__commits});
+ * {@code shuffle.with_metadata.`t`} adds the metadata columns. Functions: {@code
+ * partition_of_<max_parallelism>_<num_partitions>} (see {@link PartitionFunction}).
+ */
+public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
+  static final String COMMITS_SUFFIX = "__commits";
+  static final String LAYOUT_KEY = "layout";
+  static final String WITH_METADATA = "with_metadata";
+
+  private String name;
+  private Map<String, String> kafka = new HashMap<>();
+
+  @Override
+  public void initialize(String name, CaseInsensitiveStringMap options) {
+    this.name = name;
+    this.kafka = KafkaSettings.fromOptions(options);
+  }
+
+  @Override
+  public String name() {
+    return name;
+  }
+
+  private String owner() {
+    return "catalog '" + name + "'";
+  }
+
+  private KafkaConsumer<byte[], byte[]> consumer(Map<String, String> settings) {
+    Properties p = KafkaSettings.consumer(settings, owner());
+    p.setProperty("enable.auto.commit", "false");
+    p.setProperty("auto.offset.reset", "none");
+    p.setProperty("isolation.level", "read_committed");
+    p.setProperty("allow.auto.create.topics", "false");
+    p.setProperty("key.deserializer", ByteArrayDeserializer.class.getName());
+    p.setProperty("value.deserializer", ByteArrayDeserializer.class.getName());
+    return new KafkaConsumer<>(p);
+  }
+
+  @Override
+  public Identifier[] listTables(String[] namespace) {
+    List<Identifier> out = new ArrayList<>();
+    try (KafkaConsumer<byte[], byte[]> c = consumer(kafka)) {
+      for (String t : c.listTopics(Duration.ofSeconds(30)).keySet()) {
+        if (t.endsWith(COMMITS_SUFFIX)) {
+          out.add(Identifier.of(namespace, t.substring(0, t.length() - COMMITS_SUFFIX.length())));
+        }
+      }
+    }
+    return out.toArray(new Identifier[0]);
+  }
+
+  @Override
+  public Table loadTable(Identifier ident) throws NoSuchTableException {
+    String[] ns = ident.namespace();
+    boolean withMetadata = ns.length == 1 && ns[0].equals(WITH_METADATA);
+    if (ns.length != 0 && !withMetadata) {
+      throw new NoSuchTableException(ident);
+    }
+    String layout = readLayout(ident.name());
+    if (layout == null) {
+      throw new NoSuchTableException(ident);
+    }
+    return new ShuffleTable(
+        Layout.parse(layout, "shuffle '" + ident.name() + "' layout"), kafka, withMetadata);
+  }
+
+  /** The latest {@code layout} record of the shuffle's commit log, or null. */
+  String readLayout(String topic) {
+    String ctopic = topic + COMMITS_SUFFIX;
+    try (KafkaConsumer<byte[], byte[]> c = consumer(kafka)) {
+      List<PartitionInfo> parts = c.partitionsFor(ctopic, Duration.ofSeconds(30));
+      if (parts == null || parts.isEmpty()) {
+        return null;
+      }
+      TopicPartition tp = new TopicPartition(ctopic, 0);
+      c.assign(List.of(tp));
+      long begin = c.beginningOffsets(List.of(tp)).get(tp);
+      long end = c.endOffsets(List.of(tp)).get(tp);
+      c.seek(tp, begin);
+      String layout = null;
+      long deadline = System.currentTimeMillis() + 30_000;
+      while (c.position(tp) < end) {
+        if (System.currentTimeMillis() > deadline) {
+          throw new ShuffleException(
+              ShuffleException.Kind.CONNECTION,
+              owner() + ": reading commit log '" + ctopic + "' took over 30s");
+        }
+        for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200)).records(tp)) {
+          if (r.key() != null
+              && LAYOUT_KEY.equals(new String(r.key(), java.nio.charset.StandardCharsets.UTF_8))
+              && r.value() != null) {
+            layout = new String(r.value(), java.nio.charset.StandardCharsets.UTF_8);
+          }
+        }
+      }
+      return layout;
+    } catch (KafkaException e) {
+      throw new ShuffleException(
+          ShuffleException.Kind.CONNECTION,
+          owner() + ": reading commit log '" + ctopic + "': " + e,
+          e);
+    }
+  }
+
+  @Override
+  @SuppressWarnings("deprecation")
+  public Table createTable(
+      Identifier ident, StructType schema, Transform[] partitions, Map<String, String> props) {
+    throw readOnly(ident);
+  }
+
+  @Override
+  public Table alterTable(Identifier ident, TableChange... changes) {
+    throw readOnly(ident);
+  }
+
+  @Override
+  public boolean dropTable(Identifier ident) {
+    throw readOnly(ident);
+  }
+
+  @Override
+  public void renameTable(Identifier oldIdent, Identifier newIdent) {
+    throw readOnly(oldIdent);
+  }
+
+  private UnsupportedOperationException readOnly(Identifier ident) {
+    return new UnsupportedOperationException(
+        owner()
+            + " is read-only: shuffle '"
+            + ident.name()
+            + "' is written with orchestration.shuffle.write_shuffle and expired with "
+            + "expire_shuffle");
+  }
+
+  @Override
+  public Identifier[] listFunctions(String[] namespace) {
+    return new Identifier[0];
+  }
+
+  @Override
+  public UnboundFunction loadFunction(Identifier ident) throws NoSuchFunctionException {
+    PartitionFunction f = ident.namespace().length == 0 ? PartitionFunction.parse(ident.name()) : null;
+    if (f == null) {
+      throw new NoSuchFunctionException(ident);
+    }
+    return f;
+  }
+}

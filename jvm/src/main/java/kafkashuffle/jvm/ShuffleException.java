@@ -1,0 +1,48 @@
+package kafkashuffle.jvm;
+
+/**
+ * A shuffle read failed; the message names the topic, partition, offset or option at fault.
+ * The kind (format, option, layout, watermark, connection) mirrors the Python reader's errors.
+ */
+public class ShuffleException extends RuntimeException {
+  private static final long serialVersionUID = 1L;
+
+  public enum Kind {
+    FORMAT("ShuffleFormatError"),
+    OPTION("ShuffleOptionError"),
+    LAYOUT("ShuffleLayoutError"),
+    WATERMARK("ShuffleWatermarkError"),
+    CONNECTION("ShuffleConnectionError"),
+    NOT_FOUND("ShuffleTopicNotFoundError");
+
+    final String pythonName;
+
+    Kind(String pythonName) {
+      this.pythonName = pythonName;
+    }
+  }
+
+  private final Kind kind;
+
+  public ShuffleException(Kind kind, String message) {
+    this(kind, message, null);
+  }
+
+  public ShuffleException(Kind kind, String message, Throwable cause) {
+    // The Python error's name leads the message, so both paths' errors match alike.
+    super(kind.pythonName + ": " + message, cause);
+    this.kind = kind;
+  }
+
+  public Kind kind() {
+    return kind;
+  }
+
+  static ShuffleException format(String message) {
+    return new ShuffleException(Kind.FORMAT, message);
+  }
+
+  static ShuffleException option(String message) {
+    return new ShuffleException(Kind.OPTION, message);
+  }
+}

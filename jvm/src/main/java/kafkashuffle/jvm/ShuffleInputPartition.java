@@ -1,0 +1,35 @@
+package kafkashuffle.jvm;
+
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.connector.read.HasPartitionKey;
+import org.apache.spark.sql.connector.read.InputPartition;
+
+/** One Spark partition of a read: the split the Python planner made for it. */
+class ShuffleInputPartition implements InputPartition {
+  private static final long serialVersionUID = 1L;
+  final SplitPlan split;
+
+  ShuffleInputPartition(SplitPlan split) {
+    this.split = split;
+  }
+
+  /**
+   * A split that is exactly one whole Kafka partition: its key is that partition, the value
+   * of the scan's partitioning function for every row it holds.
+   */
+  static final class Keyed extends ShuffleInputPartition implements HasPartitionKey {
+    private static final long serialVersionUID = 1L;
+    final int partition;
+
+    Keyed(SplitPlan split, int partition) {
+      super(split);
+      this.partition = partition;
+    }
+
+    @Override
+    public InternalRow partitionKey() {
+      return new GenericInternalRow(new Object[] {partition});
+    }
+  }
+}

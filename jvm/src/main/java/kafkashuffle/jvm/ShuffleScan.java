@@ -1,0 +1,129 @@
+package kafkashuffle.jvm;
+
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.Expressions;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.SupportsReportPartitioning;
+import org.apache.spark.sql.connector.read.partitioning.KeyGroupedPartitioning;
+import org.apache.spark.sql.connector.read.partitioning.Partitioning;
+import org.apache.spark.sql.connector.read.partitioning.UnknownPartitioning;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * A planned read: one Spark partition per split of the plan. When each split is one whole
+ * Kafka partition (the plan's default parallelism), the scan reports that its rows are grouped
+ * by {@code partition_of_<m>_<n>(key columns)}, so Spark plans grouping, windows and joins by
+ * the key with no Exchange; otherwise it reports nothing.
+ */
+final class ShuffleScan implements Scan, Batch, SupportsReportPartitioning {
+  private final ReadSpec spec;
+  private final List<SplitPlan> splits;
+  private final StructType readSchema;
+  private final boolean keyed;
+
+  ShuffleScan(ReadSpec spec, List<SplitPlan> splits, StructType readSchema) {
+    this.spec = spec;
+    this.splits = splits;
+    this.readSchema = readSchema;
+    this.keyed = keyedSplits(splits, spec.layout().numPartitions);
+  }
+
+  /** Whether split i reads exactly all of Kafka partition i, for every partition. */
+  static boolean keyedSplits(List<SplitPlan> splits, int numPartitions) {
+    if (splits.size() != numPartitions) {
+      return false;
+    }
+    for (int i = 0; i < splits.size(); i++) {
+      SplitPlan s = splits.get(i);
+      if (s.reads.size() != 1 || !s.reads.get(0).full || s.reads.get(0).partition != i) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  @Override
+  public StructType readSchema() {
+    return readSchema;
+  }
+
+  @Override
+  public String description() {
+    return "kafka-shuffle topic="
+        + spec.topic
+        + " splits="
+        + splits.size()
+        + (keyed ? " keyed" : "")
+        + (spec.filtersEventTime()
+            ? " event_time=[" + spec.eventTimeStart + ", " + spec.eventTimeEnd + ")"
+            : "");
+  }
+
+  @Override
+  public Batch toBatch() {
+    return this;
+  }
+
+  @Override
+  public InputPartition[] planInputPartitions() {
+    List<InputPartition> out = new ArrayList<>();
+    for (int i = 0; i < splits.size(); i++) {
+      SplitPlan s = splits.get(i);
+      out.add(keyed ? new ShuffleInputPartition.Keyed(s, i) : new ShuffleInputPartition(s));
+    }
+    return out.toArray(new InputPartition[0]);
+  }
+
+  @Override
+  public PartitionReaderFactory createReaderFactory() {
+    return new ReaderFactory(spec);
+  }
+
+  @Override
+  public Partitioning outputPartitioning() {
+    if (!keyed) {
+      return new UnknownPartitioning(splits.size());
+    }
+    Layout layout = spec.layout();
+    Expression[] keys = new Expression[layout.key.size()];
+    for (int i = 0; i < keys.length; i++) {
+      keys[i] = Expressions.column("`" + layout.key.get(i).replace("`", "``") + "`");
+    }
+    String fn = PartitionFunction.name(layout.maxParallelism, layout.numPartitions);
+    return new KeyGroupedPartitioning(
+        new Expression[] {Expressions.apply(fn, keys)}, layout.numPartitions);
+  }
+
+  /** Creates the columnar reader of a split on the executor. */
+  static final class ReaderFactory implements PartitionReaderFactory {
+    private static final long serialVersionUID = 1L;
+    private final ReadSpec spec;
+
+    ReaderFactory(ReadSpec spec) {
+      this.spec = spec;
+    }
+
+    @Override
+    public PartitionReader<InternalRow> createReader(InputPartition partition) {
+      throw new UnsupportedOperationException("kafka-shuffle-jvm reads columnar batches only");
+    }
+
+    @Override
+    public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+      return new ShuffleBatchReader(spec, ((ShuffleInputPartition) partition).split);
+    }
+
+    @Override
+    public boolean supportColumnarReads(InputPartition partition) {
+      return true;
+    }
+  }
+}

@@ -1,0 +1,83 @@
+package kafkashuffle.jvm;
+
+import java.util.Map;
+import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.connector.catalog.SupportsCatalogOptions;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * {@code spark.read.format("kafka-shuffle-jvm")}: a shuffle read that executes a plan the
+ * Python planner made, with the options of the Python {@code kafka-shuffle} source: {@code
+ * topic}, {@code kafka.*}, {@code layout}, {@code plan}, {@code event_time_start}, {@code
+ * event_time_end}, {@code with_metadata}.
+ *
+ * <p>The read goes through the catalog (option {@code catalog}, default {@code shuffle}; see
+ * {@link ShuffleCatalog}): that catalog's functions are what lets Spark see how the rows are
+ * partitioned.
+ */
+public final class ShuffleTableProvider implements SupportsCatalogOptions, DataSourceRegister {
+  static final String DEFAULT_CATALOG = "shuffle";
+
+  @Override
+  public String shortName() {
+    return "kafka-shuffle-jvm";
+  }
+
+  private static String topic(CaseInsensitiveStringMap options) {
+    String topic = options.get("topic");
+    if (topic == null || topic.isEmpty()) {
+      throw ShuffleException.option("kafka-shuffle-jvm: option 'topic' is required");
+    }
+    return topic;
+  }
+
+  private static boolean withMetadata(Map<String, String> options) {
+    String v = options.getOrDefault("with_metadata", "false").trim().toLowerCase();
+    if (!v.equals("true") && !v.equals("false")) {
+      throw ShuffleException.option(
+          "kafka-shuffle-jvm: option 'with_metadata' must be 'true' or 'false', got '" + v + "'");
+    }
+    return v.equals("true");
+  }
+
+  @Override
+  public Identifier extractIdentifier(CaseInsensitiveStringMap options) {
+    String[] ns =
+        withMetadata(options) ? new String[] {ShuffleCatalog.WITH_METADATA} : new String[0];
+    return Identifier.of(ns, topic(options));
+  }
+
+  @Override
+  public String extractCatalog(CaseInsensitiveStringMap options) {
+    String c = options.get("catalog");
+    return c == null || c.isEmpty() ? DEFAULT_CATALOG : c;
+  }
+
+  @Override
+  public StructType inferSchema(CaseInsensitiveStringMap options) {
+    return ShuffleTable.schemaOf(layoutOption(options), withMetadata(options));
+  }
+
+  @Override
+  public Table getTable(
+      StructType schema, Transform[] partitioning, Map<String, String> properties) {
+    CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(properties);
+    return new ShuffleTable(
+        layoutOption(options), KafkaSettings.fromOptions(options), withMetadata(options));
+  }
+
+  private static Layout layoutOption(CaseInsensitiveStringMap options) {
+    String layout = options.get("layout");
+    if (layout == null || layout.isEmpty()) {
+      throw ShuffleException.option(
+          "kafka-shuffle-jvm: shuffle '"
+              + topic(options)
+              + "' needs option 'layout' when read without a catalog");
+    }
+    return Layout.parse(layout, "kafka-shuffle-jvm: option 'layout'");
+  }
+}

@@ -1,0 +1,131 @@
+package kafkashuffle.jvm;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.IOException;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+
+/**
+ * What one Spark partition reads, as the Python planner ({@code
+ * orchestration/shuffle/core/reader.py} {@code SplitPlan.to_json}) computed it: per Kafka
+ * partition, its key-group range and the committed segments (run, offsets, attempts).
+ */
+final class SplitPlan implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  /** One run's frames in one partition: offsets [first, last] and its committed attempts. */
+  static final class Segment implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final String runId;
+    final long first;
+    final long last;
+    final int[][] tasks; // (subtask, attempt) pairs
+    final String window;
+
+    Segment(String runId, long first, long last, int[][] tasks, String window) {
+      this.runId = runId;
+      this.first = first;
+      this.last = last;
+      this.tasks = tasks;
+      this.window = window;
+    }
+  }
+
+  /** What one Spark partition reads from one Kafka partition. */
+  static final class PartitionRead implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final int partition;
+    final int keyGroupStart;
+    final int keyGroupEnd; // exclusive
+    final boolean full;
+    final List<Segment> segments;
+
+    PartitionRead(int partition, int start, int end, boolean full, List<Segment> segments) {
+      this.partition = partition;
+      this.keyGroupStart = start;
+      this.keyGroupEnd = end;
+      this.full = full;
+      this.segments = segments;
+    }
+
+    /** The union of the segments' inclusive offset ranges, so each offset is fetched once. */
+    List<long[]> mergedIntervals() {
+      List<Segment> sorted = new ArrayList<>(segments);
+      sorted.sort(Comparator.comparingLong(s -> s.first));
+      List<long[]> out = new ArrayList<>();
+      for (Segment s : sorted) {
+        if (!out.isEmpty() && s.first <= out.get(out.size() - 1)[1] + 1) {
+          long[] last = out.get(out.size() - 1);
+          last[1] = Math.max(last[1], s.last);
+        } else {
+          out.add(new long[] {s.first, s.last});
+        }
+      }
+      return out;
+    }
+  }
+
+  final int index;
+  final List<PartitionRead> reads;
+
+  private SplitPlan(int index, List<PartitionRead> reads) {
+    this.index = index;
+    this.reads = reads;
+  }
+
+  /** The splits of option {@code plan}: a JSON list of SplitPlan JSON texts. */
+  static List<SplitPlan> parseAll(String text, String option) {
+    JsonNode list;
+    try {
+      list = Layout.JSON.readTree(text);
+    } catch (IOException e) {
+      throw ShuffleException.option("option '" + option + "' is not JSON: " + e.getMessage());
+    }
+    if (list == null || !list.isArray()) {
+      throw ShuffleException.option("option '" + option + "' must be a JSON list of splits");
+    }
+    List<SplitPlan> out = new ArrayList<>();
+    for (JsonNode item : list) {
+      try {
+        JsonNode d = item.isTextual() ? Layout.JSON.readTree(item.asText()) : item;
+        out.add(parse(d));
+      } catch (IOException | RuntimeException e) {
+        throw ShuffleException.option(
+            "option '" + option + "': split " + out.size() + " is not a split plan: " + e);
+      }
+    }
+    return out;
+  }
+
+  private static SplitPlan parse(JsonNode d) {
+    List<PartitionRead> reads = new ArrayList<>();
+    for (JsonNode r : d.get("reads")) {
+      List<Segment> segs = new ArrayList<>();
+      for (JsonNode s : r.get("segments")) {
+        JsonNode tasks = s.get("tasks");
+        int[][] pairs = new int[tasks.size()][];
+        for (int i = 0; i < tasks.size(); i++) {
+          pairs[i] = new int[] {tasks.get(i).get(0).asInt(), tasks.get(i).get(1).asInt()};
+        }
+        JsonNode w = s.get("window");
+        segs.add(
+            new Segment(
+                s.get("run_id").asText(),
+                s.get("first").asLong(),
+                s.get("last").asLong(),
+                pairs,
+                w == null || w.isNull() ? null : w.asText()));
+      }
+      reads.add(
+          new PartitionRead(
+              r.get("partition").asInt(),
+              r.get("key_group_start").asInt(),
+              r.get("key_group_end").asInt(),
+              r.get("full").asBoolean(),
+              List.copyOf(segs)));
+    }
+    return new SplitPlan(d.get("index").asInt(), List.copyOf(reads));
+  }
+}
