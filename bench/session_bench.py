@@ -18,8 +18,9 @@ Each size runs in a process of its own, so that its session starts fresh:
   making the DataFrame, running it) and the same read after 65 s of idle session
   (``--idle``: Spark stops its idle Python planner processes after a minute).
 
-Medians go to ``.local/bench/session.json``; ``bench/report.py`` prints them with the
-other targets.
+Medians go to ``.local/bench/session.json`` (a run replaces the sizes and parts it
+measures and keeps the others); ``bench/report.py --targets`` prints them with the other
+targets.
 
 Run::
 
@@ -254,8 +255,12 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.child).write_text(json.dumps(child(args)))
         return 0
 
-    report: dict = {"master": args.master, "cores": os.cpu_count(), "p1": {}, "p2": None}
     out = Path(args.out)
+    # A run replaces what it measures and keeps the rest of an earlier run's results.
+    report: dict = {"p1": {}, "p2": None}
+    if out.exists():
+        report.update(json.loads(out.read_text()))
+    report.update({"master": args.master, "cores": os.cpu_count()})
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = [("p1", int(r)) for r in args.rows.split(",") if r] if args.p1 else []
     if args.small:
