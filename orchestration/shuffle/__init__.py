@@ -63,6 +63,8 @@ _EXPORTS = {
     "ExpiryResult": "kafka.retention",
     "expire_shuffle": "kafka.retention",
     "register_data_sources": "spark.session",
+    "jvm_spark_conf": "spark.jvm",
+    "jvm_available": "spark.jvm",
     "spark_session": "spark.session",
     "session_settings": "spark.session",
     "write_records": "spark.records",
@@ -119,6 +121,7 @@ if TYPE_CHECKING:
         shuffle_watermark,
         stream_metrics,
     )
+    from orchestration.shuffle.spark.jvm import jvm_available, jvm_spark_conf
     from orchestration.shuffle.spark.perkey import apply_per_key
     from orchestration.shuffle.spark.records import write_records
     from orchestration.shuffle.spark.session import (

@@ -39,6 +39,7 @@ from orchestration.shuffle.core.reader import (
 from orchestration.shuffle.core.stream import StreamOptions
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaSettings
 from orchestration.shuffle.kafka.commitlog import read_commits_since, read_log
+from orchestration.shuffle.spark.jvm import Engine, choose_engine, jvm_splits, load_jvm
 from orchestration.shuffle.spark.perkey import KEY_METADATA
 from orchestration.shuffle.spark.reader import (
     SOURCE,
@@ -150,15 +151,33 @@ class ShuffleRead:
             .load()
         )
 
-    def dataframe(self, *, with_metadata: bool = False) -> DataFrame:
+    def dataframe(self, *, with_metadata: bool = False, engine: Engine = "auto") -> DataFrame:
         """The rows, already keyed: Spark partition *i* holds the key groups of split *i*.
 
         With ``with_metadata``, adds ``_partition``, ``_key_group``, ``_run_id``,
         ``_offset`` and ``_window``. The key columns carry metadata that
         :func:`apply_per_key` checks.
+
+        ``engine``: ``"jvm"`` reads with the JVM source (see
+        :mod:`orchestration.shuffle.spark.jvm`: Spark then sees the rows as keyed, so
+        ``groupBy``, windows and joins on the key need no Exchange; ``"auto"`` parallelism is
+        one split per Kafka partition there), ``"python"`` with the Python one, ``"auto"``
+        with the JVM when the session has its jar and a catalog for this cluster.
         """
-        df = self._load(replace(self.options, with_metadata=with_metadata))
-        tag = _key_tag(self.topic, self.layout, len(self.plan.splits))
+        options = replace(self.options, with_metadata=with_metadata)
+        splits = self.plan.splits
+        catalog = choose_engine(self.spark, self._kafka, engine)
+        if catalog is None:
+            df = self._load(options)
+        else:
+            splits = tuple(jvm_splits(self.plan, self.parallelism))
+            planned = (self.layout, splits)
+            df = load_jvm(
+                self.spark,
+                catalog,
+                source_options(self.topic, self._kafka, options, plan=planned),
+            )
+        tag = _key_tag(self.topic, self.layout, len(splits))
         for c in self.layout.key:
             df = df.withMetadata(c, tag)
         return df
@@ -206,6 +225,7 @@ def read_shuffle(
     kafka: KafkaSettings,
     with_metadata: bool = False,
     log: ShuffleLog | None = None,
+    engine: Engine = "auto",
     **selection: Unpack[ReadSelection],
 ) -> DataFrame:
     """Reads committed runs of a shuffle as a DataFrame that is already keyed.
@@ -223,6 +243,9 @@ def read_shuffle(
             ``_window``.
         log: The shuffle's commit log if the caller has just read it (saves reading it
             again); by default it is read here.
+        engine: ``"auto"`` (the JVM source when the session has it, see
+            :func:`jvm_spark_conf`), ``"jvm"`` or ``"python"`` (see
+            :meth:`ShuffleRead.dataframe`).
         **selection: What to read and in how many Spark partitions: ``windows``, ``runs``,
             ``event_time_range``, ``parallelism``, as documented on
             :class:`~orchestration.shuffle.core.reader.ReadOptions` (by default all runs
@@ -240,7 +263,7 @@ def read_shuffle(
             that retention expired, the message says which run, when and why.
     """
     read = plan_shuffle_read(spark, topic, kafka=kafka, log=log, **selection)
-    return read.dataframe(with_metadata=with_metadata)
+    return read.dataframe(with_metadata=with_metadata, engine=engine)
 
 
 def aggregate_shuffle(

@@ -40,10 +40,10 @@ final class ShuffleTable implements SupportsRead {
     StructType s = ArrowUtils.fromArrowSchema(layout.schema);
     if (withMetadata) {
       s =
-          s.add("_partition", DataTypes.IntegerType, false)
+          s.add("_partition", DataTypes.IntegerType, true)
               .add("_key_group", DataTypes.IntegerType, true)
               .add("_run_id", DataTypes.StringType, true)
-              .add("_offset", DataTypes.LongType, false)
+              .add("_offset", DataTypes.LongType, true)
               .add("_window", DataTypes.StringType, true);
     }
     return s;

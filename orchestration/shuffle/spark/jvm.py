@@ -1,0 +1,203 @@
+"""The JVM read path of a shuffle, from Python: the Spark settings a session needs for it,
+whether a session has it, and a planned read executed by it.
+
+The ``kafka-shuffle-jvm`` source (``jvm/``, built at set-up into this package's ``jars``
+folder) executes the splits the Python planner made (one set of read rules: commit gating,
+winning attempts, supersession, windows, runs and expiry are decided here, in
+:mod:`orchestration.shuffle.core.reader`), reads frames straight into Arrow vectors that
+Spark uses as they are, and, when each split is one whole Kafka partition, tells Spark that
+its rows are grouped by the key's partition. Spark then plans ``groupBy(key)``,
+``Window.partitionBy(key)``, ``groupBy(key).applyInPandas``, SQL ``GROUP BY key`` over the
+read and a join of two shuffles of the same layout on the key without an Exchange.
+
+It reads through a catalog whose tables are shuffle topics (``spark.table("shuffle.`t`")``)
+and whose functions compute a key's partition: that is what gives Spark the function its
+partitioning names. A session gets both from :func:`jvm_spark_conf`::
+
+    spark = SparkSession.builder.config(map=jvm_spark_conf(kafka=conf)).getOrCreate()
+
+A catalog read without a plan from Python (plain SQL over ``shuffle.`t```) is refused with an
+error saying so: the JVM side does not read the commit log's rules itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+
+from orchestration.shuffle.core.options import kafka_to_options
+from orchestration.shuffle.core.reader import AUTO, ReadPlan, SplitPlan, plan_splits
+from orchestration.shuffle.errors import ShuffleOptionError, ShuffleSessionError
+from orchestration.shuffle.kafka.client import KafkaClient, KafkaSettings
+from orchestration.shuffle.spark.session import is_connect
+
+SOURCE = "kafka-shuffle-jvm"
+CATALOG_CLASS = "kafkashuffle.jvm.ShuffleCatalog"
+PROVIDER_CLASS = "kafkashuffle.jvm.ShuffleTableProvider"
+JARS_DIR = Path(__file__).resolve().parent / "jars"
+JAR_NAME = "kafka-shuffle-jvm.jar"
+
+Engine = Literal["auto", "jvm", "python"]
+ENGINES: tuple[str, ...] = ("auto", "jvm", "python")
+
+# Spark's planner settings the keyed reads rely on (Spark 4.3 defaults in brackets):
+# - v2.bucketing.enabled [true]: use a source's KeyGroupedPartitioning at all;
+# - v2.bucketing.pushPartValues.enabled [true]: a join of two shuffles whose partitions hold
+#   different sets of keys (an empty partition on one side) still joins partition by partition.
+# Set explicitly so that a session whose defaults were changed still plans without an Exchange.
+PLANNER_SETTINGS = {
+    "spark.sql.sources.v2.bucketing.enabled": "true",
+    "spark.sql.sources.v2.bucketing.pushPartValues.enabled": "true",
+}
+
+
+def jvm_jars() -> list[Path]:
+    """The JVM read path's jars: ``kafka-shuffle-jvm.jar`` and the kafka-clients it uses.
+
+    Raises:
+        ShuffleSessionError: They were not built (``scripts/dev setup`` builds them, or
+            ``python -m devstack.jvm`` from a checkout).
+    """
+    jar = JARS_DIR / JAR_NAME
+    clients = sorted(JARS_DIR.glob("kafka-clients-*.jar"))
+    if not jar.exists() or not clients:
+        raise ShuffleSessionError(
+            f"the JVM read path is not built: {jar} and kafka-clients-*.jar are missing from "
+            f"{JARS_DIR}; run `scripts/dev setup` (or `python -m devstack.jvm`) in a checkout, "
+            "then install the package again"
+        )
+    return [jar, clients[-1]]
+
+
+def jvm_spark_conf(*, kafka: KafkaSettings, catalog: str = "shuffle") -> dict[str, str]:
+    """The Spark settings a session needs to read shuffles on the JVM.
+
+    The jars (``spark.jars``), the catalog ``catalog`` (``spark.sql.catalog.<catalog>``) with
+    the Kafka settings it reads commit logs with (``spark.sql.catalog.<catalog>.kafka.*``,
+    librdkafka names as everywhere in the engine), and the planner settings keyed reads rely
+    on. ``spark.jars`` is static: give these when the session is built. A ``spark.jars`` of
+    your own must be merged with this one (the value is a comma-separated list).
+
+    Example::
+
+        spark = SparkSession.builder.config(map=jvm_spark_conf(kafka=conf)).getOrCreate()
+        keyed = read_shuffle(spark, "flights.by_tailnum", kafka=conf)  # read on the JVM
+        spark.table("shuffle.`flights.by_tailnum`").schema               # the shuffle's columns
+
+    Args:
+        kafka: The cluster the catalog's shuffles live on (a ``KafkaClient`` or settings).
+        catalog: The catalog's name in Spark SQL.
+    """
+    if not catalog or not catalog.replace("_", "").isalnum():
+        raise ShuffleOptionError(
+            f"jvm_spark_conf: catalog must be a plain identifier (letters, digits, _), "
+            f"got {catalog!r}"
+        )
+    client = KafkaClient.of(kafka)
+    conf = {
+        "spark.jars": ",".join(str(p) for p in jvm_jars()),
+        f"spark.sql.catalog.{catalog}": CATALOG_CLASS,
+    }
+    for key, value in kafka_to_options(client.settings).items():
+        conf[f"spark.sql.catalog.{catalog}.{key}"] = value
+    conf.update(PLANNER_SETTINGS)
+    return conf
+
+
+def _settings(spark: Any) -> dict[str, str]:
+    try:
+        return {str(k): str(v) for k, v in spark.conf.getAll.items()}
+    except Exception:  # noqa: BLE001 - a session that shows no settings has no catalog of ours
+        return {}
+
+
+def _class_loadable(spark: SparkSession) -> bool:
+    try:
+        jvm: Any = spark._jvm
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        loader.loadClass(PROVIDER_CLASS)
+        return True
+    except Exception:  # noqa: BLE001 - py4j raises its own errors for a missing class
+        return False
+
+
+def jvm_available(spark: SparkSession) -> bool:
+    """Whether ``spark`` can read shuffles on the JVM: on a classic session, the source's
+    class loads (its jar is on the session); on Spark Connect, where no JVM is at hand, a
+    catalog of the JVM path is configured on the server (so its jar is there)."""
+    if is_connect(spark):
+        return any(
+            k.startswith("spark.sql.catalog.") and k.count(".") == 3 and v == CATALOG_CLASS
+            for k, v in _settings(spark).items()
+        )
+    return _class_loadable(spark)
+
+
+def jvm_catalog(spark: SparkSession, kafka: KafkaClient) -> str | None:
+    """The catalog of the JVM path configured on ``spark`` for ``kafka``'s cluster (same
+    ``bootstrap.servers``), if any: the first in name order."""
+    settings = _settings(spark)
+    for key in sorted(settings):
+        parts = key.split(".")
+        if len(parts) != 4 or parts[:3] != ["spark", "sql", "catalog"]:
+            continue
+        if settings[key] != CATALOG_CLASS:
+            continue
+        servers = settings.get(f"{key}.kafka.bootstrap.servers")
+        if servers == kafka.bootstrap_servers:
+            return parts[3]
+    return None
+
+
+def _session_problems(spark: SparkSession, kafka: KafkaClient) -> list[str]:
+    problems = []
+    if not jvm_available(spark):
+        problems.append(
+            "the kafka-shuffle-jvm jar is not on the session (spark.jars, given when the "
+            "session is built: jvm_spark_conf(kafka=...) has it)"
+        )
+    if jvm_catalog(spark, kafka) is None:
+        problems.append(
+            f"no catalog of class {CATALOG_CLASS} with kafka.bootstrap.servers="
+            f"{kafka.bootstrap_servers} (spark.sql.catalog.<name> and "
+            "spark.sql.catalog.<name>.kafka.*: jvm_spark_conf(kafka=...) has them)"
+        )
+    return problems
+
+
+def choose_engine(spark: SparkSession, kafka: KafkaClient, engine: str) -> str | None:
+    """The catalog to read through on the JVM, or None to read with the Python source.
+
+    ``"auto"``: the JVM when the session has the jar and a catalog for this cluster;
+    ``"jvm"``: the JVM or an error saying what the session lacks; ``"python"``: Python.
+    """
+    if engine not in ENGINES:
+        raise ShuffleOptionError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if engine == "python":
+        return None
+    catalog = jvm_catalog(spark, kafka) if jvm_available(spark) else None
+    if catalog is None and engine == "jvm":
+        raise ShuffleSessionError(
+            "engine='jvm': the session cannot read shuffles on the JVM: "
+            + "; ".join(_session_problems(spark, kafka))
+        )
+    return catalog
+
+
+def jvm_splits(plan: ReadPlan, parallelism: int | str | None) -> Sequence[SplitPlan]:
+    """The splits a JVM read executes: the plan's, except that ``"auto"`` is one split per
+    Kafka partition. ``"auto"`` merges the partitions of a small read because a task of the
+    Python source costs ~80 ms before it reads; a JVM task costs a few, and one split per
+    partition is what lets Spark see the read as keyed."""
+    if parallelism == AUTO:
+        return plan_splits(plan.layout, plan.commits, None)
+    return plan.splits
+
+
+def load_jvm(spark: SparkSession, catalog: str, options: Mapping[str, str]) -> DataFrame:
+    """``spark.read.format("kafka-shuffle-jvm")`` with the ``kafka-shuffle`` source's options
+    (see :func:`~orchestration.shuffle.spark.reader.source_options`), through ``catalog``."""
+    return spark.read.format(SOURCE).options(**options, catalog=catalog).load()

@@ -1,0 +1,343 @@
+"""The JVM read path (``kafka-shuffle-jvm``) on the real broker and a real SparkSession built
+from ``jvm_spark_conf``: the same rows as the Python source, and keyed plans Spark sees."""
+
+import datetime as dt
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+from orchestration.shuffle import (
+    ShuffleSpec,
+    apply_per_key,
+    jvm_available,
+    jvm_spark_conf,
+    key_group_of,
+    partition_of,
+    plan_shuffle_read,
+    read_shuffle,
+    shuffle_log,
+    write_shuffle,
+)
+from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle.kafka.commitlog import write_commit
+from orchestration.shuffle.spark.session import explain_text
+
+pytestmark = pytest.mark.integration
+
+DAY = dt.datetime(2013, 1, 1, tzinfo=dt.UTC)
+
+
+@pytest.fixture(scope="module")
+def jspark(kafka_conf):
+    """A session built as a user builds one for the JVM path: ``jvm_spark_conf`` and nothing
+    else of the project's. When an earlier test module already runs a session in this process
+    (``spark.jars`` is fixed when a session starts), the jars are added to it with ``ADD
+    JAR`` and the catalog settings set, and taken away again afterwards, so that later tests
+    read with the Python source as before."""
+    from pyspark import SparkContext
+
+    conf = jvm_spark_conf(kafka=kafka_conf)
+    if SparkContext._active_spark_context is None:
+        session = (
+            SparkSession.builder.master("local[2,3]")
+            .appName("kafka-shuffle-jvm-tests")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config(map=conf)
+            .getOrCreate()
+        )
+        session.sparkContext.setLogLevel("WARN")
+        yield session
+        session.stop()
+        return
+    session = SparkSession.builder.getOrCreate()
+    for jar in conf["spark.jars"].split(","):
+        session.sql(f"ADD JAR '{jar}'")
+    added = {k: v for k, v in conf.items() if k != "spark.jars"}
+    for key, value in added.items():
+        session.conf.set(key, value)
+    yield session
+    for key in added:
+        if key.startswith("spark.sql.catalog."):
+            session.conf.unset(key)
+
+
+def rows_df(spark, n=5000, keys=53, day=DAY, offset=0):
+    """n rows over `keys` string keys, event times spread over one day, a nullable int."""
+    start = int(day.timestamp())
+    return spark.range(offset, offset + n).selectExpr(
+        f"concat('k', cast(id % {keys} as string)) as k",
+        "id",
+        f"timestamp_seconds({start} + (id * 7919) % 86400) as ts",
+        "cast(id as double) / 3 as x",
+        "case when id % 5 = 0 then null else cast(id % 11 as int) end as maybe",
+    )
+
+
+def spec_for(topic, **kw):
+    base = dict(topic=topic, key=("k",), num_partitions=4, max_parallelism=32, event_time="ts")
+    base.update(kw)
+    return ShuffleSpec(**base)
+
+
+def by_id(df):
+    return sorted((tuple(r) for r in df.collect()), key=lambda r: r[1])
+
+
+def both(spark, topic, kafka, **kw):
+    """The same read on both paths: (jvm, python) DataFrames."""
+    return (
+        read_shuffle(spark, topic, kafka=kafka, engine="jvm", **kw),
+        read_shuffle(spark, topic, kafka=kafka, engine="python", **kw),
+    )
+
+
+def fields(df):
+    # Not the key columns' metadata: it records each read's own parallelism.
+    return [(f.name, f.dataType, f.nullable) for f in df.schema]
+
+
+def scans(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def exchanges(df) -> list[str]:
+    return [line for line in explain_text(df).splitlines() if "Exchange" in line]
+
+
+def test_session_has_the_jvm_path(jspark, kafka_conf):
+    assert jvm_available(jspark)
+    conf = jvm_spark_conf(kafka=kafka_conf, catalog="shuffle")
+    assert conf["spark.sql.catalog.shuffle"] == "kafkashuffle.jvm.ShuffleCatalog"
+    assert (
+        conf["spark.sql.catalog.shuffle.kafka.bootstrap.servers"] == kafka_conf["bootstrap.servers"]
+    )
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_plain_read_equals_the_python_path(jspark, kafka_conf, unique, compression):
+    topic = unique("jvm-plain")
+    df = rows_df(jspark)
+    write_shuffle(df, spec_for(topic), kafka=kafka_conf, window="d1", compression=compression)
+    jvm, py = both(jspark, topic, kafka_conf)
+    assert "kafka-shuffle topic=" in scans(jvm) and "keyed" in scans(jvm)
+    assert "(Python)" in scans(py)
+    assert fields(jvm) == fields(py)
+    assert [f.dataType for f in jvm.schema] == [f.dataType for f in df.schema]
+    assert by_id(jvm) == by_id(py) == by_id(df)
+    # "auto" is one split per Kafka partition on the JVM: partition i holds partition i's keys.
+    assert jvm.rdd.getNumPartitions() == 4
+    keys_by_split = jvm.rdd.glom().map(lambda rs: sorted({r.k for r in rs})).collect()
+    for i, keys in enumerate(keys_by_split):
+        assert keys and all(partition_of(key_group_of(k, 32), 32, 4) == i for k in keys)
+
+
+def test_windows_runs_and_supersession(jspark, kafka_conf, unique):
+    topic = unique("jvm-win")
+    spec = spec_for(topic)
+    write_shuffle(rows_df(jspark, 1000), spec, kafka=kafka_conf, window="d1")
+    d2 = DAY + dt.timedelta(days=1)
+    r2 = write_shuffle(
+        rows_df(jspark, 800, day=d2, offset=10_000), spec, kafka=kafka_conf, window="d2"
+    )
+    # A re-run of d1 supersedes the first.
+    r3 = write_shuffle(rows_df(jspark, 600, offset=20_000), spec, kafka=kafka_conf, window="d1")
+    for kw in ({}, {"windows": ["d1"]}, {"runs": [r2.run_id]}, {"windows": ["d1", "d2"]}):
+        jvm, py = both(jspark, topic, kafka_conf, **kw)
+        assert by_id(jvm) == by_id(py), kw
+    jvm, _ = both(jspark, topic, kafka_conf, windows=["d1"])
+    assert jvm.count() == 600 and r3.rows == 600
+
+
+@pytest.mark.parametrize("parallelism", [2, 6, 8])
+def test_other_parallelism_stays_correct_and_reports_nothing(
+    jspark, kafka_conf, unique, parallelism
+):
+    topic = unique("jvm-par")
+    df = rows_df(jspark, 3000)
+    write_shuffle(df, spec_for(topic), kafka=kafka_conf)
+    jvm, py = both(jspark, topic, kafka_conf, parallelism=parallelism)
+    assert jvm.rdd.getNumPartitions() == parallelism
+    assert "keyed" not in scans(jvm)
+    assert by_id(jvm) == by_id(py) == by_id(df)
+    # Not one split per partition: Spark is told nothing, so grouping adds its Exchange.
+    grouped = jvm.groupBy("k").count()
+    assert exchanges(grouped)
+    assert sorted(map(tuple, grouped.collect())) == sorted(
+        map(tuple, df.groupBy("k").count().collect())
+    )
+
+
+def test_event_time_range(jspark, kafka_conf, unique):
+    topic = unique("jvm-et")
+    spec = spec_for(topic)
+    write_shuffle(rows_df(jspark, 2000), spec, kafka=kafka_conf, window="d1")
+    d2 = DAY + dt.timedelta(days=1)
+    write_shuffle(rows_df(jspark, 1000, day=d2, offset=5000), spec, kafka=kafka_conf, window="d2")
+    noon = DAY + dt.timedelta(hours=12)
+    for rng in ((noon, d2), (noon, None), (None, noon), (d2, d2 + dt.timedelta(hours=1))):
+        jvm, py = both(jspark, topic, kafka_conf, event_time_range=rng)
+        got = by_id(jvm)
+        assert got == by_id(py), rng
+        start, end = rng
+        assert all(
+            (start is None or r[2] >= start.replace(tzinfo=None))
+            and (end is None or r[2] < end.replace(tzinfo=None))
+            for r in got
+        )
+
+
+def test_metadata_columns(jspark, kafka_conf, unique):
+    topic = unique("jvm-meta")
+    write_shuffle(rows_df(jspark, 1500), spec_for(topic), kafka=kafka_conf, window="d1")
+    r2 = write_shuffle(
+        rows_df(jspark, 500, offset=9000), spec_for(topic), kafka=kafka_conf, window=None
+    )
+    for kw in ({}, {"parallelism": 8}, {"event_time_range": (DAY + dt.timedelta(hours=6), None)}):
+        jvm, py = both(jspark, topic, kafka_conf, with_metadata=True, **kw)
+        assert jvm.columns[-5:] == ["_partition", "_key_group", "_run_id", "_offset", "_window"]
+        assert fields(jvm) == fields(py)
+        assert by_id(jvm) == by_id(py), kw
+    jvm, _ = both(jspark, topic, kafka_conf, with_metadata=True)
+    rows = jvm.collect()
+    assert {r._window for r in rows if r._run_id == r2.run_id} == {None}
+    assert all(r._key_group == key_group_of(r.k, 32) for r in rows)
+    assert all(r._partition == partition_of(r._key_group, 32, 4) for r in rows)
+    # Projection: only what is asked for is built.
+    assert sorted(jvm.select("id", "_offset").collect()) == sorted((r.id, r._offset) for r in rows)
+
+
+def test_keyed_operations_plan_no_exchange(jspark, kafka_conf, unique):
+    left, right = unique("jvm-ops-a"), unique("jvm-ops-b")
+    df = rows_df(jspark, 4000)
+    write_shuffle(df, spec_for(left), kafka=kafka_conf)
+    other = jspark.range(0, 3000).selectExpr(
+        "concat('k', cast(id % 71 as string)) as k", "id * 2 as id2"
+    )
+    write_shuffle(other, spec_for(right, event_time=None), kafka=kafka_conf)
+    jvm, py = both(jspark, left, kafka_conf)
+    jvm_r, py_r = both(jspark, right, kafka_conf)
+
+    def agg(d):
+        return d.groupBy("k").agg(F.count("*").alias("n"), F.sum("id").alias("s"))
+
+    def window(d):
+        return d.withColumn("prev", F.lag("id").over(Window.partitionBy("k").orderBy("id")))
+
+    def per_key(d):
+        return d.groupBy("k").applyInPandas(
+            lambda p: pd.DataFrame({"k": [p.k.iloc[0]], "n": [len(p)]}), "k string, n long"
+        )
+
+    def sql(d):
+        name = unique("v").replace("-", "_")
+        d.createOrReplaceTempView(name)
+        return jspark.sql(f"SELECT k, count(*) AS n, max(x) AS mx FROM {name} GROUP BY k")
+
+    def join(d, e):
+        return d.join(e, "k").select("k", "id", "id2")
+
+    cases = {
+        "groupBy.agg": (agg(jvm), agg(py)),
+        "window": (window(jvm), window(py)),
+        "applyInPandas": (per_key(jvm), per_key(py)),
+        "sql group by": (sql(jvm), sql(py)),
+        "join": (join(jvm, jvm_r), join(py, py_r)),
+    }
+    for name, (on_jvm, on_python) in cases.items():
+        assert exchanges(on_jvm) == [], (name, explain_text(on_jvm))
+        assert exchanges(on_python), name  # the Python source reports no partitioning
+        assert sorted(map(tuple, on_jvm.collect())) == sorted(map(tuple, on_python.collect())), name
+
+
+def test_partition_function_is_the_writers(jspark, kafka_conf, unique):
+    rows = jspark.sql(
+        "SELECT k, id, maybe, shuffle.partition_of_32_4(k) AS p1, "
+        "shuffle.partition_of_128_8(maybe, id, k) AS p3, "
+        "pmod(hash(maybe, id, k), 128) * 8 div 128 AS q3 "
+        "FROM (SELECT concat('k', cast(id % 97 as string)) AS k, id, "
+        "CASE WHEN id % 5 = 0 THEN NULL ELSE cast(id % 11 AS int) END AS maybe "
+        "FROM range(2000))"
+    ).collect()
+    assert all(r.p1 == partition_of(key_group_of(r.k, 32), 32, 4) for r in rows)
+    assert all(r.p3 == r.q3 for r in rows)
+
+
+def test_apply_per_key_on_a_jvm_read(jspark, kafka_conf, unique):
+    topic = unique("jvm-perkey")
+    write_shuffle(rows_df(jspark, 2000), spec_for(topic), kafka=kafka_conf)
+
+    def count(p: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame({"k": [p.k.iloc[0]], "n": [len(p)]})
+
+    jvm, py = both(jspark, topic, kafka_conf)
+    got = apply_per_key(jvm, "k", count, schema="k string, n long")
+    want = apply_per_key(py, "k", count, schema="k string, n long")
+    assert sorted(map(tuple, got.collect())) == sorted(map(tuple, want.collect()))
+
+
+def test_catalog_table_and_a_read_without_a_plan(jspark, kafka_conf, unique):
+    topic = unique("jvm-cat")
+    write_shuffle(rows_df(jspark, 100), spec_for(topic), kafka=kafka_conf)
+    table = jspark.table(f"shuffle.`{topic}`")
+    assert table.columns == ["k", "id", "ts", "x", "maybe"]
+    assert jspark.table(f"shuffle.with_metadata.`{topic}`").columns[-1] == "_window"
+    with pytest.raises(Exception, match="plan the Python planner made"):
+        jspark.sql(f"SELECT count(*) FROM shuffle.`{topic}`").collect()
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+        jspark.table(f"shuffle.`{unique('jvm-none')}`")
+
+
+def test_corrupt_frame_names_topic_partition_offset(jspark, kafka_conf, unique):
+    topic = unique("jvm-bad")
+    res = write_shuffle(rows_df(jspark, 200), spec_for(topic), kafka=kafka_conf)
+    p = Producer(kafka_conf)
+    p.produce(topic, value=b"not a frame at all, just bytes....................", partition=0)
+    p.flush(10)
+    ((_, high),) = KafkaClient(kafka_conf).end_offsets(topic, 4)[:1]
+    bad = high - 1
+    stretched = dict(res.commit.partitions)
+    stretched[0] = replace(stretched[0], last=bad)
+    write_commit(KafkaClient(kafka_conf), topic, replace(res.commit, partitions=stretched))
+    with pytest.raises(Exception, match=f"topic '{topic}' partition 0 offset {bad}") as info:
+        read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm").collect()
+    assert "ShuffleFormatError" in str(info.value)
+    assert "not a shuffle frame" in str(info.value)
+
+
+def test_a_lost_frame_is_an_error_on_both_paths(jspark, kafka_conf, unique):
+    topic = unique("jvm-lost")
+    res = write_shuffle(rows_df(jspark, 300), spec_for(topic), kafka=kafka_conf)
+    # The commit record's range of partition 1 cut short: its last frame (an END) is outside.
+    cut = dict(res.commit.partitions)
+    cut[1] = replace(cut[1], last=cut[1].last - 1)
+    write_commit(KafkaClient(kafka_conf), topic, replace(res.commit, partitions=cut))
+    assert shuffle_log(topic, kafka=kafka_conf).commits
+    message = f"topic '{topic}' partition 1, run {res.run_id} subtask"
+    with pytest.raises(Exception, match="no END frame within committed offsets") as on_jvm:
+        read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm").collect()
+    with pytest.raises(Exception, match="no END frame within committed offsets") as on_python:
+        read_shuffle(jspark, topic, kafka=kafka_conf, engine="python").collect()
+    # The same words on both paths.
+    for error in (on_jvm.value, on_python.value):
+        assert message in str(error) and "ShuffleFormatError" in str(error)
+
+
+def test_engine_python_and_plan_reuse(jspark, kafka_conf, unique):
+    topic = unique("jvm-eng")
+    write_shuffle(rows_df(jspark, 500), spec_for(topic), kafka=kafka_conf)
+    read = plan_shuffle_read(jspark, topic, kafka=kafka_conf)
+    auto = read.dataframe()  # the session has the JVM path: "auto" takes it
+    assert "kafka-shuffle topic=" in scans(auto)
+    assert "(Python)" in scans(read.dataframe(engine="python"))
+    assert by_id(auto) == by_id(read.dataframe(engine="python"))
+    with pytest.raises(Exception, match="engine must be one of"):
+        read.dataframe(engine="scala")
