@@ -41,6 +41,7 @@ PYSPARK_JARS = {
     "jackson-annotations.jar": "jackson-annotations-",
     "slf4j-api.jar": "slf4j-api-",
     "kryo-shaded.jar": "kryo-shaded-",
+    "lz4-java.jar": "lz4-java-",
 }
 
 

@@ -11,7 +11,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
-import org.apache.arrow.compression.CommonsCompressionFactory;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BigIntVector;
@@ -60,6 +59,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
   private int readIndex = -1;
   private PartitionState state;
   private ColumnarBatch current;
+  private boolean failed;
 
   ShuffleBatchReader(ReadSpec spec, SplitPlan split) {
     this.spec = spec;
@@ -70,6 +70,15 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public boolean next() throws IOException {
+    try {
+      return advance();
+    } catch (RuntimeException e) {
+      failed = true;
+      throw e;
+    }
+  }
+
+  private boolean advance() {
     release();
     while (true) {
       if (state == null) {
@@ -106,7 +115,15 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
         consumer.close(Duration.ofSeconds(5));
       }
     } finally {
-      allocator.close();
+      try {
+        allocator.close();
+      } catch (IllegalStateException leak) {
+        // Arrow frees nothing of a batch whose loading failed: after a failure, what it held
+        // goes with the allocator, and the failure is what the task reports.
+        if (!failed) {
+          throw leak;
+        }
+      }
     }
   }
 
@@ -356,7 +373,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
           new ArrowStreamReader(
               new ByteArrayInputStream(value, Frames.HEADER_SIZE, value.length - Frames.HEADER_SIZE),
               allocator,
-              CommonsCompressionFactory.INSTANCE);
+              FrameCompression.INSTANCE);
       boolean keep = false;
       try {
         VectorSchemaRoot root;
