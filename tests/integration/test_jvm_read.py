@@ -140,6 +140,24 @@ def test_plain_read_equals_the_python_path(jspark, kafka_conf, unique, compressi
         assert keys and all(partition_of(key_group_of(k, 32), 32, 4) == i for k in keys)
 
 
+def test_large_frames_equal_the_python_path(jspark, kafka_conf, unique):
+    # Frames of several MiB: Arrow C++ cuts their LZ4 buffers into linked blocks.
+    topic = unique("jvm-large")
+    df = jspark.range(0, 300_000, numPartitions=2).selectExpr(
+        "concat('key-', cast(id % 997 as string)) as k", "id", "uuid() as u", "rand(7) as x"
+    )
+    write_shuffle(df, spec_for(topic, event_time=None), kafka=kafka_conf)
+
+    def digest(d):
+        return d.select(
+            F.count("*"), F.sum(F.xxhash64("k", "id", "u", "x") % 1000003), F.sum("id")
+        ).first()
+
+    jvm, py = both(jspark, topic, kafka_conf)
+    assert digest(jvm) == digest(py)
+    assert digest(jvm)[0] == 300_000
+
+
 def test_windows_runs_and_supersession(jspark, kafka_conf, unique):
     topic = unique("jvm-win")
     spec = spec_for(topic)
