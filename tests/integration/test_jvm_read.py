@@ -24,6 +24,7 @@ from orchestration.shuffle import (
 )
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import write_commit
+from orchestration.shuffle.spark.perkey import shuffle_scan_options
 from orchestration.shuffle.spark.session import explain_text
 
 pytestmark = pytest.mark.integration
@@ -297,6 +298,9 @@ def test_apply_per_key_on_a_jvm_read(jspark, kafka_conf, unique):
         return pd.DataFrame({"k": [p.k.iloc[0]], "n": [len(p)]})
 
     jvm, py = both(jspark, topic, kafka_conf)
+    # The per-key work runs inside the reader on either path: the JVM read's options are
+    # the plan the Python reader executes.
+    assert shuffle_scan_options(jvm) is not None
     got = apply_per_key(jvm, "k", count, schema="k string, n long")
     want = apply_per_key(py, "k", count, schema="k string, n long")
     assert sorted(map(tuple, got.collect())) == sorted(map(tuple, want.collect()))

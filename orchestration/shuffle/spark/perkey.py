@@ -228,12 +228,16 @@ def _balanced(spark: Any, options: dict[str, str]) -> dict[str, str]:
     return {**options, names["plan"]: json.dumps([s.to_json() for s in balanced])}
 
 
+# The table class of a read on the JVM path (jvm/: kafkashuffle.jvm.ShuffleTable).
+JVM_TABLE_CLASS = "kafkashuffle.jvm.ShuffleTable"
+
 # Options of a plain shuffle read that change what it returns: such a read is no row scan.
 _RESULT_OPTIONS = ("aggregate", "per_key", "per_key_schema", "pass_rows")
 
 
 def shuffle_scan_options(df: DataFrame) -> dict[str, str] | None:
-    """The options of the ``kafka-shuffle`` batch read that ``df`` is, if ``df`` is such a
+    """The options of the ``kafka-shuffle`` (or ``kafka-shuffle-jvm``) batch read that ``df``
+    is, if ``df`` is such a
     read as it was loaded, its columns possibly selected or dropped (never renamed, filtered
     or computed); None for anything else.
 
@@ -266,7 +270,11 @@ def shuffle_scan_options(df: DataFrame) -> dict[str, str] | None:
         if _simple_name(node) != "DataSourceV2Relation":
             return None
         table = node.table()
-        if _simple_name(table) != "PythonTable" or table.name() != "kafka-shuffle":
+        python_read = _simple_name(table) == "PythonTable" and table.name() == "kafka-shuffle"
+        # A read on the JVM path (orchestration.shuffle.spark.jvm) has the same options: the
+        # per-key work then runs in the Python reader over the same plan.
+        jvm_read = str(table.getClass().getName()) == JVM_TABLE_CLASS
+        if not (python_read or jvm_read):
             return None
         jmap = node.options().asCaseSensitiveMap()
         options = {str(k): str(jmap.get(k)) for k in jmap.keySet().toArray()}
