@@ -1,0 +1,200 @@
+"""Benchmark: the JVM read path against a bucketed Parquet table, plain Parquet and the Python
+read path, side by side.
+
+On a session built with :func:`orchestration.shuffle.jvm_spark_conf` (so reads run on the
+JVM and Spark sees them as keyed), over the same synthetic rows as ``shuffle_bench`` (Zipf
+string keys, a timestamp, five numeric columns), ``--repeat`` times alternating order:
+
+- read: ``read_shuffle`` on the JVM / the bucketed table (``bucketBy(8, "k")``) / the Python
+  read path, each into the ``noop`` sink;
+- agg: ``groupBy("k").agg(...)`` over the JVM read / over the bucketed table / over the
+  plain Parquet source;
+- join: two shuffles of the same layout joined on the key (the rows, and one row per key)
+  / their two Parquet sources;
+- reuse: the write plus three consumers written in plain Spark (per-key totals, the largest
+  gap between a key's consecutive events with a window ``lag``, each key's top three rows
+  with ``row_number``) over the JVM read / the bucketed table's write plus the same three.
+
+Targets (issue "keyed reads that Spark's own planner understands"): read >= 1x the bucketed
+table's; agg >= 1x over the bucketed table and >= 2x over plain Parquet; join >= 2x; reuse
+<= 0.6 of the bucketed table's time. Medians go to ``.local/bench/jvm.json``.
+
+Run::
+
+    scripts/dev bench-jvm                       # 2M and 10M rows, 3 repeats
+    scripts/dev bench-jvm --rows 2000000 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shuffle_bench import (  # noqa: E402  (bench/ is the script's directory)
+    WORK,
+    drop_topics,
+    generate,
+    group_by,
+    noop,
+    spark_consumers,
+)
+
+from devstack import localstack  # noqa: E402
+from orchestration.shuffle import ShuffleSpec, jvm_spark_conf, read_shuffle, write_shuffle  # noqa: E402
+from orchestration.shuffle.core.commitlog import commit_topic  # noqa: E402
+from orchestration.shuffle.spark.session import explain_text, spark_session  # noqa: E402
+
+# (target, ours, baseline, kind, bound): "speedup" is baseline / ours, at least the bound;
+# "ratio" is ours / baseline, at most the bound.
+TARGETS = (
+    ("read vs bucketed", "jvm_read", "bucketed_read", "speedup", 1.0),
+    ("agg vs bucketed", "jvm_agg", "bucketed_agg", "speedup", 1.0),
+    ("agg vs Parquet", "jvm_agg", "parquet_agg", "speedup", 2.0),
+    ("join vs Parquet", "jvm_join", "parquet_join", "speedup", 2.0),
+    ("reuse vs bucketed", "jvm_reuse", "bucketed_reuse", "ratio", 0.6),
+    ("read, JVM vs Python path", "jvm_read", "python_read", "speedup", 1.0),
+)
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dict:
+    from pyspark.sql import functions as F
+
+    src = WORK / f"source-{rows}.parquet"
+    generate(spark, rows, src)
+    df = spark.read.parquet(str(src))
+    # The join's other side: one row per key (a dimension keyed as the rows are), so the
+    # join's output is the rows, whatever the key skew.
+    other_src = WORK / f"source-{rows}-per-key.parquet"
+    if not (other_src / "_SUCCESS").exists():
+        df.groupBy("k").agg(F.avg("a").alias("a2")).write.mode("overwrite").parquet(str(other_src))
+    other = spark.read.parquet(str(other_src))
+    tag = uuid.uuid4().hex[:8]
+    topic, other_topic = f"bench.jvm.{tag}", f"bench.jvm2.{tag}"
+    table = f"bench_jvm_bucketed_{tag}"
+
+    def spec(t: str, event_time: str | None = "ts") -> ShuffleSpec:
+        return ShuffleSpec(topic=t, key=("k",), num_partitions=partitions, event_time=event_time)
+
+    write_shuffle(df, spec(topic), kafka=kafka, window="bench")
+    write_shuffle(other, spec(other_topic, None), kafka=kafka, window="bench")
+
+    def bucketed_write() -> None:
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+        df.write.bucketBy(partitions, "k").format("parquet").saveAsTable(table)
+
+    bucketed_write()
+
+    def jvm() -> object:
+        return read_shuffle(spark, topic, kafka=kafka, engine="jvm")
+
+    def join(left, right) -> None:
+        noop(left.join(right, "k"))
+
+    plan = explain_text(jvm().groupBy("k").count())
+    assert "Exchange" not in plan, plan
+    pairs = [
+        (("jvm_read", lambda: noop(jvm())), ("bucketed_read", lambda: noop(spark.table(table)))),
+        (
+            ("python_read", lambda: noop(read_shuffle(spark, topic, kafka=kafka, engine="python"))),
+            None,
+        ),
+        (
+            ("jvm_agg", lambda: group_by(jvm())),
+            ("bucketed_agg", lambda: group_by(spark.table(table))),
+        ),
+        (("parquet_agg", lambda: group_by(df)), None),
+        (
+            (
+                "jvm_join",
+                lambda: join(jvm(), read_shuffle(spark, other_topic, kafka=kafka, engine="jvm")),
+            ),
+            ("parquet_join", lambda: join(df, other)),
+        ),
+        (
+            (
+                "jvm_reuse",
+                lambda: (
+                    write_shuffle(df, spec(topic), kafka=kafka, window="bench"),
+                    spark_consumers(jvm()),
+                ),
+            ),
+            ("bucketed_reuse", lambda: (bucketed_write(), spark_consumers(spark.table(table)))),
+        ),
+    ]
+    times: dict[str, list[float]] = {}
+    for i in range(repeat):
+        for a, b in pairs:
+            order = [a] + ([b] if b else [])
+            if i % 2:
+                order.reverse()
+            for name, fn in order:
+                s = _seconds(fn)
+                times.setdefault(name, []).append(s)
+                print(f"  rows={rows:>9} repeat={i} {name:<16} {s:8.3f}s", flush=True)
+    drop_topics(kafka, [t for x in (topic, other_topic) for t in (x, commit_topic(x))])
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    targets = {}
+    for name, ours, base, kind, bound in TARGETS:
+        ratio = med[base] / med[ours] if kind == "speedup" else med[ours] / med[base]
+        met = ratio >= bound if kind == "speedup" else ratio <= bound
+        targets[name] = {
+            "ours": ours, "baseline": base, "ours_seconds": med[ours],
+            "baseline_seconds": med[base], "kind": kind, "ratio": ratio, "bound": bound,
+            "met": met,
+        }  # fmt: skip
+    return {"times": times, "medians": med, "targets": targets}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="2000000,10000000", help="comma-separated sizes")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"))
+    parser.add_argument("--out", default=str(WORK / "jvm.json"))
+    args = parser.parse_args(argv)
+    kafka = {"bootstrap.servers": localstack.start()}
+    conf = {
+        **jvm_spark_conf(kafka=kafka),
+        "spark.driver.memory": "6g",
+        "spark.sql.shuffle.partitions": str(args.partitions),
+        "spark.sql.warehouse.dir": str(WORK / "spark-warehouse"),
+    }
+    spark = spark_session(master=args.master, app_name="kafka-shuffle-jvm-bench", conf=conf)
+    report: dict = {"master": args.master, "cores": os.cpu_count(), "sizes": {}}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for rows in (int(r) for r in args.rows.split(",")):
+        print(f"== {rows} rows, {args.repeat} run(s) of each phase", flush=True)
+        report["sizes"][str(rows)] = run_size(spark, kafka, rows, args.repeat, args.partitions)
+        out.write_text(json.dumps(report, indent=2))
+    for rows, r in report["sizes"].items():
+        for name, t in r["targets"].items():
+            want = ">=" if t["kind"] == "speedup" else "<="
+            print(
+                f"{int(rows) / 1e6:g}M {name:<26} {t['ours_seconds']:7.3f}s vs "
+                f"{t['baseline_seconds']:7.3f}s: {t['ratio']:.2f} (target {want} {t['bound']:g}): "
+                f"{'met' if t['met'] else 'MISSED'}"
+            )
+    print(f"\nall measurements: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
