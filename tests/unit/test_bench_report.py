@@ -116,3 +116,37 @@ def test_memory_table_can_come_from_another_run():
     out = report.render(readme, RESULTS, fresh)
     assert "| `shuffle_write` | 99 MiB |" in out and "fresh for each task" in out
     assert "2.00 s / 8.00 s" in out  # timings still from the first
+
+
+def test_round_three_targets_say_met_missed_or_not_run(tmp_path):
+    report = load_report()
+    (tmp_path / "records.json").write_text(
+        json.dumps(
+            {
+                "sizes": {
+                    "1000000": {
+                        "kafka_records_vs_spark_speedup": 3.0,
+                        "stream_vs_batch_throughput": 0.95,
+                        "stream_processing_vs_batch_throughput": 1.0,
+                    },
+                    "10000000": {
+                        "kafka_records_vs_spark_speedup": 0.92,
+                        "stream_vs_batch_throughput": 0.95,
+                        "stream_processing_vs_batch_throughput": 1.1,
+                    },
+                }
+            }
+        )
+    )
+    (tmp_path / "queue.json").write_text(
+        json.dumps({"producer_batch": 50, "summary": {"io_8_vs_2": 3.4}})
+    )
+    rows = {r[0].split()[0]: r for r in report.round_three(tmp_path)}
+    # The largest size counts: P3 is missed there though met at 1M.
+    assert rows["P3"][3] == "**missed**" and "0.92x" in rows["P3"][1]
+    assert rows["P4"][3] == "met"
+    # A queue measured with batched producers does not count for P7.
+    assert rows["P7"][3] == "**missed**" and "batched" in rows["P7"][0]
+    for name in ("P1", "P2", "P5", "P6"):
+        assert rows[name][3] == "not run"
+    assert report.round_three_table(tmp_path).count("\n") == len(rows) + 1
