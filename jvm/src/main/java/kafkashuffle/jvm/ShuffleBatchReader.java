@@ -72,6 +72,12 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
   public boolean next() throws IOException {
     try {
       return advance();
+    } catch (ShuffleException e) {
+      failed = true;
+      // The driver rebuilds a task's failure from its exception's class; a session that
+      // added this jar at run time (ADD JAR) cannot load ours there and reports the task as
+      // lost for an unknown reason. A JDK class with the same message always crosses.
+      throw new IOException(e.getMessage());
     } catch (RuntimeException e) {
       failed = true;
       throw e;
