@@ -32,14 +32,14 @@ import json
 import os
 import statistics
 import sys
-import time
 import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shuffle_bench import (  # noqa: E402  (bench/ is the script's directory)
+from session_bench import side_by_side  # noqa: E402  (bench/ is the script's directory)
+from shuffle_bench import (  # noqa: E402
     WORK,
     drop_topics,
     generate,
@@ -63,12 +63,6 @@ TARGETS = (
     ("reuse vs bucketed", "jvm_reuse", "bucketed_reuse", "ratio", 0.6),
     ("read, JVM vs Python path", "jvm_read", "python_read", "speedup", 1.0),
 )
-
-
-def _seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dict:
@@ -136,16 +130,7 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
             ("bucketed_reuse", lambda: (bucketed_write(), spark_consumers(spark.table(table)))),
         ),
     ]
-    times: dict[str, list[float]] = {}
-    for i in range(repeat):
-        for a, b in pairs:
-            order = [a] + ([b] if b else [])
-            if i % 2:
-                order.reverse()
-            for name, fn in order:
-                s = _seconds(fn)
-                times.setdefault(name, []).append(s)
-                print(f"  rows={rows:>9} repeat={i} {name:<16} {s:8.3f}s", flush=True)
+    times = side_by_side(pairs, repeat, f"rows={rows:>9}")
     drop_topics(kafka, [t for x in (topic, other_topic) for t in (x, commit_topic(x))])
     spark.sql(f"DROP TABLE IF EXISTS {table}")
     med = {k: statistics.median(v) for k, v in times.items()}

@@ -81,11 +81,14 @@ def _seconds(fn) -> float:
 
 
 def side_by_side(pairs: list, repeat: int, label: str) -> dict[str, list[float]]:
-    """Each pair ``repeat`` times, alternating which goes first: the seconds of every run."""
+    """Each pair ``(name, fn)`` twice over ``repeat`` times, alternating which goes first (a
+    pair whose second is None is one phase alone): the seconds of every run."""
     out: dict[str, list[float]] = {}
     for i in range(repeat):
         for a, b in pairs:
-            order = [a, b] if i % 2 == 0 else [b, a]
+            order = [a] + ([b] if b else [])
+            if i % 2:
+                order.reverse()
             for name, fn in order:
                 s = _seconds(fn)
                 out.setdefault(name, []).append(s)

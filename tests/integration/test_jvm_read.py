@@ -11,7 +11,6 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from orchestration.shuffle import (
-    ShuffleSpec,
     apply_per_key,
     jvm_available,
     jvm_spark_conf,
@@ -26,10 +25,9 @@ from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import write_commit
 from orchestration.shuffle.spark.perkey import shuffle_scan_options
 from orchestration.shuffle.spark.session import explain_text
+from tests.integration.test_shuffle import DAY, rows_df, spec_for
 
 pytestmark = pytest.mark.integration
-
-DAY = dt.datetime(2013, 1, 1, tzinfo=dt.UTC)
 
 
 @pytest.fixture(scope="module")
@@ -69,24 +67,6 @@ def jspark(kafka_conf):
     for key in added:
         if key.startswith("spark.sql.catalog."):
             session.conf.unset(key)
-
-
-def rows_df(spark, n=5000, keys=53, day=DAY, offset=0):
-    """n rows over `keys` string keys, event times spread over one day, a nullable int."""
-    start = int(day.timestamp())
-    return spark.range(offset, offset + n).selectExpr(
-        f"concat('k', cast(id % {keys} as string)) as k",
-        "id",
-        f"timestamp_seconds({start} + (id * 7919) % 86400) as ts",
-        "cast(id as double) / 3 as x",
-        "case when id % 5 = 0 then null else cast(id % 11 as int) end as maybe",
-    )
-
-
-def spec_for(topic, **kw):
-    base = dict(topic=topic, key=("k",), num_partitions=4, max_parallelism=32, event_time="ts")
-    base.update(kw)
-    return ShuffleSpec(**base)
 
 
 def by_id(df):
