@@ -139,6 +139,33 @@ def test_large_frames_equal_the_python_path(jspark, kafka_conf, unique):
     assert digest(jvm)[0] == 300_000
 
 
+def test_every_lz4_match_shape_equals_the_python_path(jspark, kafka_conf, unique):
+    # The JVM decodes LZ4 with word copies: values whose repeats have every period from 1 to
+    # 24 bytes (short periods overlap the bytes being written), runs of every length, bytes
+    # that do not compress, and nulls.
+    topic = unique("jvm-lz4")
+    df = jspark.range(0, 60_000, numPartitions=2).selectExpr(
+        "concat('k', cast(id % 101 as string)) as k",
+        "id",
+        "repeat(substr('abcdefghijklmnopqrstuvwxyz', 1, cast(id % 24 + 1 as int)),"
+        " cast(id % 37 as int)) as periodic",
+        "unhex(sha2(cast(id as string), 256)) as noise",
+        "case when id % 3 = 0 then null else cast(id % 5 as int) end as small",
+    )
+    write_shuffle(df, spec_for(topic, event_time=None), kafka=kafka_conf, compression="lz4")
+
+    def digest(d):
+        return d.select(
+            F.count("*"),
+            F.sum(F.xxhash64("k", "id", "periodic", "noise", "small") % 1000003),
+            F.sum(F.length("periodic")),
+            F.count("small"),
+        ).first()
+
+    jvm, py = both(jspark, topic, kafka_conf)
+    assert digest(jvm) == digest(py) == digest(df)
+
+
 def test_windows_runs_and_supersession(jspark, kafka_conf, unique):
     topic = unique("jvm-win")
     spec = spec_for(topic)

@@ -1,5 +1,8 @@
 package kafkashuffle.jvm;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
 import org.apache.arrow.compression.ZstdCompressionCodec;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
@@ -43,32 +46,59 @@ final class FrameCompression implements CompressionCodec.Factory {
     return createCodec(codecType);
   }
 
-  /** LZ4 frame decompression (reads only: the JVM path never writes frames). */
+  /**
+   * LZ4 frame decompression (reads only: the JVM path never writes frames).
+   *
+   * <p>Short literal runs and matches are copied eight bytes at a time past their end (into
+   * slack at the end of the output, or bytes a later step overwrites), as LZ4's reference
+   * decoder does; measured on a 2M-row read, a copy call per sequence made decoding a third of
+   * a task's time. The compressed and decompressed bytes go through arrays each thread keeps.
+   */
   static final class Lz4Frame extends AbstractCompressionCodec {
     static final Lz4Frame INSTANCE = new Lz4Frame();
+    // Bytes past the end of the input and output that the decoder may touch.
+    static final int SLACK = 32;
+    // Larger buffers are decoded through arrays that are not kept.
+    private static final int KEEP_LIMIT = 64 << 20;
+    private static final VarHandle LONG =
+        MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+    private static final ThreadLocal<byte[][]> SCRATCH =
+        ThreadLocal.withInitial(() -> new byte[][] {new byte[0], new byte[0]});
 
     @Override
     protected ArrowBuf doCompress(BufferAllocator allocator, ArrowBuf uncompressedBuffer) {
       throw new UnsupportedOperationException("kafka-shuffle-jvm only reads frames");
     }
 
+    private static byte[] scratch(int which, int size) {
+      if (size > KEEP_LIMIT) {
+        return new byte[size];
+      }
+      byte[][] s = SCRATCH.get();
+      if (s[which].length < size) {
+        s[which] = new byte[Math.max(size, Math.min(KEEP_LIMIT, s[which].length * 2))];
+      }
+      return s[which];
+    }
+
     @Override
     protected ArrowBuf doDecompress(BufferAllocator allocator, ArrowBuf compressedBuffer) {
       long length = readUncompressedLength(compressedBuffer);
-      if (length > Integer.MAX_VALUE) {
+      long offset = CompressionUtil.SIZE_OF_UNCOMPRESSED_LENGTH;
+      long inLength = compressedBuffer.writerIndex() - offset;
+      if (length > Integer.MAX_VALUE - SLACK || inLength > Integer.MAX_VALUE - SLACK) {
         throw new IllegalArgumentException("an LZ4 buffer of " + length + " bytes is too large");
       }
-      long offset = CompressionUtil.SIZE_OF_UNCOMPRESSED_LENGTH;
-      byte[] in = new byte[(int) (compressedBuffer.writerIndex() - offset)];
-      compressedBuffer.getBytes(offset, in);
-      byte[] out = new byte[(int) length];
-      int written = decodeFrames(in, out);
-      if (written != out.length) {
+      byte[] in = scratch(0, (int) inLength + SLACK);
+      compressedBuffer.getBytes(offset, in, 0, (int) inLength);
+      byte[] out = scratch(1, (int) length + SLACK);
+      int written = decodeFrames(in, (int) inLength, out, (int) length);
+      if (written != length) {
         throw new IllegalArgumentException(
             "an LZ4 frame holds " + written + " bytes, its buffer says " + length);
       }
       ArrowBuf buf = allocator.buffer(length);
-      buf.setBytes(0, out);
+      buf.setBytes(0, out, 0, length);
       return buf;
     }
 
@@ -81,12 +111,19 @@ final class FrameCompression implements CompressionCodec.Factory {
       return (b[i] & 0xFF) | (b[i + 1] & 0xFF) << 8 | (b[i + 2] & 0xFF) << 16 | (b[i + 3] & 0xFF) << 24;
     }
 
-    /** Decodes the LZ4 frames of {@code in} into {@code out}; returns the bytes written. */
-    static int decodeFrames(byte[] in, byte[] out) {
+    private static IllegalArgumentException corrupt(String what) {
+      return new IllegalArgumentException("a corrupt LZ4 block (" + what + ")");
+    }
+
+    /**
+     * Decodes the LZ4 frames of {@code in[0, inLength)} into {@code out[0, outLength)}; returns
+     * the bytes written. Both arrays have {@link #SLACK} bytes past those lengths.
+     */
+    static int decodeFrames(byte[] in, int inLength, byte[] out, int outLength) {
       int ip = 0;
       int op = 0;
-      while (ip < in.length) {
-        if (in.length - ip < 7 || le32(in, ip) != 0x184D2204) {
+      while (ip < inLength) {
+        if (inLength - ip < 7 || le32(in, ip) != 0x184D2204) {
           throw new IllegalArgumentException("not an LZ4 frame at byte " + ip);
         }
         int flg = in[ip + 4] & 0xFF;
@@ -99,6 +136,9 @@ final class FrameCompression implements CompressionCodec.Factory {
         boolean dictId = (flg & 0x01) != 0;
         ip += 6 + (contentSize ? 8 : 0) + (dictId ? 4 : 0) + 1; // magic, FLG, BD, ..., HC
         while (true) {
+          if (inLength - ip < 4) {
+            throw new IllegalArgumentException("an LZ4 frame ends without its end mark");
+          }
           int size = le32(in, ip);
           ip += 4;
           if (size == 0) {
@@ -106,14 +146,17 @@ final class FrameCompression implements CompressionCodec.Factory {
           }
           boolean raw = size < 0; // the high bit: stored uncompressed
           size &= 0x7FFFFFFF;
-          if (size > in.length - ip) {
+          if (size > inLength - ip) {
             throw new IllegalArgumentException("an LZ4 block runs past the end of its buffer");
           }
           if (raw) {
+            if (size > outLength - op) {
+              throw corrupt("more bytes than the buffer says");
+            }
             System.arraycopy(in, ip, out, op, size);
             op += size;
           } else {
-            op = decodeBlock(in, ip, ip + size, out, op);
+            op = decodeBlock(in, ip, ip + size, out, op, outLength);
           }
           ip += size + (blockChecksum ? 4 : 0);
         }
@@ -122,48 +165,86 @@ final class FrameCompression implements CompressionCodec.Factory {
       return op;
     }
 
-    /** One LZ4 block of {@code in[ip, end)} appended to {@code out} at {@code op}. */
-    static int decodeBlock(byte[] in, int ip, int end, byte[] out, int op) {
+    private static void copy8(byte[] src, int from, byte[] dst, int to) {
+      LONG.set(dst, to, (long) LONG.get(src, from));
+    }
+
+    /**
+     * One LZ4 block of {@code in[ip, end)} appended to {@code out} at {@code op}, at most up to
+     * {@code limit}; a match may reach back into the blocks before it (linked blocks).
+     */
+    static int decodeBlock(byte[] in, int ip, int end, byte[] out, int op, int limit) {
       while (ip < end) {
         int token = in[ip++] & 0xFF;
         int literals = token >>> 4;
         if (literals == 15) {
           int b;
           do {
+            if (ip >= end) {
+              throw corrupt("a literal length runs past the block");
+            }
             b = in[ip++] & 0xFF;
             literals += b;
           } while (b == 255);
         }
-        System.arraycopy(in, ip, out, op, literals);
+        if (literals > end - ip || literals > limit - op) {
+          throw corrupt("literals past the end");
+        }
+        if (literals <= 16) {
+          // The input has SLACK bytes past any block, the output past `limit`.
+          copy8(in, ip, out, op);
+          copy8(in, ip + 8, out, op + 8);
+        } else {
+          System.arraycopy(in, ip, out, op, literals);
+        }
         ip += literals;
         op += literals;
         if (ip >= end) {
           break; // the last sequence has literals only
         }
+        if (end - ip < 2) {
+          throw corrupt("a match offset runs past the block");
+        }
         int distance = (in[ip] & 0xFF) | (in[ip + 1] & 0xFF) << 8;
         ip += 2;
         if (distance == 0 || distance > op) {
-          throw new IllegalArgumentException("a corrupt LZ4 block (match offset " + distance + ")");
+          throw corrupt("match offset " + distance);
         }
         int match = token & 0x0F;
         if (match == 15) {
           int b;
           do {
+            if (ip >= end) {
+              throw corrupt("a match length runs past the block");
+            }
             b = in[ip++] & 0xFF;
             match += b;
           } while (b == 255);
         }
         match += 4;
+        if (match > limit - op) {
+          throw corrupt("a match past the end");
+        }
         int from = op - distance;
-        if (distance >= match) {
-          System.arraycopy(out, from, out, op, match);
-          op += match;
+        int stop = op + match;
+        if (distance >= 8) {
+          // Each 8 bytes read lie before the 8 written: whole-word copies repeat correctly.
+          for (int d = op, f = from; d < stop; d += 8, f += 8) {
+            copy8(out, f, out, d);
+          }
         } else {
-          // An overlapping match repeats the last `distance` bytes.
-          for (int i = 0; i < match; i++) {
-            out[op++] = out[from + i];
+          // A short period: bytes one by one until the pattern, repeated to a period of at
+          // least 8 bytes, is written; then words from that period back.
+          int k = Math.min(match, 16);
+          for (int i = 0; i < k; i++) {
+            out[op + i] = out[from + i];
+          }
+          int period = distance * ((8 + distance - 1) / distance);
+          for (int d = op + k; d < stop; d += 8) {
+            copy8(out, d - period, out, d);
           }
         }
+        op = stop;
       }
       return op;
     }

@@ -1,6 +1,7 @@
 package kafkashuffle.jvm;
 
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.UUID;
 
 /**
@@ -34,23 +35,26 @@ final class Frames {
     }
   }
 
-  /** Parses a frame's header; {@code where} (topic, partition, offset) goes into errors. */
-  static Header decode(byte[] value, String where) {
-    if (value == null || value.length < HEADER_SIZE) {
+  /**
+   * Parses the header of the frame {@code value} (its bytes from its position to its limit);
+   * {@code where} (topic, partition, offset) goes into errors.
+   */
+  static Header decode(ByteBuffer value, String where) {
+    if (value == null || value.remaining() < HEADER_SIZE) {
       throw ShuffleException.format(
           "message at "
               + where
               + " is "
-              + (value == null ? 0 : value.length)
+              + (value == null ? 0 : value.remaining())
               + " bytes, shorter than a frame header");
     }
-    ByteBuffer b = ByteBuffer.wrap(value);
+    ByteBuffer b = value.slice().order(ByteOrder.BIG_ENDIAN);
     int magic = b.getInt(0);
     if (magic != MAGIC) {
       throw ShuffleException.format(
-          "message at " + where + " is not a shuffle frame (magic " + hex(value) + ")");
+          "message at " + where + " is not a shuffle frame (magic " + hex(b) + ")");
     }
-    int version = value[4] & 0xFF;
+    int version = b.get(4) & 0xFF;
     if (version != VERSION) {
       throw ShuffleException.format(
           "frame at "
@@ -60,14 +64,14 @@ final class Frames {
               + "; this reader understands version "
               + VERSION);
     }
-    int type = value[5] & 0xFF;
+    int type = b.get(5) & 0xFF;
     if (type != DATA && type != WATERMARK && type != END) {
       throw ShuffleException.format("frame at " + where + " has unknown frame type " + type);
     }
     String run = new UUID(b.getLong(8), b.getLong(16)).toString();
     int subtask = b.getInt(24);
     int attempt = b.getInt(28);
-    int payload = value.length - HEADER_SIZE;
+    int payload = b.remaining() - HEADER_SIZE;
     int expected = type == WATERMARK ? 8 : type == END ? 16 : -1;
     if (expected >= 0 && payload != expected) {
       throw ShuffleException.format(
@@ -82,20 +86,27 @@ final class Frames {
     return new Header(type, run, subtask, attempt);
   }
 
-  static long watermark(byte[] value) {
-    return ByteBuffer.wrap(value).getLong(HEADER_SIZE);
+  static long watermark(ByteBuffer value) {
+    return value.slice().order(ByteOrder.BIG_ENDIAN).getLong(HEADER_SIZE);
   }
 
   /** (rows, data frames) of an END frame. */
-  static long[] endCounts(byte[] value) {
-    ByteBuffer b = ByteBuffer.wrap(value);
+  static long[] endCounts(ByteBuffer value) {
+    ByteBuffer b = value.slice().order(ByteOrder.BIG_ENDIAN);
     return new long[] {b.getLong(HEADER_SIZE), b.getLong(HEADER_SIZE + 8)};
   }
 
-  private static String hex(byte[] value) {
+  /** The payload of a frame: its bytes after the header. */
+  static ByteBuffer payload(ByteBuffer value) {
+    ByteBuffer b = value.slice();
+    b.position(HEADER_SIZE);
+    return b.slice();
+  }
+
+  private static String hex(ByteBuffer value) {
     StringBuilder s = new StringBuilder("b'");
     for (int i = 0; i < 4; i++) {
-      int c = value[i] & 0xFF;
+      int c = value.get(i) & 0xFF;
       if (c >= 0x20 && c < 0x7F && c != '\'' && c != '\\') {
         s.append((char) c);
       } else {

@@ -1,7 +1,8 @@
 package kafkashuffle.jvm;
 
-import java.io.ByteArrayInputStream;
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.ReadableByteChannel;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -26,7 +27,6 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.types.DataTypes;
@@ -55,7 +55,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
   private final Layout layout;
   private final BufferAllocator allocator;
   private final List<AutoCloseable> live = new ArrayList<>();
-  private KafkaConsumer<byte[], byte[]> consumer;
+  private KafkaConsumer<byte[], ByteBuffer> consumer;
   private int readIndex = -1;
   private PartitionState state;
   private ColumnarBatch current;
@@ -94,7 +94,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
         }
         state = new PartitionState(split.reads.get(readIndex));
       }
-      ConsumerRecord<byte[], byte[]> rec = state.nextRecord();
+      ConsumerRecord<byte[], ByteBuffer> rec = state.nextRecord();
       if (rec == null) {
         state.finish();
         state = null;
@@ -118,7 +118,12 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     release();
     try {
       if (consumer != null) {
-        consumer.close(Duration.ofSeconds(5));
+        if (failed) {
+          ConsumerPool.discard(consumer);
+        } else {
+          ConsumerPool.giveBack(consumer);
+        }
+        consumer = null;
       }
     } finally {
       try {
@@ -151,23 +156,20 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  private KafkaConsumer<byte[], byte[]> consumer() {
+  private KafkaConsumer<byte[], ByteBuffer> consumer() {
     if (consumer == null) {
       Properties p = KafkaSettings.consumer(spec.kafka, OWNER);
       // Reads are planned by offsets: no group, no committed position, no reset.
       p.setProperty("enable.auto.commit", "false");
       p.setProperty("auto.offset.reset", "none");
       p.setProperty("isolation.level", "read_committed");
-      p.setProperty("client.id", OWNER + "-" + spec.topic + "-" + split.index);
       // A frame is up to a few MiB; fetch a few at a time, and do not let a fetch at a
       // partition's end (a read usually stops there) wait the default 500 ms.
       p.setProperty("max.partition.fetch.bytes", String.valueOf(8 << 20));
       p.setProperty("fetch.max.bytes", String.valueOf(16 << 20));
       p.setProperty("fetch.max.wait.ms", "1");
       p.setProperty("max.poll.records", "16");
-      p.setProperty("key.deserializer", ByteArrayDeserializer.class.getName());
-      p.setProperty("value.deserializer", ByteArrayDeserializer.class.getName());
-      consumer = new KafkaConsumer<>(p);
+      consumer = ConsumerPool.borrow(p, OWNER);
     }
     return consumer;
   }
@@ -189,7 +191,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     final Iterator<long[]> intervals;
     long start;
     long stop = -1; // exclusive end of the interval being read; -1: none
-    Iterator<ConsumerRecord<byte[], byte[]>> pending;
+    Iterator<ConsumerRecord<byte[], ByteBuffer>> pending;
     long idleSince;
 
     PartitionState(SplitPlan.PartitionRead read) {
@@ -219,8 +221,8 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     }
 
     /** The next record of the partition's intervals, or null when they are read. */
-    ConsumerRecord<byte[], byte[]> nextRecord() {
-      KafkaConsumer<byte[], byte[]> c = consumer();
+    ConsumerRecord<byte[], ByteBuffer> nextRecord() {
+      KafkaConsumer<byte[], ByteBuffer> c = consumer();
       while (true) {
         if (stop < 0) {
           if (!intervals.hasNext()) {
@@ -249,7 +251,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
           idleSince = System.currentTimeMillis();
         }
         if (pending != null && pending.hasNext()) {
-          ConsumerRecord<byte[], byte[]> rec = pending.next();
+          ConsumerRecord<byte[], ByteBuffer> rec = pending.next();
           if (rec.offset() >= stop) {
             pending = null;
             stop = -1;
@@ -265,7 +267,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
           stop = -1;
           continue;
         }
-        List<ConsumerRecord<byte[], byte[]>> got;
+        List<ConsumerRecord<byte[], ByteBuffer>> got;
         try {
           got = c.poll(Duration.ofMillis(200)).records(tp);
         } catch (OffsetOutOfRangeException e) {
@@ -307,9 +309,9 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     }
 
     /** A record of the partition: the rows of a DATA frame to output, or null. */
-    ColumnarBatch handle(ConsumerRecord<byte[], byte[]> rec) {
+    ColumnarBatch handle(ConsumerRecord<byte[], ByteBuffer> rec) {
       String where = where(rec.offset());
-      byte[] value = rec.value();
+      ByteBuffer value = rec.value();
       Frames.Header h = Frames.decode(value, where);
       Set<String> tasks = allowed.get(h.runId);
       if (tasks == null || !tasks.contains(pair(h.subtask, h.attempt))) {
@@ -374,12 +376,11 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
       }
     }
 
-    private ColumnarBatch data(byte[] value, String runId, long offset, String where, long[] counts) {
+    private ColumnarBatch data(
+        ByteBuffer value, String runId, long offset, String where, long[] counts) {
       ArrowStreamReader reader =
           new ArrowStreamReader(
-              new ByteArrayInputStream(value, Frames.HEADER_SIZE, value.length - Frames.HEADER_SIZE),
-              allocator,
-              FrameCompression.INSTANCE);
+              new BufferChannel(Frames.payload(value)), allocator, FrameCompression.INSTANCE);
       boolean keep = false;
       try {
         VectorSchemaRoot root;
@@ -570,6 +571,42 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
       }
       live.add(c);
       return c;
+    }
+  }
+
+  /**
+   * A channel over a frame's payload as the consumer received it, so Arrow reads the message
+   * straight from the fetched bytes.
+   */
+  private static final class BufferChannel implements ReadableByteChannel {
+    private final ByteBuffer data;
+    private boolean open = true;
+
+    BufferChannel(ByteBuffer data) {
+      this.data = data;
+    }
+
+    @Override
+    public int read(ByteBuffer dst) {
+      if (!data.hasRemaining()) {
+        return -1;
+      }
+      int n = Math.min(dst.remaining(), data.remaining());
+      ByteBuffer part = data.slice();
+      part.limit(n);
+      dst.put(part);
+      data.position(data.position() + n);
+      return n;
+    }
+
+    @Override
+    public boolean isOpen() {
+      return open;
+    }
+
+    @Override
+    public void close() {
+      open = false;
     }
   }
 }

@@ -1,5 +1,7 @@
 package kafkashuffle.jvm;
 
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -11,7 +13,6 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.spark.sql.catalyst.analysis.NoSuchFunctionException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
 import org.apache.spark.sql.connector.catalog.FunctionCatalog;
@@ -57,28 +58,41 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
     return "catalog '" + name + "'";
   }
 
-  private KafkaConsumer<byte[], byte[]> consumer(Map<String, String> settings) {
-    Properties p = KafkaSettings.consumer(settings, owner());
+  private Properties consumerSettings() {
+    Properties p = KafkaSettings.consumer(kafka, owner());
     p.setProperty("enable.auto.commit", "false");
     p.setProperty("auto.offset.reset", "none");
     p.setProperty("isolation.level", "read_committed");
     p.setProperty("allow.auto.create.topics", "false");
-    p.setProperty("key.deserializer", ByteArrayDeserializer.class.getName());
-    p.setProperty("value.deserializer", ByteArrayDeserializer.class.getName());
-    return new KafkaConsumer<>(p);
+    // The log is read to its end; a fetch there must not wait the default 500 ms.
+    p.setProperty("fetch.max.wait.ms", "1");
+    return p;
   }
 
   @Override
   public Identifier[] listTables(String[] namespace) {
     List<Identifier> out = new ArrayList<>();
-    try (KafkaConsumer<byte[], byte[]> c = consumer(kafka)) {
+    KafkaConsumer<byte[], ByteBuffer> c = ConsumerPool.borrow(consumerSettings(), "shuffle-catalog");
+    boolean ok = false;
+    try {
       for (String t : c.listTopics(Duration.ofSeconds(30)).keySet()) {
         if (t.endsWith(COMMITS_SUFFIX)) {
           out.add(Identifier.of(namespace, t.substring(0, t.length() - COMMITS_SUFFIX.length())));
         }
       }
+      ok = true;
+    } finally {
+      release(c, ok);
     }
     return out.toArray(new Identifier[0]);
+  }
+
+  private static void release(KafkaConsumer<byte[], ByteBuffer> c, boolean ok) {
+    if (ok) {
+      ConsumerPool.giveBack(c);
+    } else {
+      ConsumerPool.discard(c);
+    }
   }
 
   @Override
@@ -96,20 +110,50 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
         Layout.parse(layout, "shuffle '" + ident.name() + "' layout"), kafka, withMetadata);
   }
 
+  /** What was read of a commit log: offsets {@code [begin, end)} and its latest layout. */
+  private static final class LogRead {
+    final long begin;
+    final long end;
+    final String layout;
+
+    LogRead(long begin, long end, String layout) {
+      this.begin = begin;
+      this.end = end;
+      this.layout = layout;
+    }
+  }
+
+  // Per commit log, what was read of it: a later lookup reads only the records after it.
+  private final Map<String, LogRead> read = new HashMap<>();
+
   /** The latest {@code layout} record of the shuffle's commit log, or null. */
   String readLayout(String topic) {
     String ctopic = topic + COMMITS_SUFFIX;
-    try (KafkaConsumer<byte[], byte[]> c = consumer(kafka)) {
+    KafkaConsumer<byte[], ByteBuffer> c = ConsumerPool.borrow(consumerSettings(), "shuffle-catalog");
+    boolean ok = false;
+    try {
       List<PartitionInfo> parts = c.partitionsFor(ctopic, Duration.ofSeconds(30));
       if (parts == null || parts.isEmpty()) {
+        ok = true;
         return null;
       }
       TopicPartition tp = new TopicPartition(ctopic, 0);
       c.assign(List.of(tp));
       long begin = c.beginningOffsets(List.of(tp)).get(tp);
       long end = c.endOffsets(List.of(tp)).get(tp);
-      c.seek(tp, begin);
+      LogRead before;
+      synchronized (read) {
+        before = read.get(ctopic);
+      }
+      long from = begin;
       String layout = null;
+      // The log only grows at its end; a log that lost its head (retention) or shrank (was
+      // deleted and created again) is read again from its beginning.
+      if (before != null && before.begin == begin && before.end <= end) {
+        from = before.end;
+        layout = before.layout;
+      }
+      c.seek(tp, from);
       long deadline = System.currentTimeMillis() + 30_000;
       while (c.position(tp) < end) {
         if (System.currentTimeMillis() > deadline) {
@@ -117,20 +161,26 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
               ShuffleException.Kind.CONNECTION,
               owner() + ": reading commit log '" + ctopic + "' took over 30s");
         }
-        for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200)).records(tp)) {
+        for (ConsumerRecord<byte[], ByteBuffer> r : c.poll(Duration.ofMillis(200)).records(tp)) {
           if (r.key() != null
-              && LAYOUT_KEY.equals(new String(r.key(), java.nio.charset.StandardCharsets.UTF_8))
+              && LAYOUT_KEY.equals(new String(r.key(), StandardCharsets.UTF_8))
               && r.value() != null) {
-            layout = new String(r.value(), java.nio.charset.StandardCharsets.UTF_8);
+            layout = StandardCharsets.UTF_8.decode(r.value()).toString();
           }
         }
       }
+      synchronized (read) {
+        read.put(ctopic, new LogRead(begin, end, layout));
+      }
+      ok = true;
       return layout;
     } catch (KafkaException e) {
       throw new ShuffleException(
           ShuffleException.Kind.CONNECTION,
           owner() + ": reading commit log '" + ctopic + "': " + e,
           e);
+    } finally {
+      release(c, ok);
     }
   }
 
