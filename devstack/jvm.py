@@ -36,6 +36,7 @@ PYSPARK_JARS = {
     "arrow-format.jar": "arrow-format-",
     "arrow-memory-core.jar": "arrow-memory-core-",
     "arrow-compression.jar": "arrow-compression-",
+    "flatbuffers-java.jar": "flatbuffers-java-",
     "jackson-core.jar": "jackson-core-",
     "jackson-databind.jar": "jackson-databind-",
     "jackson-annotations.jar": "jackson-annotations-",

@@ -19,7 +19,18 @@ import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.IntVector;
 import org.apache.arrow.vector.TimeStampVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
-import org.apache.arrow.vector.ipc.ArrowStreamReader;
+import org.apache.arrow.memory.ArrowBuf;
+import org.apache.arrow.vector.TypeLayout;
+import org.apache.arrow.vector.VectorLoader;
+import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.ArrowFieldNode;
+import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
+import org.apache.arrow.vector.ipc.message.MessageChannelReader;
+import org.apache.arrow.vector.ipc.message.MessageResult;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.apache.arrow.flatbuf.MessageHeader;
+import org.apache.arrow.vector.types.pojo.ArrowType;
+import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.util.TransferPair;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -55,6 +66,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
   private final Layout layout;
   private final BufferAllocator allocator;
   private final List<AutoCloseable> live = new ArrayList<>();
+  private static final ArrowType KEY_GROUP_TYPE = new ArrowType.Int(32, true);
   private KafkaConsumer<byte[], ByteBuffer> consumer;
   private int readIndex = -1;
   private PartitionState state;
@@ -174,6 +186,22 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     return consumer;
   }
 
+  private static int nodeCount(Field f) {
+    int n = 1;
+    for (Field c : f.getChildren()) {
+      n += nodeCount(c);
+    }
+    return n;
+  }
+
+  private static int bufferCount(Field f) {
+    int n = TypeLayout.getTypeBufferCount(f.getType());
+    for (Field c : f.getChildren()) {
+      n += bufferCount(c);
+    }
+    return n;
+  }
+
   private static String pair(int subtask, int attempt) {
     return subtask + "/" + attempt;
   }
@@ -189,6 +217,8 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     final Map<String, long[]> seen = new HashMap<>();
     final Map<String, long[]> ended = new HashMap<>();
     final Iterator<long[]> intervals;
+    // The frame columns this read decompresses: its output's, and those its filters read.
+    final Set<String> needed = new HashSet<>();
     long start;
     long stop = -1; // exclusive end of the interval being read; -1: none
     Iterator<ConsumerRecord<byte[], ByteBuffer>> pending;
@@ -214,6 +244,15 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
                 "topic " + quotedTopic + " partition " + read.partition + " run " + s.runId));
       }
       this.intervals = read.mergedIntervals().iterator();
+      for (String c : spec.columns) {
+        needed.add(c);
+      }
+      if (!read.full) {
+        needed.add(Frames.KEY_GROUP_COLUMN);
+      }
+      if (spec.filtersEventTime() && layout.eventTime != null) {
+        needed.add(layout.eventTime);
+      }
     }
 
     String where(long offset) {
@@ -378,39 +417,14 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
 
     private ColumnarBatch data(
         ByteBuffer value, String runId, long offset, String where, long[] counts) {
-      ArrowStreamReader reader =
-          new ArrowStreamReader(
-              new BufferChannel(Frames.payload(value)), allocator, FrameCompression.INSTANCE);
+      VectorSchemaRoot root = load(value, where);
       boolean keep = false;
       try {
-        VectorSchemaRoot root;
-        try {
-          if (!reader.loadNextBatch()) {
-            throw ShuffleException.format("DATA frame at " + where + " holds no record batch");
-          }
-          root = reader.getVectorSchemaRoot();
-        } catch (IOException | RuntimeException e) {
-          if (e instanceof ShuffleException) {
-            throw (ShuffleException) e;
-          }
-          throw new ShuffleException(
-              ShuffleException.Kind.FORMAT,
-              "DATA frame at " + where + " is not a readable Arrow IPC stream: " + e,
-              e);
-        }
         int rows = root.getRowCount();
         counts[0] += rows;
         counts[1] += 1;
-        FieldVector kg = root.getVector(Frames.KEY_GROUP_COLUMN);
-        if (!(kg instanceof IntVector)) {
-          throw ShuffleException.format(
-              "DATA frame at "
-                  + where
-                  + (kg == null ? " has no " : " has a non-int32 ")
-                  + Frames.KEY_GROUP_COLUMN
-                  + " column");
-        }
-        int[] selected = select(root, (IntVector) kg, rows, where);
+        FieldVector kg = root.getVector(Frames.KEY_GROUP_COLUMN); // null when not loaded
+        int[] selected = select(root, kg, rows, where);
         int n = selected == null ? rows : selected.length;
         if (n == 0) {
           return null;
@@ -447,14 +461,113 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
         return new ColumnarBatch(out, n);
       } finally {
         if (keep) {
-          live.add(reader);
+          live.add(root);
         } else {
-          try {
-            reader.close();
-          } catch (IOException e) {
-            throw new IllegalStateException("closing the Arrow reader of " + where, e);
+          root.close();
+        }
+      }
+    }
+
+    /**
+     * The record batch of a DATA frame, with only the columns this read needs: the buffers of
+     * the others are not decompressed.
+     */
+    private VectorSchemaRoot load(ByteBuffer value, String where) {
+      try (MessageChannelReader messages =
+          new MessageChannelReader(
+              new ReadChannel(new BufferChannel(Frames.payload(value))), allocator)) {
+        MessageResult head = messages.readNext();
+        if (head == null || head.getMessage().headerType() != MessageHeader.Schema) {
+          throw ShuffleException.format(
+              "DATA frame at " + where + " does not start with an Arrow schema");
+        }
+        Schema schema = MessageSerializer.deserializeSchema(head.getMessage());
+        Field kg = null;
+        for (Field f : schema.getFields()) {
+          if (f.getDictionary() != null) {
+            throw ShuffleException.format(
+                "DATA frame at " + where + " has a dictionary-encoded column '" + f.getName() + "'");
+          }
+          if (f.getName().equals(Frames.KEY_GROUP_COLUMN)) {
+            kg = f;
           }
         }
+        if (kg == null || !kg.getType().equals(KEY_GROUP_TYPE)) {
+          throw ShuffleException.format(
+              "DATA frame at "
+                  + where
+                  + (kg == null ? " has no " : " has a non-int32 ")
+                  + Frames.KEY_GROUP_COLUMN
+                  + " column");
+        }
+        MessageResult body = messages.readNext();
+        if (body == null || body.getMessage().headerType() != MessageHeader.RecordBatch) {
+          throw ShuffleException.format("DATA frame at " + where + " holds no record batch");
+        }
+        ArrowBuf bodyBuffer = body.getBodyBuffer();
+        // The batch takes over the body's reference (its buffers are slices of it).
+        ArrowRecordBatch all =
+            MessageSerializer.deserializeRecordBatch(
+                body.getMessage(), bodyBuffer == null ? allocator.getEmpty() : bodyBuffer);
+        try {
+          List<Field> fields = new ArrayList<>();
+          List<ArrowFieldNode> nodes = new ArrayList<>();
+          List<ArrowBuf> buffers = new ArrayList<>();
+          // Variadic buffers (view types) are counted per batch, not per type: load them all.
+          boolean prune = all.getVariadicBufferCounts().isEmpty();
+          int node = 0;
+          int buffer = 0;
+          for (Field f : schema.getFields()) {
+            int fieldNodes = nodeCount(f);
+            int fieldBuffers = bufferCount(f);
+            if (!prune || needed.contains(f.getName())) {
+              fields.add(f);
+              nodes.addAll(all.getNodes().subList(node, node + fieldNodes));
+              buffers.addAll(all.getBuffers().subList(buffer, buffer + fieldBuffers));
+            }
+            node += fieldNodes;
+            buffer += fieldBuffers;
+          }
+          if (prune && (node != all.getNodes().size() || buffer != all.getBuffers().size())) {
+            throw ShuffleException.format(
+                "DATA frame at "
+                    + where
+                    + ": its record batch does not match its schema ("
+                    + all.getNodes().size()
+                    + " field nodes and "
+                    + all.getBuffers().size()
+                    + " buffers, the schema has "
+                    + node
+                    + " and "
+                    + buffer
+                    + ")");
+          }
+          VectorSchemaRoot root = VectorSchemaRoot.create(new Schema(fields), allocator);
+          try (ArrowRecordBatch some =
+              new ArrowRecordBatch(
+                  all.getLength(),
+                  nodes,
+                  buffers,
+                  all.getBodyCompression(),
+                  all.getVariadicBufferCounts(),
+                  true)) {
+            new VectorLoader(root, FrameCompression.INSTANCE).load(some);
+          } catch (RuntimeException e) {
+            root.close();
+            throw e;
+          }
+          return root;
+        } finally {
+          all.close();
+        }
+      } catch (IOException | RuntimeException e) {
+        if (e instanceof ShuffleException) {
+          throw (ShuffleException) e;
+        }
+        throw new ShuffleException(
+            ShuffleException.Kind.FORMAT,
+            "DATA frame at " + where + " is not a readable Arrow IPC stream: " + e,
+            e);
       }
     }
 
@@ -479,7 +592,8 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     }
 
     /** The rows to keep (null: all): the read's key groups and the event-time range. */
-    private int[] select(VectorSchemaRoot root, IntVector kg, int rows, String where) {
+    private int[] select(VectorSchemaRoot root, FieldVector kgVector, int rows, String where) {
+      IntVector kg = (IntVector) kgVector;
       boolean byGroup = !read.full;
       boolean byTime = spec.filtersEventTime() && layout.eventTime != null;
       if (!byGroup && !byTime) {
