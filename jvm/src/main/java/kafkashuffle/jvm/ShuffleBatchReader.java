@@ -41,7 +41,6 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -449,10 +448,10 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
               out[i] = o;
               break;
             case "_key_group":
-              out[i] = new ArrowColumnVector(rowsOf(kg, selected, n));
+              out[i] = DirectColumnVector.of(rowsOf(kg, selected, n));
               break;
             default:
-              out[i] = new ArrowColumnVector(rowsOf(column(root, name, where), selected, n));
+              out[i] = DirectColumnVector.of(rowsOf(column(root, name, where), selected, n));
           }
         }
         if (selected == null) {
