@@ -36,6 +36,8 @@ from orchestration.shuffle.spark.session import is_connect
 
 SOURCE = "kafka-shuffle-jvm"
 CATALOG_CLASS = "kafkashuffle.jvm.ShuffleCatalog"
+# The catalog name jvm_spark_conf gives by default.
+DEFAULT_CATALOG = "shuffle"
 PROVIDER_CLASS = "kafkashuffle.jvm.ShuffleTableProvider"
 JARS_DIR = Path(__file__).resolve().parent / "jars"
 JAR_NAME = "kafka-shuffle-jvm.jar"
@@ -72,7 +74,7 @@ def jvm_jars() -> list[Path]:
     return [jar, clients[-1]]
 
 
-def jvm_spark_conf(*, kafka: KafkaSettings, catalog: str = "shuffle") -> dict[str, str]:
+def jvm_spark_conf(*, kafka: KafkaSettings, catalog: str = DEFAULT_CATALOG) -> dict[str, str]:
     """The Spark settings a session needs to read shuffles on the JVM.
 
     The jars (``spark.jars``), the catalog ``catalog`` (``spark.sql.catalog.<catalog>``) with
@@ -107,6 +109,14 @@ def jvm_spark_conf(*, kafka: KafkaSettings, catalog: str = "shuffle") -> dict[st
     return conf
 
 
+def _setting(spark: Any, key: str) -> str | None:
+    try:
+        value = spark.conf.get(key, None)
+    except Exception:  # noqa: BLE001 - a session that shows no settings has no catalog of ours
+        return None
+    return None if value is None else str(value)
+
+
 def _settings(spark: Any) -> dict[str, str]:
     try:
         return {str(k): str(v) for k, v in spark.conf.getAll.items()}
@@ -138,7 +148,15 @@ def jvm_available(spark: SparkSession) -> bool:
 
 def jvm_catalog(spark: SparkSession, kafka: KafkaClient) -> str | None:
     """The catalog of the JVM path configured on ``spark`` for ``kafka``'s cluster (same
-    ``bootstrap.servers``), if any: the first in name order."""
+    ``bootstrap.servers``), if any: the one named ``shuffle`` (:func:`jvm_spark_conf`'s
+    default) if it is one, else the first in name order."""
+    # Two lookups for the usual session; listing every setting costs ~25 ms through py4j.
+    key = f"spark.sql.catalog.{DEFAULT_CATALOG}"
+    if (
+        _setting(spark, key) == CATALOG_CLASS
+        and _setting(spark, f"{key}.kafka.bootstrap.servers") == kafka.bootstrap_servers
+    ):
+        return DEFAULT_CATALOG
     settings = _settings(spark)
     for key in sorted(settings):
         parts = key.split(".")
