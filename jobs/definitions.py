@@ -8,6 +8,7 @@ The environment is read here and nowhere else:
 | ``SPARK_MASTER`` | the ``spark`` resource's ``spark.master`` | ``local[2]`` |
 | ``SPARK_DRIVER_MEMORY`` | the ``spark`` resource's ``spark.driver.memory`` | ``2g`` |
 | ``SPARK_REMOTE`` | a Spark Connect server (``sc://host:port``) instead of a local session | none |
+| ``SHUFFLE_JVM_READ`` | ``0``: the local session reads shuffles in Python, not on the JVM | ``1`` |
 | ``SHUFFLE_WAREHOUSE`` | the ``warehouse`` resource (``path``) | ``.local/warehouse`` |
 | ``SHUFFLE_FLIGHTS_TOPIC`` | the topic of ``flights_by_tailnum`` | ``flights.by_tailnum`` |
 | ``SHUFFLE_MAX_RETRIES`` | retries of a failed consumer run / producer day | ``2`` |
@@ -34,7 +35,7 @@ from assets.pipeline import DEFAULT_TOPIC, SHUFFLE_IO_MANAGER, FaultInjection, f
 from assets.stack_check import kafka_stack_check
 from jobs.pipeline import flights_jobs
 from orchestration.io_manager import KafkaShuffleIOManager
-from orchestration.resources import KafkaResource, WarehouseResource
+from orchestration.resources import KafkaResource, ShuffleSparkResource, WarehouseResource
 from orchestration.shuffle import session_settings
 from orchestration.shuffle.kafka import KafkaClient
 
@@ -67,11 +68,16 @@ def kafka_client(definitions: Definitions) -> KafkaClient:
 
 
 def spark_resource(
-    master: str = "local[2]", driver_memory: str = "2g", remote: str | None = None
+    master: str = "local[2]",
+    driver_memory: str = "2g",
+    remote: str | None = None,
+    kafka: KafkaResource | None = None,
 ) -> LazyPySparkResource:
     """A lazily started SparkSession with settings that suit the pipeline; with ``remote``
     (``sc://host:port``), a Spark Connect session of that server, which owns its master,
-    memory and static settings (only session settings are sent)."""
+    memory and static settings (only session settings are sent). With ``kafka``, a local
+    session is built to read that cluster's shuffles on the JVM (``ShuffleSparkResource``,
+    ``jvm_spark_conf``)."""
     if remote:
         return LazyPySparkResource(
             spark_config={
@@ -85,6 +91,8 @@ def spark_resource(
         "spark.app.name": "kafka-shuffle",
         "spark.driver.memory": driver_memory,
     }
+    if kafka is not None:
+        return ShuffleSparkResource(spark_config=config, kafka=kafka)
     return LazyPySparkResource(spark_config=config)
 
 
@@ -117,10 +125,10 @@ def build_defs(
         topic, num_partitions=num_partitions, max_parallelism=max_parallelism
     )
     jobs = flights_jobs(pipeline, max_retries=max_retries)
-    kafka = kafka_resource(os.environ)
+    kafka = dict(resources or {}).get("kafka") or kafka_resource(os.environ)
     merged = {
         "kafka": kafka,
-        "spark": spark_resource(),
+        "spark": spark_resource(kafka=kafka),
         "warehouse": WarehouseResource(path=os.path.abspath(".local/warehouse")),
         "faults": FaultInjection(),
         **dict(resources or {}),
@@ -143,6 +151,7 @@ def defs_from_env(env: Mapping[str, str]) -> Definitions:
     # Python workers must run this interpreter, which has pyarrow and the project installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     faults = [i.strip() for i in env.get("SHUFFLE_INJECT_FAILURES", "").split(",") if i.strip()]
+    kafka = kafka_resource(env)
     return build_defs(
         topic=env.get("SHUFFLE_FLIGHTS_TOPIC", DEFAULT_TOPIC),
         max_retries=int(env.get("SHUFFLE_MAX_RETRIES", "2")),
@@ -151,7 +160,9 @@ def defs_from_env(env: Mapping[str, str]) -> Definitions:
                 env.get("SPARK_MASTER", "local[2]"),
                 env.get("SPARK_DRIVER_MEMORY", "2g"),
                 remote=env.get("SPARK_REMOTE") or None,
+                kafka=None if env.get("SHUFFLE_JVM_READ", "1") == "0" else kafka,
             ),
+            "kafka": kafka,
             "warehouse": WarehouseResource(
                 path=env.get("SHUFFLE_WAREHOUSE") or os.path.abspath(".local/warehouse")
             ),

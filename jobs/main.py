@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR, RUNNING_TOTALS_JOB
     from orchestration.metadata import shuffle_asset
     from orchestration.shuffle import shuffle_log, shuffle_watermark
+    from orchestration.shuffle.spark.jvm import choose_engine
 
     started = time.monotonic()
     runner = LocalRunner(
@@ -134,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(log.latest_by_window())} windows)"
     )
     print(f"watermark         {wm.isoformat() if wm is not None else 'none'}")
+    catalog = choose_engine(spark, kafka, "auto")
+    print(
+        "shuffle reads     "
+        + (f"on the JVM (catalog '{catalog}')" if catalog else "by the Python source")
+    )
     if totals.success:
         md = totals.result.asset_materializations_for_node("aircraft_running_totals")[0].metadata
         print(

@@ -15,6 +15,7 @@ from orchestration.shuffle.core.exports import lazy_exports
 _EXPORTS = {
     "KafkaResource": "resources",
     "WarehouseResource": "resources",
+    "ShuffleSparkResource": "resources",
     "KafkaShuffleIOManager": "io_manager",
     "FAILED_WINDOWS_TAG": "io_manager",
     "shuffle_metadata": "metadata",
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from .io_manager import FAILED_WINDOWS_TAG, KafkaShuffleIOManager
     from .maintenance import shuffle_expiry_job
     from .metadata import shuffle_metadata
-    from .resources import KafkaResource, WarehouseResource
+    from .resources import KafkaResource, ShuffleSparkResource, WarehouseResource
     from .sensors import failed_region_sensor, shuffle_commit_sensor
 
 

@@ -2,7 +2,9 @@
 
 from typing import Any
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, get_dagster_logger
+from dagster_pyspark import LazyPySparkResource
+from dagster_pyspark.resources import spark_session_from_config
 from pydantic import Field
 
 from orchestration.shuffle.core.paths import open_filesystem, parse_location
@@ -123,3 +125,52 @@ class WarehouseResource(ConfigurableResource):
 
         fs, inner = self._open(path)
         return pq.read_table(inner, filesystem=fs)
+
+
+class ShuffleSparkResource(LazyPySparkResource):
+    """A lazily started SparkSession that reads shuffles on the JVM (Spark sees them as keyed).
+
+    ``LazyPySparkResource`` with one addition: when ``kafka`` is given and the session is not
+    Spark Connect (``spark.remote``), the session is built with
+    :func:`orchestration.shuffle.jvm_spark_conf` for that cluster: the JVM read path's jars,
+    a catalog named ``catalog`` over the cluster's shuffles and the planner settings. Its
+    Kafka settings (a SASL password included) are read from the ``kafka`` resource when the
+    session starts, so they are never part of this resource's configuration. Without the
+    built jar (``scripts/dev setup`` builds it), or with ``jvm_read=False``, the session is
+    the plain ``spark_config`` and shuffles are read by the Python source.
+
+    A Spark Connect server that should read on the JVM is configured on the server: give it
+    the same settings (``jvm_spark_conf``) when it starts.
+    """
+
+    kafka: KafkaResource | None = Field(
+        default=None, description="The cluster whose shuffles the session reads on the JVM."
+    )
+    jvm_read: bool = Field(default=True, description="Build the session for JVM reads.")
+    catalog: str = Field(default="shuffle", description="The shuffle catalog's name in Spark SQL.")
+
+    @classmethod
+    def _is_dagster_maintained(cls) -> bool:
+        return False
+
+    def session_config(self) -> dict[str, Any]:
+        """The settings the session is built with."""
+        from orchestration.shuffle import ShuffleSessionError, jvm_spark_conf
+
+        conf = dict(self.spark_config)
+        if not self.jvm_read or self.kafka is None or conf.get("spark.remote"):
+            return conf
+        try:
+            jvm = jvm_spark_conf(kafka=self.kafka.config(), catalog=self.catalog)
+        except ShuffleSessionError as e:
+            get_dagster_logger().warning(f"shuffles are read by the Python source: {e}")
+            return conf
+        jars = [j for j in (conf.get("spark.jars"), jvm.pop("spark.jars")) if j]
+        conf["spark.jars"] = ",".join(jars)
+        for key, value in jvm.items():
+            conf.setdefault(key, value)
+        return conf
+
+    def _init_session(self) -> None:
+        if self._spark_session is None:
+            self._spark_session = spark_session_from_config(self.session_config())

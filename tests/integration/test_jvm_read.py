@@ -403,3 +403,52 @@ def test_engine_python_and_plan_reuse(jspark, kafka_conf, unique):
     assert by_id(auto) == by_id(read.dataframe(engine="python"))
     with pytest.raises(Exception, match="engine must be one of"):
         read.dataframe(engine="scala")
+
+
+def test_dagster_spark_resource_reads_assets_on_the_jvm(jspark, kafka_conf, unique):
+    # A Dagster project of a user's own: an asset stored by the IO manager, a downstream
+    # asset that groups it by key. With ShuffleSparkResource (jvm_spark_conf for the kafka
+    # resource's cluster) the IO manager loads the input on the JVM, and the grouping plans
+    # no Exchange.
+    from dagster import AssetIn, Definitions, asset, materialize
+
+    from orchestration import (
+        KafkaResource,
+        KafkaShuffleIOManager,
+        ShuffleSparkResource,
+        shuffle_metadata,
+    )
+
+    topic = unique("jvm-dagster")
+    kafka = KafkaResource(bootstrap_servers=kafka_conf["bootstrap.servers"])
+    spark_res = ShuffleSparkResource(spark_config={}, kafka=kafka)
+    conf = spark_res.session_config()
+    assert conf["spark.sql.catalog.shuffle"] == "kafkashuffle.jvm.ShuffleCatalog"
+    assert "kafka-shuffle-jvm.jar" in conf["spark.jars"]
+    seen = {}
+
+    @asset(
+        io_manager_key="shuffle_io",
+        metadata=shuffle_metadata(key=["k"], num_partitions=4, max_parallelism=32, topic=topic),
+    )
+    def keyed_rows(spark: ShuffleSparkResource):
+        return rows_df(spark.spark_session, n=2000)
+
+    @asset(ins={"rows": AssetIn("keyed_rows")})
+    def per_key(rows) -> int:
+        counts = rows.groupBy("k").count()
+        seen["plan"] = explain_text(counts)
+        return counts.count()
+
+    defs = Definitions(
+        assets=[keyed_rows, per_key],
+        resources={
+            "spark": spark_res,
+            "shuffle_io": KafkaShuffleIOManager(kafka=kafka, spark=spark_res),
+        },
+    )
+    result = materialize([keyed_rows, per_key], resources=defs.resources)
+    assert result.success
+    assert result.output_for_node("per_key") == 53
+    assert "kafka-shuffle topic=" in seen["plan"] and "keyed" in seen["plan"], seen["plan"]
+    assert "Exchange" not in seen["plan"], seen["plan"]
