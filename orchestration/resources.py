@@ -137,7 +137,8 @@ class ShuffleSparkResource(LazyPySparkResource):
     Kafka settings (a SASL password included) are read from the ``kafka`` resource when the
     session starts, so they are never part of this resource's configuration. Without the
     built jar (``scripts/dev setup`` builds it), or with ``jvm_read=False``, the session is
-    the plain ``spark_config`` and shuffles are read by the Python source.
+    the plain ``spark_config`` and shuffles are read by the Python source. A SparkSession
+    already running in the process is used as it was built (its jars are fixed).
 
     A Spark Connect server that should read on the JVM is configured on the server: give it
     the same settings (``jvm_spark_conf``) when it starts.
@@ -155,10 +156,19 @@ class ShuffleSparkResource(LazyPySparkResource):
 
     def session_config(self) -> dict[str, Any]:
         """The settings the session is built with."""
+        from pyspark import SparkContext
+
         from orchestration.shuffle import ShuffleSessionError, jvm_spark_conf
 
         conf = dict(self.spark_config)
         if not self.jvm_read or self.kafka is None or conf.get("spark.remote"):
+            return conf
+        if SparkContext._active_spark_context is not None:
+            # A running session's jars are fixed; it reads on the JVM if it was built so.
+            get_dagster_logger().info(
+                "a SparkSession is already running: it is used as it was built (jvm_spark_conf "
+                "applies to a session when it starts)"
+            )
             return conf
         try:
             jvm = jvm_spark_conf(kafka=self.kafka.config(), catalog=self.catalog)

@@ -421,10 +421,8 @@ def test_dagster_spark_resource_reads_assets_on_the_jvm(jspark, kafka_conf, uniq
 
     topic = unique("jvm-dagster")
     kafka = KafkaResource(bootstrap_servers=kafka_conf["bootstrap.servers"])
+    # The session runs already (built with jvm_spark_conf): the resource uses it as it is.
     spark_res = ShuffleSparkResource(spark_config={}, kafka=kafka)
-    conf = spark_res.session_config()
-    assert conf["spark.sql.catalog.shuffle"] == "kafkashuffle.jvm.ShuffleCatalog"
-    assert "kafka-shuffle-jvm.jar" in conf["spark.jars"]
     seen = {}
 
     @asset(

@@ -46,3 +46,47 @@ def test_says_how_to_build_missing_jars(tmp_path, monkeypatch):
     monkeypatch.setattr(jvm, "JARS_DIR", tmp_path)
     with pytest.raises(ShuffleSessionError, match="scripts/dev setup"):
         jvm_spark_conf(kafka={"bootstrap.servers": "b:9092"})
+
+
+@pytest.fixture
+def no_session(monkeypatch):
+    """As in a fresh process: the resource would start the session (a suite run in one
+    process may have one running already; nothing here starts or stops it)."""
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+
+
+def test_spark_resource_builds_its_session_for_the_jvm_path(built, no_session):
+    from orchestration import KafkaResource, ShuffleSparkResource
+
+    kafka = KafkaResource(
+        bootstrap_servers="b:9092", security_protocol="SASL_SSL", sasl_password="secret"
+    )
+    res = ShuffleSparkResource(spark_config={"spark.jars": "/opt/mine.jar"}, kafka=kafka)
+    conf = res.session_config()
+    assert conf["spark.jars"].split(",") == [
+        "/opt/mine.jar",
+        str(built / "kafka-shuffle-jvm.jar"),
+        str(built / "kafka-clients-3.9.2.jar"),
+    ]
+    assert conf["spark.sql.catalog.shuffle"] == "kafkashuffle.jvm.ShuffleCatalog"
+    assert conf["spark.sql.catalog.shuffle.kafka.sasl.password"] == "secret"
+    # The password is read from the kafka resource when the session starts, not configured.
+    assert "secret" not in str(res.spark_config)
+    plain = {"spark.app.name": "x"}
+    assert (
+        ShuffleSparkResource(spark_config=plain, kafka=kafka, jvm_read=False).session_config()
+        == plain
+    )
+    assert ShuffleSparkResource(spark_config=plain).session_config() == plain
+    remote = {"spark.remote": "sc://host:15002"}
+    assert ShuffleSparkResource(spark_config=remote, kafka=kafka).session_config() == remote
+
+
+def test_spark_resource_without_the_jar_reads_in_python(tmp_path, monkeypatch, no_session):
+    from orchestration import KafkaResource, ShuffleSparkResource
+
+    monkeypatch.setattr(jvm, "JARS_DIR", tmp_path)
+    res = ShuffleSparkResource(spark_config={}, kafka=KafkaResource(bootstrap_servers="b:9092"))
+    assert res.session_config() == {}
