@@ -305,6 +305,39 @@ def round_three_table(work: Path) -> str:
     return "\n".join(lines)
 
 
+def jvm_rows(work: Path) -> list[tuple[str, str, str, str]]:
+    """The JVM read path's targets from ``jvm.json`` (``bench/jvm_bench.py``), each size:
+    (target, what was measured, wanted, met / missed); one "not run" row without the file."""
+    report = _load(work / "jvm.json")
+    if not report or not report.get("sizes"):
+        return [("JVM read path", "not run", "", "not run")]
+    out = []
+    for rows, r in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
+        for name, t in r["targets"].items():
+            if t["kind"] == "speedup":
+                measured = f"{t['ratio']:.2f}x"
+                wanted = f">= {t['bound']:g}x"
+            else:
+                measured = f"{t['ratio']:.2f} of its time"
+                wanted = f"<= {t['bound']:g}"
+            out.append(
+                (
+                    f"{name}, {_rows(rows)} rows",
+                    f"{_seconds(t['ours_seconds'])} vs {_seconds(t['baseline_seconds'])}: "
+                    f"{measured}",
+                    wanted,
+                    "met" if t["met"] else "**missed**",
+                )
+            )
+    return out
+
+
+def jvm_table(work: Path) -> str:
+    lines = ["| target | measured | wanted | |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in jvm_rows(work)]
+    return "\n".join(lines)
+
+
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 
 
@@ -341,11 +374,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--targets",
         action="store_true",
-        help="print P1-P7 from the four benchmarks' results in .local/bench and stop",
+        help="print P1-P7 from the four benchmarks' results in .local/bench, and the JVM read "
+        "path's targets (jvm.json), and stop",
     )
     args = parser.parse_args(argv)
     if args.targets:
         print(round_three_table(ROOT / ".local" / "bench"))
+        print()
+        print(jvm_table(ROOT / ".local" / "bench"))
         return 0
     report = merge([json.loads(Path(p).read_text()) for p in args.results])
     if args.chart:

@@ -150,3 +150,25 @@ def test_round_three_targets_say_met_missed_or_not_run(tmp_path):
     for name in ("P1", "P2", "P5", "P6"):
         assert rows[name][3] == "not run"
     assert report.round_three_table(tmp_path).count("\n") == len(rows) + 1
+
+
+def test_jvm_table_lists_every_size_and_target_or_says_not_run(tmp_path):
+    report = load_report()
+    assert "not run" in report.jvm_table(tmp_path)
+    targets = {
+        "read vs bucketed": {"ours_seconds": 0.3, "baseline_seconds": 0.36, "kind": "speedup",
+                             "ratio": 1.2, "bound": 1.0, "met": True},
+        "reuse vs bucketed": {"ours_seconds": 3.6, "baseline_seconds": 5.3, "kind": "ratio",
+                              "ratio": 0.679, "bound": 0.6, "met": False},
+    }  # fmt: skip
+    sizes = {"10000000": {"targets": targets}, "2000000": {"targets": targets}}
+    (tmp_path / "jvm.json").write_text(json.dumps({"sizes": sizes}))
+    lines = report.jvm_table(tmp_path).splitlines()[2:]
+    assert [line.split(" | ")[0] for line in lines] == [
+        "| read vs bucketed, 2M rows",
+        "| reuse vs bucketed, 2M rows",
+        "| read vs bucketed, 10M rows",
+        "| reuse vs bucketed, 10M rows",
+    ]
+    assert "1.20x" in lines[0] and ">= 1x" in lines[0] and lines[0].endswith("| met |")
+    assert "0.68 of its time" in lines[1] and "<= 0.6" in lines[1] and "**missed**" in lines[1]
