@@ -311,10 +311,45 @@ def test_keyed_operations_plan_no_exchange(jspark, kafka_conf, unique):
         "sql group by": (sql(jvm), sql(py)),
         "join": (join(jvm, jvm_r), join(py, py_r)),
     }
-    for name, (on_jvm, on_python) in cases.items():
-        assert exchanges(on_jvm) == [], (name, explain_text(on_jvm))
-        assert exchanges(on_python), name  # the Python source reports no partitioning
-        assert sorted(map(tuple, on_jvm.collect())) == sorted(map(tuple, on_python.collect())), name
+    # These shuffles are small enough to broadcast, and the JVM read reports its size. As for
+    # two shuffles too large to broadcast, Spark may not here (the next test covers a small
+    # one).
+    threshold = jspark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    jspark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        for name, (on_jvm, on_python) in cases.items():
+            assert exchanges(on_jvm) == [], (name, explain_text(on_jvm))
+            assert exchanges(on_python), name  # the Python source reports no partitioning
+            got, want = on_jvm.collect(), on_python.collect()
+            assert sorted(map(tuple, got)) == sorted(map(tuple, want)), name
+    finally:
+        jspark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
+
+
+def test_statistics_let_spark_broadcast_a_small_read(jspark, kafka_conf, unique):
+    # The scan reports the plan's rows (from the commit records) and a size estimate: a
+    # join with a small shuffle broadcasts it, as it would a small file.
+    big, small = unique("jvm-stats-a"), unique("jvm-stats-b")
+    write_shuffle(rows_df(jspark, 4000), spec_for(big), kafka=kafka_conf)
+    dim = jspark.range(0, 53).selectExpr("concat('k', cast(id as string)) as k", "id as kid")
+    write_shuffle(dim, spec_for(small, event_time=None), kafka=kafka_conf)
+    left = read_shuffle(jspark, big, kafka=kafka_conf, engine="jvm")
+    right = read_shuffle(jspark, small, kafka=kafka_conf, engine="jvm")
+
+    def scan_stats(d):
+        return d._jdf.queryExecution().optimizedPlan().collectLeaves().head().stats()
+
+    # Rows times the columns' default widths (Spark keeps the row count only with CBO on).
+    width = right._jdf.schema().defaultSize()
+    assert scan_stats(right).sizeInBytes() == 53 * width
+    full = scan_stats(left).sizeInBytes()
+    assert full == 4000 * left._jdf.schema().defaultSize()
+    # Key-group sub-ranges of partitions (8 splits of 4 partitions): their share of the rows.
+    half = read_shuffle(jspark, big, kafka=kafka_conf, engine="jvm", parallelism=8)
+    assert 0.9 * full <= scan_stats(half).sizeInBytes() <= 1.1 * full
+    joined = left.join(right, "k")
+    assert "BroadcastHashJoin" in explain_text(joined), explain_text(joined)
+    assert joined.count() == 4000
 
 
 def test_partition_function_is_the_writers(jspark, kafka_conf, unique):

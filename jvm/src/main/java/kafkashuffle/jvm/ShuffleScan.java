@@ -2,6 +2,7 @@ package kafkashuffle.jvm;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.OptionalLong;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.Expressions;
@@ -10,7 +11,9 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.Statistics;
 import org.apache.spark.sql.connector.read.SupportsReportPartitioning;
+import org.apache.spark.sql.connector.read.SupportsReportStatistics;
 import org.apache.spark.sql.connector.read.partitioning.KeyGroupedPartitioning;
 import org.apache.spark.sql.connector.read.partitioning.Partitioning;
 import org.apache.spark.sql.connector.read.partitioning.UnknownPartitioning;
@@ -21,9 +24,11 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * A planned read: one Spark partition per split of the plan. When each split is one whole
  * Kafka partition (the plan's default parallelism), the scan reports that its rows are grouped
  * by {@code partition_of_<m>_<n>(key columns)}, so Spark plans grouping, windows and joins by
- * the key with no Exchange; otherwise it reports nothing.
+ * the key with no Exchange; otherwise it reports nothing. It reports its rows (from the commit
+ * records) and an estimate of their size, so Spark can choose to broadcast a small read.
  */
-final class ShuffleScan implements Scan, Batch, SupportsReportPartitioning {
+final class ShuffleScan
+    implements Scan, Batch, SupportsReportPartitioning, SupportsReportStatistics {
   private final ReadSpec spec;
   private final List<SplitPlan> splits;
   private final StructType readSchema;
@@ -101,6 +106,58 @@ final class ShuffleScan implements Scan, Batch, SupportsReportPartitioning {
     return new KeyGroupedPartitioning(
         new Expression[] {Expressions.apply(fn, keys)}, layout.numPartitions);
   }
+
+  @Override
+  public Statistics estimateStatistics() {
+    Layout layout = spec.layout();
+    double rows = 0;
+    for (SplitPlan s : splits) {
+      for (SplitPlan.PartitionRead r : s.reads) {
+        long partition = 0;
+        for (SplitPlan.Segment g : r.segments) {
+          if (g.rows <= 0) {
+            return UNKNOWN; // commit records without row counts
+          }
+          partition += g.rows;
+        }
+        // A key-group sub-range: its share of the partition's key groups.
+        rows +=
+            r.full
+                ? partition
+                : partition
+                    * (double) (r.keyGroupEnd - r.keyGroupStart)
+                    * layout.numPartitions
+                    / layout.maxParallelism;
+      }
+    }
+    long n = (long) Math.ceil(rows);
+    // As Spark estimates a relation of unknown size: its columns' default widths per row.
+    long size = n * Math.max(1, readSchema.defaultSize());
+    return new Statistics() {
+      @Override
+      public OptionalLong sizeInBytes() {
+        return OptionalLong.of(size);
+      }
+
+      @Override
+      public OptionalLong numRows() {
+        return OptionalLong.of(n);
+      }
+    };
+  }
+
+  private static final Statistics UNKNOWN =
+      new Statistics() {
+        @Override
+        public OptionalLong sizeInBytes() {
+          return OptionalLong.empty();
+        }
+
+        @Override
+        public OptionalLong numRows() {
+          return OptionalLong.empty();
+        }
+      };
 
   /** Creates the columnar reader of a split on the executor. */
   static final class ReaderFactory implements PartitionReaderFactory {

@@ -23,13 +23,15 @@ final class SplitPlan implements Serializable {
     final long last;
     final int[][] tasks; // (subtask, attempt) pairs
     final String window;
+    final long rows; // the run's rows in this partition (commit record); 0: not recorded
 
-    Segment(String runId, long first, long last, int[][] tasks, String window) {
+    Segment(String runId, long first, long last, int[][] tasks, String window, long rows) {
       this.runId = runId;
       this.first = first;
       this.last = last;
       this.tasks = tasks;
       this.window = window;
+      this.rows = rows;
     }
   }
 
@@ -110,13 +112,15 @@ final class SplitPlan implements Serializable {
           pairs[i] = new int[] {tasks.get(i).get(0).asInt(), tasks.get(i).get(1).asInt()};
         }
         JsonNode w = s.get("window");
+        JsonNode rows = s.get("rows");
         segs.add(
             new Segment(
                 s.get("run_id").asText(),
                 s.get("first").asLong(),
                 s.get("last").asLong(),
                 pairs,
-                w == null || w.isNull() ? null : w.asText()));
+                w == null || w.isNull() ? null : w.asText(),
+                rows == null || rows.isNull() ? 0 : rows.asLong()));
       }
       reads.add(
           new PartitionRead(
