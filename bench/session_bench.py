@@ -61,6 +61,7 @@ from orchestration.shuffle import (  # noqa: E402
     ShuffleSpec,
     aggregate_shuffle,
     apply_per_key,
+    jvm_spark_conf,
     plan_shuffle_read,
     write_shuffle,
 )
@@ -230,11 +231,10 @@ def p2(spark, kafka: dict, partitions: int, repeat: int, idle: bool) -> dict:
 
 def child(args) -> dict:
     kafka = {"bootstrap.servers": localstack.start()}
-    spark = spark_session(
-        master=args.master,
-        app_name="kafka-shuffle-session-bench",
-        conf={"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": str(args.partitions)},
-    )
+    conf = {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": str(args.partitions)}
+    if args.jvm:
+        conf.update(jvm_spark_conf(kafka=kafka))
+    spark = spark_session(master=args.master, app_name="kafka-shuffle-session-bench", conf=conf)
     if args.small_only:
         return {"p2": p2(spark, kafka, args.partitions, args.repeat, args.idle)}
     return {"p1": p1(spark, kafka, args.rows_one, args.repeat, args.partitions)}
@@ -249,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-small", dest="small", action="store_false", help="leave out P2")
     parser.add_argument("--no-p1", dest="p1", action="store_false", help="leave out P1")
     parser.add_argument("--no-idle", dest="idle", action="store_false", help="P2 without idle")
+    parser.add_argument(
+        "--jvm",
+        action="store_true",
+        help="P2 only, on a session built with jvm_spark_conf (the read on the JVM path; "
+        "aggregate_shuffle and apply_per_key run in the Python reader on either); kept as p2_jvm",
+    )
     parser.add_argument("--out", default=str(WORK / "session.json"))
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--rows-one", type=int, default=0, help=argparse.SUPPRESS)
@@ -260,12 +266,12 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     # A run replaces what it measures and keeps the rest of an earlier run's results.
-    report: dict = {"p1": {}, "p2": None}
+    report: dict = {"p1": {}, "p2": None, "p2_jvm": None}
     if out.exists():
         report.update(json.loads(out.read_text()))
     report.update({"master": args.master, "cores": os.cpu_count()})
     out.parent.mkdir(parents=True, exist_ok=True)
-    runs = [("p1", int(r)) for r in args.rows.split(",") if r] if args.p1 else []
+    runs = [("p1", int(r)) for r in args.rows.split(",") if r] if args.p1 and not args.jvm else []
     if args.small:
         runs.append(("p2", 0))
     for kind, rows in runs:
@@ -276,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["--rows-one", str(rows)] if kind == "p1" else ["--small-only"]
         if not args.idle:
             cmd.append("--no-idle")
+        if args.jvm:
+            cmd.append("--jvm")
         print(f"== {kind} {rows or ''} (fresh session)", flush=True)
         # The per-key functions come from shuffle_bench: Spark's Python workers import it.
         paths = [str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]
@@ -286,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "p1":
             report["p1"][str(rows)] = got["p1"]
         else:
-            report["p2"] = got["p2"]
+            report["p2_jvm" if args.jvm else "p2"] = got["p2"]
         out.write_text(json.dumps(report, indent=2))
     for rows, r in report["p1"].items():
         for name, c in r["targets"].items():
@@ -296,19 +304,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"{P1_WITHIN} of fresh and >= {c['bound']:g}x): "
                 f"{'met' if c['met'] else 'MISSED'}"
             )
-    if report["p2"]:
-        for name, t in report["p2"]["targets"].items():
+    for key, label in (("p2", "P2"), ("p2_jvm", "P2 (JVM session)")):
+        if not report.get(key):
+            continue
+        for name, t in report[key]["targets"].items():
             print(
-                f"P2 {name} one 1,000-row window: {t['ours']:.3f}s vs Parquet "
+                f"{label} {name} one 1,000-row window: {t['ours']:.3f}s vs Parquet "
                 f"{t['baseline']:.3f}s ({t['ratio']:.2f} of its time; target <= 1): "
                 f"{'met' if t['met'] else 'MISSED'}"
             )
-        parts = report["p2"]["read_parts"]
-        print("P2 a read's parts (median): " + ", ".join(f"{k} {v:.3f}s" for k, v in parts.items()))
-        cold = report["p2"]["read_parts_after_idle"]
+        parts = report[key]["read_parts"]
+        print(
+            f"{label} a read's parts (median): "
+            + ", ".join(f"{k} {v:.3f}s" for k, v in parts.items())
+        )
+        cold = report[key]["read_parts_after_idle"]
         if cold:
             print(
-                f"P2 the same after {IDLE_SECONDS}s idle: "
+                f"{label} the same after {IDLE_SECONDS}s idle: "
                 + ", ".join(f"{k} {v:.3f}s" for k, v in cold.items())
             )
     print(f"\nall measurements: {out}")
