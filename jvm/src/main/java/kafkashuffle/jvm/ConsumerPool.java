@@ -20,8 +20,8 @@ import org.apache.kafka.common.serialization.ByteBufferDeserializer;
  * the consumer received them (a view of the fetched bytes, not a copy).
  *
  * <p>A new consumer costs a connection, a metadata request and, at the first fetch of a
- * partition, a round of leader lookups: measured at 2M rows over 8 partitions, about half of a
- * task's time went to that rather than to reading. Reads here assign partitions and seek to
+ * partition, a round of leader lookups: at 2M rows over 8 partitions, a task with a new
+ * consumer spent about half of its time waiting rather than on CPU (Spark's task metrics). Reads here assign partitions and seek to
  * offsets (no group, no committed position), so a consumer carries nothing from one read to
  * the next once it is unassigned. A consumer idle for more than {@link #IDLE_MS} is closed the
  * next time the pool is used; a read that failed closes its consumer instead of returning it.

@@ -153,14 +153,18 @@ final class DirectColumnVector extends ColumnVector {
     return Platform.getDouble(null, data + 8L * rowId);
   }
 
+  /** Where value {@code rowId} of a string or binary column starts in its data buffer. */
+  private int start(int rowId) {
+    return Platform.getInt(null, offsets + 4L * rowId);
+  }
+
   @Override
   public UTF8String getUTF8String(int rowId) {
     if (isNullAt(rowId)) {
       return null;
     }
-    int start = Platform.getInt(null, offsets + 4L * rowId);
-    int end = Platform.getInt(null, offsets + 4L * rowId + 4);
-    return UTF8String.fromAddress(null, data + start, end - start);
+    int start = start(rowId);
+    return UTF8String.fromAddress(null, data + start, start(rowId + 1) - start);
   }
 
   @Override
@@ -168,9 +172,8 @@ final class DirectColumnVector extends ColumnVector {
     if (isNullAt(rowId)) {
       return null;
     }
-    int start = Platform.getInt(null, offsets + 4L * rowId);
-    int end = Platform.getInt(null, offsets + 4L * rowId + 4);
-    byte[] out = new byte[end - start];
+    int start = start(rowId);
+    byte[] out = new byte[start(rowId + 1) - start];
     Platform.copyMemory(null, data + start, out, Platform.BYTE_ARRAY_OFFSET, out.length);
     return out;
   }

@@ -51,8 +51,10 @@ final class FrameCompression implements CompressionCodec.Factory {
    *
    * <p>Short literal runs and matches are copied eight bytes at a time past their end (into
    * slack at the end of the output, or bytes a later step overwrites), as LZ4's reference
-   * decoder does; measured on a 2M-row read, a copy call per sequence made decoding a third of
-   * a task's time. The compressed and decompressed bytes go through arrays each thread keeps.
+   * decoder does, instead of one copy call per sequence: decoding was a third of a task's time
+   * in a profile of a 2M-row read, and on the buffers of 250k of those rows this decodes 2.1
+   * GB/s against 1.0-1.5 GB/s. The compressed and decompressed bytes go through arrays each
+   * thread keeps.
    */
   static final class Lz4Frame extends AbstractCompressionCodec {
     static final Lz4Frame INSTANCE = new Lz4Frame();
