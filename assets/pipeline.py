@@ -104,8 +104,7 @@ def flights(context: AssetExecutionContext, warehouse: WarehouseResource) -> Mat
     for day in context.partition_keys:
         table = flights_of_day(day)
         path = warehouse.day_path("flights", day)
-        warehouse.replace_dir(path)
-        warehouse.write_table(table, f"{path}/part-0.parquet")
+        warehouse.replace_with_table(path, table)
         per_day[day] = table.num_rows
         context.log.info(f"flights {day}: {table.num_rows} rows -> {path}")
     return MaterializeResult(

@@ -1,5 +1,6 @@
 """Dagster resources: plain configuration, no environment reads, no defaults from the machine."""
 
+import uuid
 from typing import Any
 
 from dagster import ConfigurableResource, get_dagster_logger
@@ -103,6 +104,17 @@ class WarehouseResource(ConfigurableResource):
         fs, inner = self._open(path)
         fs.delete_dir_contents(inner, missing_dir_ok=True)
         fs.create_dir(inner)
+
+    def replace_with_table(self, folder: str, table: Any) -> str:
+        """Replaces what ``folder`` holds with the pyarrow ``table`` as one Parquet file, and
+        returns the file's path. The file's name is new on every call: a session that read
+        the folder before must not be handed the earlier file's bytes under the same name
+        (Hadoop 3.5's S3A reads through the analytics accelerator by default, which keeps
+        what it read of an object by name for the life of the file system)."""
+        self.replace_dir(folder)
+        path = f"{folder}/part-{uuid.uuid4().hex[:12]}.parquet"
+        self.write_table(table, path)
+        return path
 
     def write_table(self, table: Any, path: str) -> None:
         """Writes a pyarrow ``table`` as the Parquet file ``path``. A reader never sees part

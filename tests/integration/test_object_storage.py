@@ -139,3 +139,19 @@ def test_a_scheme_without_a_hadoop_file_system_is_named(spark, kafka_conf, uniqu
     KafkaClient(kafka_conf).ensure_topic(topic, partitions=1)
     with pytest.raises(ShuffleSessionError, match=r"no Hadoop file system for gs://"):
         read_queue_output(spark, "gs://some-bucket/out")
+
+
+def test_a_replaced_warehouse_folder_reads_new_in_a_session_that_read_the_old(spark, s3):
+    import pyarrow as pa
+
+    from orchestration import WarehouseResource
+
+    warehouse = WarehouseResource(path=s3("replace"))
+    folder = warehouse.day_path("flights", "2013-01-01")
+    first = pa.table({"n": list(range(5000))})
+    warehouse.replace_with_table(folder, first)
+    assert spark.read.parquet(folder).count() == 5000
+    # A smaller file: read under the old file's name, its bytes would not be a Parquet file.
+    second_path = warehouse.replace_with_table(folder, first.slice(0, 7))
+    assert sorted(r.n for r in spark.read.parquet(folder).collect()) == list(range(7))
+    assert listing(folder) == [second_path.rsplit("/", 1)[1]]

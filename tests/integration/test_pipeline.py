@@ -221,13 +221,12 @@ def test_new_producer_run_relaunches_consumers_with_new_data(stack, spark, kafka
     )
     before = read_output(stack, "aircraft_daily_utilization", D3)
     # Corrected data for D3: drop every American Airlines flight, then produce D3 again.
+    # The session has read D3's flights already: the corrected file must reach it.
     path = warehouse.day_path("flights", D3)
     table = warehouse.read_table(path)
     frame = table.to_pandas()
     corrected = frame[frame["carrier"] != "AA"]
-    warehouse.write_table(
-        table.from_pandas(corrected, preserve_index=False), f"{path}/part-0.parquet"
-    )
+    warehouse.replace_with_table(path, table.from_pandas(corrected, preserve_index=False))
     second = runner.run(
         PRODUCER_JOB, partition=D3, asset_selection=[FLIGHTS_BY_TAILNUM, MISSING_TAILNUM]
     )
