@@ -2,6 +2,7 @@
 from ``jvm_spark_conf``: the same rows as the Python source, and keyed plans Spark sees."""
 
 import datetime as dt
+import json
 from dataclasses import replace
 
 import pandas as pd
@@ -26,6 +27,7 @@ from orchestration.shuffle.kafka.commitlog import write_commit
 from orchestration.shuffle.spark.perkey import shuffle_scan_options
 from orchestration.shuffle.spark.session import explain_text
 from tests.integration.test_shuffle import DAY, rows_df, spec_for
+from tests.vectors import read_plans
 
 pytestmark = pytest.mark.integration
 
@@ -381,16 +383,75 @@ def test_apply_per_key_on_a_jvm_read(jspark, kafka_conf, unique):
     assert sorted(map(tuple, got.collect())) == sorted(map(tuple, want.collect()))
 
 
-def test_catalog_table_and_a_read_without_a_plan(jspark, kafka_conf, unique):
+def test_catalog_table_read_in_sql_alone(jspark, kafka_conf, unique):
+    # No Python planner: the catalog reads the commit log and plans on the JVM, with the same
+    # rules (supersession by window, runs, windows, event time) as the Python path.
     topic = unique("jvm-cat")
-    write_shuffle(rows_df(jspark, 100), spec_for(topic), kafka=kafka_conf)
+    spec = spec_for(topic)
+    write_shuffle(rows_df(jspark, 1000), spec, kafka=kafka_conf, window="d1")
+    d2 = DAY + dt.timedelta(days=1)
+    r2 = write_shuffle(
+        rows_df(jspark, 700, day=d2, offset=10_000), spec, kafka=kafka_conf, window="d2"
+    )
     table = jspark.table(f"shuffle.`{topic}`")
     assert table.columns == ["k", "id", "ts", "x", "maybe"]
     assert jspark.table(f"shuffle.with_metadata.`{topic}`").columns[-1] == "_window"
-    with pytest.raises(Exception, match="plan the Python planner made"):
-        jspark.sql(f"SELECT count(*) FROM shuffle.`{topic}`").collect()
+    assert by_id(jspark.sql(f"SELECT * FROM shuffle.`{topic}`")) == by_id(
+        read_shuffle(jspark, topic, kafka=kafka_conf, engine="python")
+    )
+    # A re-run of d1 supersedes the first: the next query sees it, and only it.
+    r3 = write_shuffle(rows_df(jspark, 400, offset=20_000), spec, kafka=kafka_conf, window="d1")
+    sql = jspark.sql(
+        f"SELECT _window, count(*) AS n, min(id) AS lo FROM shuffle.with_metadata.`{topic}` "
+        "GROUP BY _window ORDER BY _window"
+    )
+    assert [tuple(r) for r in sql.collect()] == [("d1", 400, 20_000), ("d2", 700, 10_000)]
+    # GROUP BY the key in SQL: no Exchange, and the counts of the Python path.
+    grouped = jspark.sql(f"SELECT k, count(*) AS n FROM shuffle.`{topic}` GROUP BY k")
+    assert not exchanges(grouped)
+    py = read_shuffle(jspark, topic, kafka=kafka_conf, engine="python")
+    assert sorted(map(tuple, grouped.collect())) == sorted(
+        map(tuple, py.groupBy("k").count().collect())
+    )
+
+    # The data source's options select as read_shuffle's arguments do.
+    def reader():  # a DataFrameReader keeps its options: a new one per read
+        return jspark.read.format("kafka-shuffle-jvm").option("topic", topic)
+
+    for options, kw in (
+        ({"windows": '["d2"]'}, {"windows": ["d2"]}),
+        ({"runs": f'["{r2.run_id}", "{r3.run_id}"]'}, {"runs": [r2.run_id, r3.run_id]}),
+        (
+            {"event_time_start": str(int(d2.timestamp()) * 1_000_000)},
+            {"event_time_range": (d2, None)},
+        ),
+        ({"parallelism": "3"}, {"parallelism": 3}),
+    ):
+        got = reader().options(**options).load()
+        assert by_id(got) == by_id(
+            read_shuffle(jspark, topic, kafka=kafka_conf, engine="python", **kw)
+        ), options
+    assert reader().option("parallelism", "3").load().rdd.getNumPartitions() == 3
+    with pytest.raises(Exception, match=r"ShuffleWindowNotFoundError.*no committed run for window"):
+        reader().option("windows", '["d9"]').load().collect()
+    with pytest.raises(Exception, match="option 'parallelism' must be an integer >= 1"):
+        reader().option("parallelism", "0").load().collect()
     with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
         jspark.table(f"shuffle.`{unique('jvm-none')}`")
+
+
+VECTORS = json.loads(read_plans.FILE.read_text())
+
+
+def test_jvm_planner_matches_every_read_plan_vector(jspark):
+    # The same checked-in vectors the Python planner is held to (tests/unit): commit-log
+    # records in, splits or the error out.
+    planner = jspark._jvm.kafkashuffle.jvm.ReadPlanner
+    for v in VECTORS:
+        got = json.loads(
+            planner.planVector(v["topic"], json.dumps(v["records"]), json.dumps(v["options"]))
+        )
+        assert got == v["expected"], v["name"]
 
 
 def test_corrupt_frame_names_topic_partition_offset(jspark, kafka_conf, unique):

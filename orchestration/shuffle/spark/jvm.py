@@ -16,8 +16,9 @@ partitioning names. A session gets both from :func:`jvm_spark_conf`::
 
     spark = SparkSession.builder.config(map=jvm_spark_conf(kafka=conf)).getOrCreate()
 
-A catalog read without a plan from Python (plain SQL over ``shuffle.`t```) is refused with an
-error saying so: the JVM side does not read the commit log's rules itself.
+A catalog read that no Python planned (plain SQL over ``shuffle.`t```) is planned on the JVM
+(``ReadPlanner.java``) by the same rules; both planners are held to the checked-in vectors
+``tests/vectors/read_plans.json``.
 """
 
 from __future__ import annotations

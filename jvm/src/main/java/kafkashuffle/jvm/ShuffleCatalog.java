@@ -102,32 +102,35 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
     if (ns.length != 0 && !withMetadata) {
       throw new NoSuchTableException(ident);
     }
-    String layout = readLayout(ident.name());
-    if (layout == null) {
+    CommitLog log = readLog(ident.name());
+    if (log == null || log.layoutJson() == null) {
       throw new NoSuchTableException(ident);
     }
     return new ShuffleTable(
-        Layout.parse(layout, "shuffle '" + ident.name() + "' layout"), kafka, withMetadata);
+        Layout.parse(log.layoutJson(), "shuffle '" + ident.name() + "' layout"),
+        kafka,
+        withMetadata,
+        log);
   }
 
-  /** What was read of a commit log: offsets {@code [begin, end)} and its latest layout. */
+  /** What was read of a commit log: offsets {@code [begin, end)} and the log they make. */
   private static final class LogRead {
     final long begin;
     final long end;
-    final String layout;
+    final CommitLog log;
 
-    LogRead(long begin, long end, String layout) {
+    LogRead(long begin, long end, CommitLog log) {
       this.begin = begin;
       this.end = end;
-      this.layout = layout;
+      this.log = log;
     }
   }
 
   // Per commit log, what was read of it: a later lookup reads only the records after it.
   private final Map<String, LogRead> read = new HashMap<>();
 
-  /** The latest {@code layout} record of the shuffle's commit log, or null. */
-  String readLayout(String topic) {
+  /** The shuffle's commit log read to its end, or null when it has none. */
+  CommitLog readLog(String topic) {
     String ctopic = topic + COMMITS_SUFFIX;
     KafkaConsumer<byte[], ByteBuffer> c = ConsumerPool.borrow(consumerSettings(), "shuffle-catalog");
     boolean ok = false;
@@ -146,12 +149,12 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
         before = read.get(ctopic);
       }
       long from = begin;
-      String layout = null;
+      CommitLog log = new CommitLog(topic);
       // The log only grows at its end; a log that lost its head (retention) or shrank (was
       // deleted and created again) is read again from its beginning.
       if (before != null && before.begin == begin && before.end <= end) {
         from = before.end;
-        layout = before.layout;
+        log = before.log.copy();
       }
       c.seek(tp, from);
       long deadline = System.currentTimeMillis() + 30_000;
@@ -162,18 +165,16 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
               owner() + ": reading commit log '" + ctopic + "' took over 30s");
         }
         for (ConsumerRecord<byte[], ByteBuffer> r : c.poll(Duration.ofMillis(200)).records(tp)) {
-          if (r.key() != null
-              && LAYOUT_KEY.equals(new String(r.key(), StandardCharsets.UTF_8))
-              && r.value() != null) {
-            layout = StandardCharsets.UTF_8.decode(r.value()).toString();
-          }
+          log.apply(
+              r.key() == null ? null : new String(r.key(), StandardCharsets.UTF_8),
+              r.value() == null ? null : StandardCharsets.UTF_8.decode(r.value()).toString());
         }
       }
       synchronized (read) {
-        read.put(ctopic, new LogRead(begin, end, layout));
+        read.put(ctopic, new LogRead(begin, end, log));
       }
       ok = true;
-      return layout;
+      return log.copy();
     } catch (KafkaException e) {
       throw new ShuffleException(
           ShuffleException.Kind.CONNECTION,

@@ -13,7 +13,8 @@ public class ShuffleException extends RuntimeException {
     LAYOUT("ShuffleLayoutError"),
     WATERMARK("ShuffleWatermarkError"),
     CONNECTION("ShuffleConnectionError"),
-    NOT_FOUND("ShuffleTopicNotFoundError");
+    NOT_FOUND("ShuffleTopicNotFoundError"),
+    WINDOW_NOT_FOUND("ShuffleWindowNotFoundError");
 
     final String pythonName;
 

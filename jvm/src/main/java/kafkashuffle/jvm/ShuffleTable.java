@@ -19,7 +19,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 /**
  * A shuffle topic as a table: the layout's columns (and, for a read with metadata, {@code
  * _partition}, {@code _key_group}, {@code _run_id}, {@code _offset}, {@code _window}). A read
- * executes a plan the Python planner made (options {@code plan}, {@code layout}).
+ * executes a plan the Python planner made (options {@code plan}, {@code layout}) or, for a
+ * catalog table read without one (SQL), a plan {@link ReadPlanner} makes of the commit log
+ * read when the table was loaded.
  */
 final class ShuffleTable implements SupportsRead {
   static final String OWNER = ShuffleBatchReader.OWNER;
@@ -28,12 +30,15 @@ final class ShuffleTable implements SupportsRead {
   private final Map<String, String> catalogKafka;
   private final boolean withMetadata;
   private final StructType schema;
+  private final CommitLog log; // null: read only through a plan given as an option
 
-  ShuffleTable(Layout layout, Map<String, String> catalogKafka, boolean withMetadata) {
+  ShuffleTable(
+      Layout layout, Map<String, String> catalogKafka, boolean withMetadata, CommitLog log) {
     this.layout = layout;
     this.catalogKafka = catalogKafka;
     this.withMetadata = withMetadata;
     this.schema = schemaOf(layout, withMetadata);
+    this.log = log;
   }
 
   static StructType schemaOf(Layout layout, boolean withMetadata) {
@@ -87,48 +92,60 @@ final class ShuffleTable implements SupportsRead {
     public Scan build() {
       String topic = layout.topic;
       String planText = options.get("plan");
-      if (planText == null || planText.isEmpty()) {
-        throw ShuffleException.option(
-            OWNER
-                + ": shuffle '"
-                + topic
-                + "' is read through a plan the Python planner made (option 'plan', as "
-                + "orchestration.shuffle.plan_shuffle_read hands it over: read_shuffle(..., "
-                + "engine='jvm')); a read of all visible commits without one is not supported");
-      }
-      Layout planned = layout;
-      String layoutText = options.get("layout");
-      if (layoutText != null && !layoutText.isEmpty()) {
-        planned = Layout.parse(layoutText, OWNER + ": option 'layout'");
-        if (!planned.topic.equals(topic)
-            || planned.numPartitions != layout.numPartitions
-            || planned.maxParallelism != layout.maxParallelism
-            || !planned.key.equals(layout.key)) {
-          throw new ShuffleException(
-              ShuffleException.Kind.LAYOUT,
-              OWNER
-                  + ": option 'layout' (shuffle '"
-                  + planned.topic
-                  + "') does not match the layout in the commit log of '"
-                  + topic
-                  + "'");
-        }
-      }
       Map<String, String> kafka = KafkaSettings.fromOptions(options);
       if (!kafka.containsKey("bootstrap.servers")) {
         kafka = catalogKafka;
       }
-      Long start = longOption("event_time_start");
-      Long end = longOption("event_time_end");
-      if ((start != null || end != null) && planned.eventTime == null) {
-        throw ShuffleException.option(
-            "shuffle '" + topic + "' has no event_time column; an event-time range cannot apply");
+      Layout planned = layout;
+      List<SplitPlan> splits;
+      Long start;
+      Long end;
+      if (planText == null || planText.isEmpty()) {
+        if (log == null) {
+          throw ShuffleException.option(
+              OWNER
+                  + ": shuffle '"
+                  + topic
+                  + "' needs a catalog (spark.sql.catalog.<name>="
+                  + ShuffleCatalog.class.getName()
+                  + ") or a plan the Python planner made (option 'plan') to be read");
+        }
+        // No Python planner: the commit log read when the table was loaded is planned here,
+        // with the same rules (windows, runs, event_time_start/end and parallelism options).
+        ReadPlanner.Selection selection = ReadPlanner.Selection.parse(options, OWNER);
+        splits = ReadPlanner.plan(log, selection);
+        start = selection.eventTimeStart;
+        end = selection.eventTimeEnd;
+      } else {
+        String layoutText = options.get("layout");
+        if (layoutText != null && !layoutText.isEmpty()) {
+          planned = Layout.parse(layoutText, OWNER + ": option 'layout'");
+          if (!planned.topic.equals(topic)
+              || planned.numPartitions != layout.numPartitions
+              || planned.maxParallelism != layout.maxParallelism
+              || !planned.key.equals(layout.key)) {
+            throw new ShuffleException(
+                ShuffleException.Kind.LAYOUT,
+                OWNER
+                    + ": option 'layout' (shuffle '"
+                    + planned.topic
+                    + "') does not match the layout in the commit log of '"
+                    + topic
+                    + "'");
+          }
+        }
+        start = longOption("event_time_start");
+        end = longOption("event_time_end");
+        if ((start != null || end != null) && planned.eventTime == null) {
+          throw ShuffleException.option(
+              "shuffle '" + topic + "' has no event_time column; an event-time range cannot apply");
+        }
+        splits = SplitPlan.parseAll(planText, "plan");
       }
       List<String> columns = new ArrayList<>();
       for (StructField f : required.fields()) {
         columns.add(f.name());
       }
-      List<SplitPlan> splits = SplitPlan.parseAll(planText, "plan");
       ReadSpec spec =
           new ReadSpec(topic, kafka, planned, columns.toArray(new String[0]), start, end);
       return new ShuffleScan(spec, splits, required);

@@ -67,7 +67,7 @@ public final class ShuffleTableProvider implements SupportsCatalogOptions, DataS
       StructType schema, Transform[] partitioning, Map<String, String> properties) {
     CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(properties);
     return new ShuffleTable(
-        layoutOption(options), KafkaSettings.fromOptions(options), withMetadata(options));
+        layoutOption(options), KafkaSettings.fromOptions(options), withMetadata(options), null);
   }
 
   private static Layout layoutOption(CaseInsensitiveStringMap options) {

@@ -1,6 +1,8 @@
 package kafkashuffle.jvm;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.io.Serializable;
 import java.util.ArrayList;
@@ -9,8 +11,9 @@ import java.util.List;
 
 /**
  * What one Spark partition reads, as the Python planner ({@code
- * orchestration/shuffle/core/reader.py} {@code SplitPlan.to_json}) computed it: per Kafka
- * partition, its key-group range and the committed segments (run, offsets, attempts).
+ * orchestration/shuffle/core/reader.py} {@code SplitPlan.to_json}) or {@link ReadPlanner}
+ * computed it: per Kafka partition, its key-group range and the committed segments (run,
+ * offsets, attempts).
  */
 final class SplitPlan implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -72,9 +75,41 @@ final class SplitPlan implements Serializable {
   final int index;
   final List<PartitionRead> reads;
 
-  private SplitPlan(int index, List<PartitionRead> reads) {
+  SplitPlan(int index, List<PartitionRead> reads) {
     this.index = index;
     this.reads = reads;
+  }
+
+  /** This split as {@code SplitPlan.to_json} in Python writes it (the vectors compare them). */
+  ObjectNode toJson() {
+    ObjectNode d = Layout.JSON.createObjectNode();
+    d.put("index", index);
+    ArrayNode rs = d.putArray("reads");
+    for (PartitionRead r : reads) {
+      ObjectNode o = rs.addObject();
+      o.put("partition", r.partition);
+      o.put("key_group_start", r.keyGroupStart);
+      o.put("key_group_end", r.keyGroupEnd);
+      o.put("full", r.full);
+      ArrayNode ss = o.putArray("segments");
+      for (Segment s : r.segments) {
+        ObjectNode so = ss.addObject();
+        so.put("run_id", s.runId);
+        so.put("first", s.first);
+        so.put("last", s.last);
+        ArrayNode ts = so.putArray("tasks");
+        for (int[] t : s.tasks) {
+          ts.addArray().add(t[0]).add(t[1]);
+        }
+        if (s.window == null) {
+          so.putNull("window");
+        } else {
+          so.put("window", s.window);
+        }
+        so.put("rows", s.rows);
+      }
+    }
+    return d;
   }
 
   /** The splits of option {@code plan}: a JSON list of SplitPlan JSON texts. */

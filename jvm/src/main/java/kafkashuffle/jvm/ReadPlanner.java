@@ -1,0 +1,412 @@
+package kafkashuffle.jvm;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
+
+/**
+ * The read planner on the JVM, for reads that no Python planner prepared (SQL over a catalog
+ * table): which commits a read sees and which offsets each split fetches. The same rules,
+ * step by step and with the same error messages, as {@code plan_read} and {@code
+ * plan_splits} in {@code orchestration/shuffle/core/reader.py}; both planners are tested
+ * against the checked-in vectors {@code tests/vectors/read_plans.json} (commit-log records
+ * in, plan out).
+ */
+public final class ReadPlanner {
+  /** Rows a task of an "auto" read is given at least (reader.py {@code AUTO_TASK_ROWS}). */
+  static final long AUTO_TASK_ROWS = 500_000L;
+
+  static final String AUTO = "auto";
+
+  private ReadPlanner() {}
+
+  /** What a read selects: each null means "not given", as the Python options. */
+  static final class Selection {
+    final List<String> windows;
+    final List<String> runs;
+    final Long eventTimeStart;
+    final Long eventTimeEnd;
+    final Object parallelism; // null: one split per partition; AUTO; or an Integer
+
+    Selection(
+        List<String> windows,
+        List<String> runs,
+        Long eventTimeStart,
+        Long eventTimeEnd,
+        Object parallelism) {
+      this.windows = windows;
+      this.runs = runs;
+      this.eventTimeStart = eventTimeStart;
+      this.eventTimeEnd = eventTimeEnd;
+      this.parallelism = parallelism;
+    }
+
+    /** The selection of a data source's string options (errors name the option). */
+    static Selection parse(Map<String, String> options, String owner) {
+      return new Selection(
+          jsonList(options, "windows", owner),
+          jsonList(options, "runs", owner),
+          integer(options, "event_time_start", Long.MIN_VALUE, owner),
+          integer(options, "event_time_end", Long.MIN_VALUE, owner),
+          parallelism(options, owner));
+    }
+
+    private static String get(Map<String, String> options, String name) {
+      String v = options.get(name);
+      return v == null || v.isEmpty() ? null : v;
+    }
+
+    private static ShuffleException bad(String owner, String name, String what, String value) {
+      return ShuffleException.option(
+          owner + ": option '" + name + "' must be " + what + ", got '" + value + "'");
+    }
+
+    private static List<String> jsonList(Map<String, String> options, String name, String owner) {
+      String v = get(options, name);
+      if (v == null) {
+        return null;
+      }
+      JsonNode n;
+      try {
+        n = Layout.JSON.readTree(v);
+      } catch (IOException e) {
+        n = null;
+      }
+      if (n == null || !n.isArray()) {
+        throw bad(owner, name, "a JSON list of strings", v);
+      }
+      List<String> out = new ArrayList<>();
+      for (JsonNode item : n) {
+        out.add(item.isTextual() ? item.asText() : item.toString());
+      }
+      return out;
+    }
+
+    private static Long integer(
+        Map<String, String> options, String name, long minimum, String owner) {
+      String v = get(options, name);
+      if (v == null) {
+        return null;
+      }
+      long parsed;
+      try {
+        parsed = Long.parseLong(v.trim());
+      } catch (NumberFormatException e) {
+        throw bad(owner, name, "an integer", v);
+      }
+      if (parsed < minimum) {
+        throw bad(owner, name, "an integer >= " + minimum, v);
+      }
+      return parsed;
+    }
+
+    private static Object parallelism(Map<String, String> options, String owner) {
+      String v = get(options, "parallelism");
+      if (v == null) {
+        return null;
+      }
+      if (v.trim().equalsIgnoreCase(AUTO)) {
+        return AUTO;
+      }
+      Long n = integer(options, "parallelism", 1, owner);
+      if (n > Integer.MAX_VALUE) {
+        throw bad(owner, "parallelism", "an integer <= " + Integer.MAX_VALUE, v);
+      }
+      return n.intValue();
+    }
+  }
+
+  /** The splits of the read {@code selection} makes of {@code log}, one per Spark partition. */
+  static List<SplitPlan> plan(CommitLog log, Selection selection) {
+    String topic = log.topic;
+    if (log.layoutJson() == null) {
+      throw new ShuffleException(
+          ShuffleException.Kind.LAYOUT,
+          "shuffle "
+              + repr(topic)
+              + " has no layout record in "
+              + repr(topic + ShuffleCatalog.COMMITS_SUFFIX));
+    }
+    Layout layout = Layout.parse(log.layoutJson(), "shuffle " + repr(topic) + " layout");
+    Set<String> windows = selection.windows == null ? null : new LinkedHashSet<>(selection.windows);
+    Set<String> runs = selection.runs == null ? null : new LinkedHashSet<>(selection.runs);
+    List<CommitLog.Commit> commits = log.visible(windows, runs);
+    if (windows != null) {
+      TreeSet<String> missing = new TreeSet<>(windows);
+      for (CommitLog.Commit c : commits) {
+        missing.remove(c.window);
+      }
+      if (!missing.isEmpty()) {
+        throw new ShuffleException(
+            ShuffleException.Kind.WINDOW_NOT_FOUND,
+            missingWindowsMessage(log, new ArrayList<>(missing)));
+      }
+    }
+    if (runs != null) {
+      TreeSet<String> missing = new TreeSet<>(runs);
+      for (CommitLog.Commit c : commits) {
+        missing.remove(c.runId);
+      }
+      List<String> expired = new ArrayList<>();
+      for (String r : missing) {
+        CommitLog.Expired e = log.expired().get(r);
+        if (e != null) {
+          expired.add(
+              r
+                  + " (window "
+                  + repr(e.window)
+                  + ", expired "
+                  + e.expiredAt
+                  + ": "
+                  + e.reason
+                  + ")");
+        }
+      }
+      if (!expired.isEmpty()) {
+        throw new ShuffleException(
+            ShuffleException.Kind.WINDOW_NOT_FOUND,
+            "shuffle " + repr(topic) + ": run(s) " + repr(expired) + " were removed by retention");
+      }
+      if (!missing.isEmpty()) {
+        throw new ShuffleException(
+            ShuffleException.Kind.WINDOW_NOT_FOUND,
+            "shuffle " + repr(topic) + " has no committed run(s) " + repr(new ArrayList<>(missing)));
+      }
+    }
+    Long start = selection.eventTimeStart;
+    Long end = selection.eventTimeEnd;
+    if (start != null || end != null) {
+      if (layout.eventTime == null) {
+        throw ShuffleException.option(
+            "shuffle "
+                + repr(topic)
+                + " has no event_time column; an event-time range cannot apply");
+      }
+      List<CommitLog.Commit> kept = new ArrayList<>();
+      for (CommitLog.Commit c : commits) {
+        if (overlaps(c, start, end)) {
+          kept.add(c);
+        }
+      }
+      commits = kept;
+    }
+    return planSplits(layout, commits, selection.parallelism);
+  }
+
+  /** Why {@code windows} have no visible run: expired by retention, or never committed. */
+  static String missingWindowsMessage(CommitLog log, List<String> windows) {
+    Map<String, CommitLog.Expired> last = log.expiredWindows();
+    List<String> expired = new ArrayList<>();
+    List<String> never = new ArrayList<>();
+    for (String w : windows) {
+      (last.containsKey(w) ? expired : never).add(w);
+    }
+    List<String> parts = new ArrayList<>();
+    if (!expired.isEmpty()) {
+      List<String> why = new ArrayList<>();
+      for (String w : expired) {
+        CommitLog.Expired e = last.get(w);
+        why.add(
+            "window "
+                + repr(w)
+                + " (run "
+                + e.runId
+                + ", expired "
+                + e.expiredAt
+                + ": "
+                + e.reason
+                + ")");
+      }
+      parts.add("window(s) " + repr(expired) + " expired: " + String.join("; ", why));
+    }
+    if (!never.isEmpty()) {
+      parts.add("no committed run for window(s) " + repr(never));
+    }
+    return "shuffle " + repr(log.topic) + ": " + String.join("; ", parts);
+  }
+
+  /** Whether a commit may hold rows with event time in {@code [start, end)}. */
+  static boolean overlaps(CommitLog.Commit c, Long start, Long end) {
+    if (start == null && end == null) {
+      return true;
+    }
+    if (c.eventTimeMin == null || c.eventTimeMax == null) {
+      return false;
+    }
+    if (end != null && c.eventTimeMin >= end) {
+      return false;
+    }
+    return !(start != null && c.eventTimeMax < start);
+  }
+
+  /** The key groups {@code [start, end)} partition {@code p} holds. */
+  static int[] keyGroupRange(int p, int maxParallelism, int numPartitions) {
+    return new int[] {
+      ceilDiv((long) p * maxParallelism, numPartitions),
+      ceilDiv((long) (p + 1) * maxParallelism, numPartitions)
+    };
+  }
+
+  private static int ceilDiv(long a, long b) {
+    return (int) -Math.floorDiv(-a, b);
+  }
+
+  /** {@code [start, end)} cut into {@code pieces} contiguous, near-equal ranges. */
+  static List<int[]> splitRange(int start, int end, int pieces) {
+    int n = end - start;
+    List<int[]> out = new ArrayList<>();
+    for (int i = 0; i < pieces; i++) {
+      out.add(
+          new int[] {
+            start + (int) ((long) i * n / pieces), start + (int) ((long) (i + 1) * n / pieces)
+          });
+    }
+    return out;
+  }
+
+  static List<SplitPlan> planSplits(
+      Layout layout, List<CommitLog.Commit> commits, Object parallelism) {
+    if (parallelism != null
+        && !AUTO.equals(parallelism)
+        && !(parallelism instanceof Integer && (Integer) parallelism > 0)) {
+      throw ShuffleException.option(
+          "parallelism must be a positive integer or 'auto', got " + parallelism);
+    }
+    int n = layout.numPartitions;
+    int m = layout.maxParallelism;
+    List<List<SplitPlan.Segment>> segs = new ArrayList<>();
+    for (int j = 0; j < n; j++) {
+      segs.add(new ArrayList<>());
+    }
+    for (CommitLog.Commit c : commits) {
+      for (Map.Entry<Integer, long[]> e : c.partitions.entrySet()) {
+        int p = e.getKey();
+        if (p < 0 || p >= n) {
+          throw ShuffleException.option(
+              "commit of run " + c.runId + " names partition " + p + ", outside [0, " + n + ")");
+        }
+        long[] r = e.getValue();
+        segs.get(p).add(new SplitPlan.Segment(c.runId, r[0], r[1], c.tasks, c.window, r[2]));
+      }
+    }
+    int p;
+    if (AUTO.equals(parallelism)) {
+      long rows = 0;
+      boolean any = false;
+      for (List<SplitPlan.Segment> s : segs) {
+        any |= !s.isEmpty();
+        for (SplitPlan.Segment x : s) {
+          rows += x.rows;
+        }
+      }
+      p = rows == 0 && any ? n : (int) Math.max(1, Math.min(n, -Math.floorDiv(-rows, AUTO_TASK_ROWS)));
+    } else {
+      p = parallelism == null ? n : (Integer) parallelism;
+    }
+    List<SplitPlan> out = new ArrayList<>();
+    if (p <= n) {
+      for (int i = 0; i < p; i++) {
+        List<SplitPlan.PartitionRead> reads = new ArrayList<>();
+        for (int j = (int) ((long) i * n / p); j < (int) ((long) (i + 1) * n / p); j++) {
+          int[] full = keyGroupRange(j, m, n);
+          reads.add(new SplitPlan.PartitionRead(j, full[0], full[1], true, List.copyOf(segs.get(j))));
+        }
+        out.add(new SplitPlan(i, List.copyOf(reads)));
+      }
+      return out;
+    }
+    Map<Integer, List<Integer>> owners = new HashMap<>();
+    for (int i = 0; i < p; i++) {
+      owners.computeIfAbsent((int) ((long) i * n / p), k -> new ArrayList<>()).add(i);
+    }
+    SplitPlan[] byIndex = new SplitPlan[p];
+    for (int j = 0; j < n; j++) {
+      int[] full = keyGroupRange(j, m, n);
+      List<Integer> mine = owners.get(j);
+      List<int[]> pieces = splitRange(full[0], full[1], mine.size());
+      for (int k = 0; k < mine.size(); k++) {
+        int[] g = pieces.get(k);
+        boolean whole = g[0] == full[0] && g[1] == full[1];
+        byIndex[mine.get(k)] =
+            new SplitPlan(
+                mine.get(k),
+                List.of(new SplitPlan.PartitionRead(j, g[0], g[1], whole, List.copyOf(segs.get(j)))));
+      }
+    }
+    return List.of(byIndex);
+  }
+
+  /**
+   * Plans a read from commit-log records, for the vectors both planners are tested against:
+   * {@code recordsJson} is a JSON list of {@code [key, value]} pairs (value null: a delete),
+   * {@code optionsJson} the read's string options. Returns {@code {"splits": [...]}} with
+   * each split as {@code SplitPlan.to_json} writes it, or {@code {"error": {"kind", "message"}}}.
+   */
+  public static String planVector(String topic, String recordsJson, String optionsJson)
+      throws IOException {
+    ObjectNode result = Layout.JSON.createObjectNode();
+    try {
+      CommitLog log = new CommitLog(topic);
+      for (JsonNode r : Layout.JSON.readTree(recordsJson)) {
+        JsonNode k = r.get(0);
+        JsonNode v = r.get(1);
+        log.apply(k.isNull() ? null : k.asText(), v.isNull() ? null : v.asText());
+      }
+      Map<String, String> options = new HashMap<>();
+      Layout.JSON
+          .readTree(optionsJson)
+          .fields()
+          .forEachRemaining(e -> options.put(e.getKey(), e.getValue().asText()));
+      ArrayNode splits = result.putArray("splits");
+      for (SplitPlan s : plan(log, Selection.parse(options, "kafka-shuffle-jvm"))) {
+        splits.add(s.toJson());
+      }
+    } catch (ShuffleException e) {
+      result.removeAll();
+      ObjectNode err = result.putObject("error");
+      err.put("kind", e.kind().pythonName);
+      err.put("message", e.getMessage().substring(e.kind().pythonName.length() + 2));
+    }
+    return Layout.JSON.writeValueAsString(result);
+  }
+
+  /** A string as Python's {@code repr} writes it (None for null). */
+  static String repr(String s) {
+    if (s == null) {
+      return "None";
+    }
+    char quote = s.indexOf('\'') >= 0 && s.indexOf('"') < 0 ? '"' : '\'';
+    StringBuilder b = new StringBuilder().append(quote);
+    for (char ch : s.toCharArray()) {
+      if (ch == '\\') {
+        b.append("\\\\");
+      } else if (ch == quote) {
+        b.append('\\').append(ch);
+      } else if (ch == '\n') {
+        b.append("\\n");
+      } else if (ch == '\t') {
+        b.append("\\t");
+      } else {
+        b.append(ch);
+      }
+    }
+    return b.append(quote).toString();
+  }
+
+  /** A list of strings as Python's {@code repr} writes it. */
+  static String repr(List<String> items) {
+    List<String> parts = new ArrayList<>();
+    for (String s : items) {
+      parts.add(repr(s));
+    }
+    return "[" + String.join(", ", parts) + "]";
+  }
+}
