@@ -126,3 +126,37 @@ def unique():
         return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
     return make
+
+
+def jvm_read_on(session, kafka_conf) -> list[str]:
+    """Gives a session that is already running the JVM read path, as ``jvm_spark_conf`` gives
+    it to one that starts: its jars with ``ADD JAR`` (``spark.jars`` is fixed at start) and
+    the catalog and planner settings. Returns the catalog settings, for :func:`jvm_read_off`;
+    until then, ``engine="auto"`` reads on the JVM."""
+    from orchestration.shuffle import jvm_spark_conf
+
+    conf = jvm_spark_conf(kafka=kafka_conf)
+    for jar in conf["spark.jars"].split(","):
+        session.sql(f"ADD JAR '{jar}'")
+    added = {k: v for k, v in conf.items() if k != "spark.jars"}
+    for key, value in added.items():
+        session.conf.set(key, value)
+    return [k for k in added if k.startswith("spark.sql.catalog.")]
+
+
+def jvm_read_off(session, keys: list[str]) -> None:
+    """Takes the catalog away again: later reads take the Python path as before."""
+    for key in keys:
+        session.conf.unset(key)
+
+
+@pytest.fixture(params=["python", "jvm"])
+def engine(request, spark, kafka_conf):
+    """Each read test of the engine runs on both read paths: ``read_shuffle(...,
+    engine=engine)`` with the Python source, then with the JVM source on the same session."""
+    if request.param == "python":
+        yield "python"
+        return
+    keys = jvm_read_on(spark, kafka_conf)
+    yield "jvm"
+    jvm_read_off(spark, keys)

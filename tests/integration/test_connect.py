@@ -236,3 +236,33 @@ def test_sources_by_name_queue_and_expiry(connect_spark, kafka_conf, shuffled, t
 def doubled(table):
     ids = [int(v) for v in table.column("value").to_pylist()]
     return pa.table({"id": ids, "doubled": [2 * i for i in ids]})
+
+
+def test_jvm_read_path_on_a_server_with_the_jar(connect_spark, kafka_conf, shuffled):
+    # A Connect server given the jar (ADD JAR, as --jars would) and the catalog settings of
+    # jvm_spark_conf: "auto" reads on the server's JVM, Spark plans grouping by the key
+    # without an Exchange, and SQL over the catalog table needs nothing from this side.
+    from orchestration.shuffle import jvm_available
+    from orchestration.shuffle.spark.session import explain_text
+    from tests.conftest import jvm_read_off, jvm_read_on
+
+    topic, _ = shuffled
+    assert not jvm_available(connect_spark)
+    keys = jvm_read_on(connect_spark, kafka_conf)
+    try:
+        assert jvm_available(connect_spark)
+        jvm = read_shuffle(connect_spark, topic, kafka=kafka_conf, parallelism=None)
+        assert "kafka-shuffle topic=" in explain_text(jvm)
+        py = read_shuffle(connect_spark, topic, kafka=kafka_conf, engine="python")
+        assert sorted(map(tuple, jvm.collect())) == sorted(map(tuple, py.collect()))
+        grouped = jvm.groupBy("user_id").count()
+        assert "Exchange" not in explain_text(grouped)
+        assert counts(grouped, "count") == EXPECTED
+        sql = connect_spark.sql(f"SELECT user_id, count(*) AS n FROM shuffle.`{topic}` GROUP BY 1")
+        assert counts(sql) == EXPECTED
+        # apply_per_key runs inside the reader on the JVM read too.
+        per_key = apply_per_key(jvm, "user_id", count_per_user, "user_id string, n long")
+        assert counts(per_key) == EXPECTED
+    finally:
+        jvm_read_off(connect_spark, keys)
+    assert not jvm_available(connect_spark)

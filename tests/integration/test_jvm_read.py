@@ -3,6 +3,7 @@ from ``jvm_spark_conf``: the same rows as the Python source, and keyed plans Spa
 
 import datetime as dt
 import json
+import time
 from dataclasses import replace
 
 import pandas as pd
@@ -26,6 +27,7 @@ from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import write_commit
 from orchestration.shuffle.spark.perkey import shuffle_scan_options
 from orchestration.shuffle.spark.session import explain_text
+from tests.conftest import jvm_read_off, jvm_read_on
 from tests.integration.test_shuffle import DAY, rows_df, spec_for
 from tests.vectors import read_plans
 
@@ -60,15 +62,9 @@ def jspark(kafka_conf):
         session.stop()
         return
     session = SparkSession.builder.getOrCreate()
-    for jar in conf["spark.jars"].split(","):
-        session.sql(f"ADD JAR '{jar}'")
-    added = {k: v for k, v in conf.items() if k != "spark.jars"}
-    for key, value in added.items():
-        session.conf.set(key, value)
+    keys = jvm_read_on(session, kafka_conf)
     yield session
-    for key in added:
-        if key.startswith("spark.sql.catalog."):
-            session.conf.unset(key)
+    jvm_read_off(session, keys)
 
 
 def by_id(df):
@@ -546,3 +542,32 @@ def test_dagster_spark_resource_reads_assets_on_the_jvm(jspark, kafka_conf, uniq
     assert result.output_for_node("per_key") == 53
     assert "kafka-shuffle topic=" in seen["plan"] and "keyed" in seen["plan"], seen["plan"]
     assert "Exchange" not in seen["plan"], seen["plan"]
+
+
+def test_catalog_reads_a_shuffle_created_again_with_another_layout(jspark, kafka_conf, unique):
+    # The catalog keeps what it read of a commit log; a shuffle deleted and created again
+    # (under the same name, with another layout and a longer log) is read anew.
+    from confluent_kafka.admin import AdminClient
+
+    topic = unique("jvm-again")
+    write_shuffle(rows_df(jspark, 300), spec_for(topic), kafka=kafka_conf, window="d1")
+    assert jspark.sql(f"SELECT count(*) FROM shuffle.`{topic}`").first()[0] == 300
+    admin = AdminClient(kafka_conf)
+    for f in admin.delete_topics([topic, f"{topic}__commits"]).values():
+        f.result(30)
+    deadline = time.monotonic() + 30
+    while set(admin.list_topics(timeout=10).topics) & {topic, f"{topic}__commits"}:
+        assert time.monotonic() < deadline, "the topics were not deleted within 30 s"
+        time.sleep(0.2)
+    spec = spec_for(topic, key=("id",), num_partitions=2)
+    for day in ("d1", "d2", "d3"):
+        while True:  # the broker may still be removing the old topics' partitions
+            try:
+                write_shuffle(rows_df(jspark, 50), spec, kafka=kafka_conf, window=day)
+                break
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline, then shown
+                assert time.monotonic() < deadline + 30, exc
+                time.sleep(0.5)
+    again = jspark.sql(f"SELECT * FROM shuffle.`{topic}`")
+    assert again.count() == 150
+    assert again.rdd.getNumPartitions() == 2

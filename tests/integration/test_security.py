@@ -22,6 +22,7 @@ from orchestration.shuffle import (
     shuffle_commits_since,
     write_shuffle,
 )
+from tests.conftest import jvm_read_off, jvm_read_on
 from tests.integration.stacks import own_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -88,6 +89,16 @@ def test_writer_writes_reader_reads_and_nothing_else(spark, users, unique):
     assert sum(r.n for r in agg.collect()) == 3000
     commits, _ = shuffle_commits_since(topic, kafka=consumer)
     assert [c.run_id for c in commits] == [res.run_id]
+    # On the JVM read path too: the catalog's librdkafka-style SASL_SSL settings are
+    # translated for the Java client (PEM trust store, the JAAS login of the user).
+    keys = jvm_read_on(spark, consumer)
+    try:
+        on_jvm = read_shuffle(spark, topic, kafka=consumer, engine="jvm")
+        assert on_jvm.count() == 3000
+        assert spark.sql(f"SELECT count(*) FROM shuffle.`{topic}`").first()[0] == 3000
+        jvm_plan = explained(on_jvm)
+    finally:
+        jvm_read_off(spark, keys)
     # ... but may not write it.
     text = refused_quickly(
         lambda: write_shuffle(rows(spark, 10), spec_for(topic), kafka=consumer, window="d2"),
@@ -102,6 +113,7 @@ def test_writer_writes_reader_reads_and_nothing_else(spark, users, unique):
     for conf in users.values():
         assert conf["sasl.password"] not in text
         assert conf["sasl.password"] not in explained(got)
+        assert conf["sasl.password"] not in jvm_plan
 
 
 def test_unauthenticated_and_wrong_passwords_are_refused_in_seconds(spark, users, unique):

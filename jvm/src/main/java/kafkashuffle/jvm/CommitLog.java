@@ -74,6 +74,8 @@ public final class CommitLog {
   }
 
   final String topic;
+  // The data topic's partition count when the log was read (-1: not looked up).
+  int dataPartitions = -1;
   private String layout;
   // Insertion order is log order: a run committed again is removed and added at the end.
   private final LinkedHashMap<String, Commit> commits = new LinkedHashMap<>();

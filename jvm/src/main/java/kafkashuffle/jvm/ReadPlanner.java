@@ -136,6 +136,7 @@ public final class ReadPlanner {
               + repr(topic + ShuffleCatalog.COMMITS_SUFFIX));
     }
     Layout layout = Layout.parse(log.layoutJson(), "shuffle " + repr(topic) + " layout");
+    checkPartitions(log, layout);
     Set<String> windows = selection.windows == null ? null : new LinkedHashSet<>(selection.windows);
     Set<String> runs = selection.runs == null ? null : new LinkedHashSet<>(selection.runs);
     List<CommitLog.Commit> commits = log.visible(windows, runs);
@@ -199,6 +200,34 @@ public final class ReadPlanner {
       commits = kept;
     }
     return planSplits(layout, commits, selection.parallelism);
+  }
+
+  /**
+   * Refuses a data topic whose partition count is not the layout's, as {@code
+   * check_partitions} in {@code orchestration/shuffle/kafka/commitlog.py} does.
+   */
+  static void checkPartitions(CommitLog log, Layout layout) {
+    int n = log.dataPartitions;
+    if (n < 0 || n == layout.numPartitions) {
+      return;
+    }
+    if (n == 0) {
+      throw new ShuffleException(
+          ShuffleException.Kind.NOT_FOUND,
+          "the data topic "
+              + repr(layout.topic)
+              + " of the shuffle is missing (its commit log exists)");
+    }
+    throw new ShuffleException(
+        ShuffleException.Kind.LAYOUT,
+        "data topic "
+            + repr(layout.topic)
+            + " has "
+            + n
+            + " partitions but the shuffle was created with "
+            + layout.numPartitions
+            + "; partitions were added behind its back, so key groups would land in the wrong "
+            + "partitions. Create a new shuffle topic instead.");
   }
 
   /** Why {@code windows} have no visible run: expired by retention, or never committed. */

@@ -113,17 +113,37 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
         log);
   }
 
-  /** What was read of a commit log: offsets {@code [begin, end)} and the log they make. */
+  /**
+   * What was read of a commit log: offsets {@code [begin, end)}, the log they make, and the
+   * last record read (its offset, timestamp and key), by which a later read recognizes the
+   * same log.
+   */
   private static final class LogRead {
     final long begin;
     final long end;
     final CommitLog log;
+    final long lastOffset; // -1: no record read
+    final long lastTimestamp;
+    final String lastKey;
 
-    LogRead(long begin, long end, CommitLog log) {
+    LogRead(long begin, long end, CommitLog log, long lastOffset, long lastTs, String lastKey) {
       this.begin = begin;
       this.end = end;
       this.log = log;
+      this.lastOffset = lastOffset;
+      this.lastTimestamp = lastTs;
+      this.lastKey = lastKey;
     }
+
+    boolean sameRecord(ConsumerRecord<byte[], ByteBuffer> r) {
+      return r.offset() == lastOffset
+          && r.timestamp() == lastTimestamp
+          && java.util.Objects.equals(keyOf(r), lastKey);
+    }
+  }
+
+  private static String keyOf(ConsumerRecord<byte[], ByteBuffer> r) {
+    return r.key() == null ? null : new String(r.key(), StandardCharsets.UTF_8);
   }
 
   // Per commit log, what was read of it: a later lookup reads only the records after it.
@@ -148,33 +168,23 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
       synchronized (read) {
         before = read.get(ctopic);
       }
-      long from = begin;
-      CommitLog log = new CommitLog(topic);
-      // The log only grows at its end; a log that lost its head (retention) or shrank (was
-      // deleted and created again) is read again from its beginning.
-      if (before != null && before.begin == begin && before.end <= end) {
-        from = before.end;
-        log = before.log.copy();
-      }
-      c.seek(tp, from);
-      long deadline = System.currentTimeMillis() + 30_000;
-      while (c.position(tp) < end) {
-        if (System.currentTimeMillis() > deadline) {
-          throw new ShuffleException(
-              ShuffleException.Kind.CONNECTION,
-              owner() + ": reading commit log '" + ctopic + "' took over 30s");
-        }
-        for (ConsumerRecord<byte[], ByteBuffer> r : c.poll(Duration.ofMillis(200)).records(tp)) {
-          log.apply(
-              r.key() == null ? null : new String(r.key(), StandardCharsets.UTF_8),
-              r.value() == null ? null : StandardCharsets.UTF_8.decode(r.value()).toString());
-        }
+      // The log only grows at its end: a later read starts again at the last record it read
+      // and goes on from there when that record is still the same one. A log that lost its
+      // head (retention), shrank, or was deleted and created again is read from its start.
+      boolean resume =
+          before != null && before.begin == begin && before.end <= end && before.lastOffset >= 0;
+      LogRead got = read(c, tp, ctopic, topic, resume ? before : null, begin, end);
+      if (got == null) {
+        got = read(c, tp, ctopic, topic, null, begin, end);
       }
       synchronized (read) {
-        read.put(ctopic, new LogRead(begin, end, log));
+        read.put(ctopic, got);
       }
+      CommitLog out = got.log.copy();
+      List<PartitionInfo> data = c.partitionsFor(topic, Duration.ofSeconds(30));
+      out.dataPartitions = data == null ? 0 : data.size();
       ok = true;
-      return log.copy();
+      return out;
     } catch (KafkaException e) {
       throw new ShuffleException(
           ShuffleException.Kind.CONNECTION,
@@ -183,6 +193,52 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
     } finally {
       release(c, ok);
     }
+  }
+
+  /**
+   * Reads the log to {@code end}: from {@code begin}, or from {@code before}'s last record
+   * when given; null when that record is not the one {@code before} read (another log).
+   */
+  private LogRead read(
+      KafkaConsumer<byte[], ByteBuffer> c,
+      TopicPartition tp,
+      String ctopic,
+      String topic,
+      LogRead before,
+      long begin,
+      long end) {
+    CommitLog log = before == null ? new CommitLog(topic) : before.log.copy();
+    c.seek(tp, before == null ? begin : before.lastOffset);
+    long lastOffset = before == null ? -1 : before.lastOffset;
+    long lastTs = before == null ? 0 : before.lastTimestamp;
+    String lastKey = before == null ? null : before.lastKey;
+    boolean checked = before == null;
+    long deadline = System.currentTimeMillis() + 30_000;
+    while (c.position(tp) < end) {
+      if (System.currentTimeMillis() > deadline) {
+        throw new ShuffleException(
+            ShuffleException.Kind.CONNECTION,
+            owner() + ": reading commit log '" + ctopic + "' took over 30s");
+      }
+      for (ConsumerRecord<byte[], ByteBuffer> r : c.poll(Duration.ofMillis(200)).records(tp)) {
+        if (!checked) {
+          if (!before.sameRecord(r)) {
+            return null;
+          }
+          checked = true;
+          continue; // applied by the earlier read
+        }
+        String key = keyOf(r);
+        log.apply(key, r.value() == null ? null : StandardCharsets.UTF_8.decode(r.value()).toString());
+        lastOffset = r.offset();
+        lastTs = r.timestamp();
+        lastKey = key;
+      }
+    }
+    if (!checked) {
+      return null; // the record is gone (compacted away): read the log again
+    }
+    return new LogRead(begin, end, log, lastOffset, lastTs, lastKey);
   }
 
   @Override
