@@ -7,6 +7,10 @@ string keys, a timestamp, five numeric columns), ``--repeat`` times alternating 
 
 - read: ``read_shuffle`` on the JVM / the bucketed table (``bucketBy(8, "k")``) / the Python
   read path, each into the ``noop`` sink;
+- kafka: the same rows as one Kafka message per row (key ``k``, the row as JSON, written by
+  Spark's ``kafka`` sink into a topic of as many partitions), read by Spark's ``kafka`` source
+  back into the same columns (``from_json``), and read raw (key, value and the record columns,
+  no parsing), each into the ``noop`` sink;
 - agg: ``groupBy("k").agg(...)`` over the JVM read / over the bucketed table / over the
   plain Parquet source;
 - join: two shuffles of the same layout joined on the key (the rows, and one row per key)
@@ -16,7 +20,8 @@ string keys, a timestamp, five numeric columns), ``--repeat`` times alternating 
   with ``row_number``) over the JVM read / the bucketed table's write plus the same three.
 
 Targets (issue "keyed reads that Spark's own planner understands"): read >= 1x the bucketed
-table's; agg >= 1x over the bucketed table and >= 2x over plain Parquet; join >= 2x; reuse
+table's and >= 30x Spark's ``kafka`` source reading the rows into their columns; agg >= 1x
+over the bucketed table and >= 2x over plain Parquet; join >= 2x; reuse
 <= 0.6 of the bucketed table's time. Medians go to ``.local/bench/jvm.json``.
 
 Run::
@@ -40,23 +45,29 @@ sys.path.insert(0, str(ROOT))
 
 from session_bench import side_by_side  # noqa: E402  (bench/ is the script's directory)
 from shuffle_bench import (  # noqa: E402
+    BASELINE_JARS,
     WORK,
     drop_topics,
     generate,
     group_by,
     noop,
     spark_consumers,
+    spark_kafka_rows,
+    spark_kafka_source,
+    spark_kafka_write,
 )
 
 from devstack import localstack  # noqa: E402
 from orchestration.shuffle import ShuffleSpec, jvm_spark_conf, read_shuffle, write_shuffle  # noqa: E402
 from orchestration.shuffle.core.commitlog import commit_topic  # noqa: E402
+from orchestration.shuffle.kafka import KafkaClient  # noqa: E402
 from orchestration.shuffle.spark.session import explain_text, spark_session  # noqa: E402
 
 # (target, ours, baseline, kind, bound): "speedup" is baseline / ours, at least the bound;
 # "ratio" is ours / baseline, at most the bound.
 TARGETS = (
     ("read vs bucketed", "jvm_read", "bucketed_read", "speedup", 1.0),
+    ("read vs Spark's kafka source", "jvm_read", "kafka_source_read", "speedup", 30.0),
     ("agg vs bucketed", "jvm_agg", "bucketed_agg", "speedup", 1.0),
     ("agg vs Parquet", "jvm_agg", "parquet_agg", "speedup", 2.0),
     ("join vs Parquet", "jvm_join", "parquet_join", "speedup", 2.0),
@@ -86,6 +97,18 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
 
     write_shuffle(df, spec(topic), kafka=kafka, window="bench")
     write_shuffle(other, spec(other_topic, None), kafka=kafka, window="bench")
+    # The same rows as plain messages, one per row, keyed as Kafka users key them.
+    messages = f"bench.jvm.rows.{tag}"
+    KafkaClient(kafka).ensure_topic(messages, partitions, config={"retention.ms": "-1"})
+    spark_kafka_write(df, kafka, messages)
+
+    def kafka_source():
+        return spark_kafka_source(spark, kafka, messages)
+
+    def kafka_rows():
+        return spark_kafka_rows(spark, kafka, messages, df.schema)
+
+    assert kafka_rows().count() == df.count()
 
     def bucketed_write() -> None:
         spark.sql(f"DROP TABLE IF EXISTS {table}")
@@ -106,6 +129,10 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
         (
             ("python_read", lambda: noop(read_shuffle(spark, topic, kafka=kafka, engine="python"))),
             None,
+        ),
+        (
+            ("kafka_source_read", lambda: noop(kafka_rows())),
+            ("kafka_source_raw_read", lambda: noop(kafka_source())),
         ),
         (
             ("jvm_agg", lambda: group_by(jvm())),
@@ -131,7 +158,7 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
         ),
     ]
     times = side_by_side(pairs, repeat, f"rows={rows:>9}")
-    drop_topics(kafka, [t for x in (topic, other_topic) for t in (x, commit_topic(x))])
+    drop_topics(kafka, [t for x in (topic, other_topic) for t in (x, commit_topic(x))] + [messages])
     spark.sql(f"DROP TABLE IF EXISTS {table}")
     med = {k: statistics.median(v) for k, v in times.items()}
     targets = {}
@@ -155,8 +182,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(WORK / "jvm.json"))
     args = parser.parse_args(argv)
     kafka = {"bootstrap.servers": localstack.start()}
+    # Spark's Kafka connector (the baseline's source and the sink that writes its messages)
+    # beside the jars of jvm_spark_conf.
+    jars = localstack.resolve_jars(ROOT / "bench" / "pom.xml", WORK / "jars")
+    ours = jvm_spark_conf(kafka=kafka)
+    have = {Path(j).name for j in ours["spark.jars"].split(",")}  # kafka-clients: the same one
+    baseline = [
+        str(p)
+        for p in sorted(jars.glob("*.jar"))
+        if p.name.startswith(BASELINE_JARS) and p.name not in have
+    ]
     conf = {
-        **jvm_spark_conf(kafka=kafka),
+        **ours,
+        "spark.jars": ",".join([ours["spark.jars"], *baseline]),
         "spark.driver.memory": "6g",
         "spark.sql.shuffle.partitions": str(args.partitions),
         "spark.sql.warehouse.dir": str(WORK / "spark-warehouse"),
@@ -173,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, t in r["targets"].items():
             want = ">=" if t["kind"] == "speedup" else "<="
             print(
-                f"{int(rows) / 1e6:g}M {name:<26} {t['ours_seconds']:7.3f}s vs "
+                f"{int(rows) / 1e6:g}M {name:<30} {t['ours_seconds']:7.3f}s vs "
                 f"{t['baseline_seconds']:7.3f}s: {t['ratio']:.2f} (target {want} {t['bound']:g}): "
                 f"{'met' if t['met'] else 'MISSED'}"
             )

@@ -297,6 +297,38 @@ def noop(df) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
+def spark_kafka_write(df, kafka: dict, topic: str) -> None:
+    """The rows as Kafka users write them with Spark: one message per row, keyed by ``k``,
+    the row as JSON, through Spark's ``kafka`` sink."""
+    (
+        df.selectExpr("k as key", "to_json(struct(*)) as value")
+        .write.format("kafka")
+        .option("kafka.bootstrap.servers", kafka["bootstrap.servers"])
+        .option("topic", topic)
+        .save()
+    )
+
+
+def spark_kafka_source(spark, kafka: dict, topic: str):
+    """All of ``topic`` through Spark's ``kafka`` source: key, value and the record columns."""
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka["bootstrap.servers"])
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+    )
+
+
+def spark_kafka_rows(spark, kafka: dict, topic: str, schema):
+    """What :func:`spark_kafka_write` wrote, read back into its columns (``from_json``)."""
+    from pyspark.sql import functions as F
+
+    parsed = F.from_json(F.col("value").cast("string"), schema).alias("r")
+    return spark_kafka_source(spark, kafka, topic).select(parsed).select("r.*")
+
+
 def group_by(df) -> None:
     from pyspark.sql import functions as F
 
@@ -478,30 +510,13 @@ def make_phases(
         our_consumers(spark, kafka, topic, ["bench"], data=data)
 
     def w_theirs():
-        (
-            df.selectExpr("k as key", "to_json(struct(*)) as value")
-            .write.format("kafka")
-            .option("kafka.bootstrap.servers", kafka["bootstrap.servers"])
-            .option("topic", theirs)
-            .save()
-        )
+        spark_kafka_write(df, kafka, theirs)
 
     def r_ours():
         noop(read_shuffle(spark, ours, kafka=kafka))
 
     def r_theirs():
-        from pyspark.sql import functions as F
-
-        noop(
-            spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", kafka["bootstrap.servers"])
-            .option("subscribe", theirs)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
-            .load()
-            .select(F.from_json(F.col("value").cast("string"), json_schema).alias("r"))
-            .select("r.*")
-        )
+        noop(spark_kafka_rows(spark, kafka, theirs, json_schema))
 
     def k_ours():
         read = read_shuffle(spark, ours, kafka=kafka)
