@@ -2,8 +2,9 @@
 against batch shuffle reads, side by side.
 
 - records: a topic of plain messages (``--value-bytes`` each, 8 partitions) read in full by
-  ``spark.read.format("kafka-records")`` and by ``spark.read.format("kafka")``, one Spark
-  task per partition, every column, into the ``noop`` sink;
+  ``read_records`` on the JVM (the ``kafka-records-jvm`` executor), by the Python
+  ``spark.read.format("kafka-records")`` and by Spark's ``spark.read.format("kafka")``, one
+  Spark task per partition, every column, into the ``noop`` sink;
 - shuffle stream: the same shuffle read by ``read_shuffle`` (batch) and by
   ``read_shuffle_stream`` with ``Trigger.AvailableNow`` into the ``noop`` sink, each
   ``--runs`` committed runs. The streaming query's wall time includes starting it (Spark
@@ -40,6 +41,8 @@ from shuffle_bench import BASELINE_JARS, WORK  # noqa: E402  (the same connector
 from devstack import localstack  # noqa: E402
 from orchestration.shuffle import (  # noqa: E402
     ShuffleSpec,
+    jvm_spark_conf,
+    read_records,
     read_shuffle,
     read_shuffle_stream,
     register_data_sources,
@@ -82,6 +85,10 @@ def side_by_side(pairs, repeat: int, label: str) -> dict:
 
 
 def records_pair(spark, kafka: dict, topic: str):
+    def on_jvm():
+        options = {"subscribe": topic, "kafka.bootstrap.servers": kafka["bootstrap.servers"]}
+        read_records(spark, options, engine="jvm").write.format("noop").mode("overwrite").save()
+
     def ours():
         (
             spark.read.format("kafka-records")
@@ -106,7 +113,11 @@ def records_pair(spark, kafka: dict, topic: str):
             .save()
         )
 
-    return [("kafka_records", ours), ("spark_kafka_source", theirs)]
+    return [
+        ("kafka_records_jvm", on_jvm),
+        ("kafka_records", ours),
+        ("spark_kafka_source", theirs),
+    ]
 
 
 def shuffle_pair(spark, kafka: dict, topic: str, processing: list[float]):
@@ -114,7 +125,9 @@ def shuffle_pair(spark, kafka: dict, topic: str, processing: list[float]):
     micro-batches took (Spark's ``batchDuration``), which leaves out starting the query."""
 
     def batch():
-        read_shuffle(spark, topic, kafka=kafka).write.format("noop").mode("overwrite").save()
+        # The Python read path, as the streaming read (the session also has the JVM one).
+        read = read_shuffle(spark, topic, kafka=kafka, engine="python")
+        read.write.format("noop").mode("overwrite").save()
 
     def stream():
         with tempfile.TemporaryDirectory() as chk:
@@ -144,11 +157,21 @@ def main(argv: list[str] | None = None) -> int:
 
     kafka = {"bootstrap.servers": localstack.start()}
     jars = localstack.resolve_jars(ROOT / "bench" / "pom.xml", WORK / "jars")
-    wanted = [str(p) for p in sorted(jars.glob("*.jar")) if p.name.startswith(BASELINE_JARS)]
+    # Spark's Kafka connector beside the jars of the JVM path (kafka-clients: the same one).
+    ours = jvm_spark_conf(kafka=kafka)
+    have = {Path(j).name for j in ours["spark.jars"].split(",")}
+    wanted = [
+        str(p)
+        for p in sorted(jars.glob("*.jar"))
+        if p.name.startswith(BASELINE_JARS) and p.name not in have
+    ]
     spark = spark_session(
         master=args.master,
         app_name="kafka-records-bench",
-        conf={"spark.jars": ",".join(wanted), "spark.driver.memory": "4g"},
+        conf={
+            "spark.jars": ",".join([ours["spark.jars"], *wanted]),
+            "spark.driver.memory": "4g",
+        },
     )
     register_data_sources(spark)
     report: dict = {"master": args.master, "partitions": args.partitions, "sizes": {}}
@@ -174,10 +197,9 @@ def main(argv: list[str] | None = None) -> int:
             "median_seconds": statistics.median(processing),
             "runs": processing,
         }
-        ratio = (
-            records["spark_kafka_source"]["median_seconds"]
-            / records["kafka_records"]["median_seconds"]
-        )
+        spark_s = records["spark_kafka_source"]["median_seconds"]
+        ratio = spark_s / records["kafka_records"]["median_seconds"]
+        jvm_ratio = spark_s / records["kafka_records_jvm"]["median_seconds"]
         stream_ratio = (
             streams["shuffle_batch_read"]["median_seconds"]
             / streams["shuffle_stream_read"]["median_seconds"]
@@ -190,12 +212,15 @@ def main(argv: list[str] | None = None) -> int:
             **records,
             **streams,
             "kafka_records_vs_spark_speedup": ratio,
+            "kafka_records_jvm_vs_spark_speedup": jvm_ratio,
             "stream_vs_batch_throughput": stream_ratio,
             "stream_processing_vs_batch_throughput": processing_ratio,
         }
         print(
-            f"{n:>10} kafka-records {records['kafka_records']['median_seconds']:.2f}s vs Spark "
-            f"{records['spark_kafka_source']['median_seconds']:.2f}s ({ratio:.2f}x); shuffle "
+            f"{n:>10} kafka-records on the JVM "
+            f"{records['kafka_records_jvm']['median_seconds']:.2f}s ({jvm_ratio:.2f}x), in "
+            f"Python {records['kafka_records']['median_seconds']:.2f}s ({ratio:.2f}x) vs Spark "
+            f"{spark_s:.2f}s; shuffle "
             f"stream {streams['shuffle_stream_read']['median_seconds']:.2f}s vs batch "
             f"{streams['shuffle_batch_read']['median_seconds']:.2f}s "
             f"(stream throughput {stream_ratio:.2f} of batch with the query's start, "

@@ -233,11 +233,19 @@ def round_three(work: Path) -> list[tuple[str, str, str, str]]:
         out += [("P3", "not run", "", "not run"), ("P4", "not run", "", "not run")]
     else:
         s = sizes[big]
-        r3, r4 = s["kafka_records_vs_spark_speedup"], s["stream_vs_batch_throughput"]
+        r4 = s["stream_vs_batch_throughput"]
+        # The JVM executor of read_records, when the run had it; the Python source beside.
+        r3 = s.get("kafka_records_jvm_vs_spark_speedup", s["kafka_records_vs_spark_speedup"])
+        measured = f"{r3:.2f}x faster"
+        if "kafka_records_jvm_vs_spark_speedup" in s:
+            measured = (
+                f"on the JVM {measured} (the Python source "
+                f"{s['kafka_records_vs_spark_speedup']:.2f}x)"
+            )
         out.append(
             (
                 f"P3 kafka-records / Spark kafka source, {_rows(big)} messages",
-                f"{r3:.2f}x faster",
+                measured,
                 f">= {P_BOUNDS['P3']:g}x",
                 verdict(r3 >= P_BOUNDS["P3"]),
             )

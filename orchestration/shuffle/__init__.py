@@ -68,6 +68,7 @@ _EXPORTS = {
     "spark_session": "spark.session",
     "session_settings": "spark.session",
     "write_records": "spark.records",
+    "read_records": "spark.records",
     "QueueGroupError": "errors",
     "QueueResult": "queue.driver",
     "QueueSchemaError": "errors",
@@ -123,7 +124,7 @@ if TYPE_CHECKING:
     )
     from orchestration.shuffle.spark.jvm import jvm_available, jvm_spark_conf
     from orchestration.shuffle.spark.perkey import apply_per_key
-    from orchestration.shuffle.spark.records import write_records
+    from orchestration.shuffle.spark.records import read_records, write_records
     from orchestration.shuffle.spark.session import (
         register_data_sources,
         session_settings,

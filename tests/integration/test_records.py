@@ -9,12 +9,16 @@ from pyspark.errors import StreamingQueryException
 
 from orchestration.shuffle import (
     group_offsets_behind,
+    read_records,
     register_data_sources,
     stream_metrics,
     summarize_stream_metrics,
 )
+from orchestration.shuffle.errors import ShuffleOptionError
 from orchestration.shuffle.kafka import KafkaClient
 from orchestration.shuffle.spark.records import commit_group_offsets
+from orchestration.shuffle.spark.session import explain_text
+from tests.conftest import jvm_read_off, jvm_read_on
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +64,13 @@ def known(kafka_conf, spark):
     return topic
 
 
-def read(spark, kafka_conf, **options):
+def read(spark, kafka_conf, engine="python", **options):
+    """The ``kafka-records`` source by name, or ``read_records`` on the JVM."""
+    if engine == "jvm":
+        opts = {"kafka.bootstrap.servers": kafka_conf["bootstrap.servers"], **options}
+        df = read_records(spark, opts, engine="jvm")
+        assert "kafka-records ranges=" in explain_text(df)
+        return df
     reader = spark.read.format("kafka-records").option(
         "kafka.bootstrap.servers", kafka_conf["bootstrap.servers"]
     )
@@ -74,8 +84,8 @@ def spans(df):
     return {r.partition: (r["count(1)"], r["min(offset)"], last[r.partition]) for r in rows}
 
 
-def test_columns_and_types_are_sparks(spark, kafka_conf, known):
-    df = read(spark, kafka_conf, subscribe=known)
+def test_columns_and_types_are_sparks(spark, kafka_conf, known, engine):
+    df = read(spark, kafka_conf, engine, subscribe=known)
     assert [(f.name, f.dataType.simpleString()) for f in df.schema] == [
         ("key", "binary"),
         ("value", "binary"),
@@ -88,48 +98,50 @@ def test_columns_and_types_are_sparks(spark, kafka_conf, known):
     row = df.filter("partition = 1 and offset = 7").first()
     assert (bytes(row.key), bytes(row.value), row.topic) == (b"k7", b"v1-7", known)
     assert row.timestamp.timestamp() * 1000 == BASE_MS + 7000 and row.timestampType == 0
-    with_headers = read(spark, kafka_conf, subscribe=known, includeHeaders="true")
+    with_headers = read(spark, kafka_conf, engine, subscribe=known, includeHeaders="true")
     (h,) = with_headers.select("headers").first().headers
     assert (h.key, bytes(h.value)) == ("h", b"x")
 
 
-def test_starting_and_ending_positions(spark, kafka_conf, known):
-    assert spans(read(spark, kafka_conf, subscribe=known)) == {0: (N, 0, 99), 1: (N, 0, 99)}
+def test_starting_and_ending_positions(spark, kafka_conf, known, engine):
+    assert spans(read(spark, kafka_conf, engine, subscribe=known)) == {0: (N, 0, 99), 1: (N, 0, 99)}
     got = read(
         spark,
         kafka_conf,
+        engine,
         subscribe=known,
         startingOffsets=f'{{"{known}": {{"0": 10, "1": -2}}}}',
         endingOffsets=f'{{"{known}": {{"0": 20, "1": -1}}}}',
     )
     assert spans(got) == {0: (10, 10, 19), 1: (N, 0, 99)}
-    got = read(spark, kafka_conf, subscribe=known, startingTimestamp=str(BASE_MS + 50_000))
+    got = read(spark, kafka_conf, engine, subscribe=known, startingTimestamp=str(BASE_MS + 50_000))
     assert spans(got) == {0: (50, 50, 99), 1: (50, 50, 99)}
     got = read(
         spark,
         kafka_conf,
+        engine,
         subscribe=known,
         startingOffsetsByTimestamp=f'{{"{known}": {{"0": {BASE_MS + 90_000}}}}}',
     )
     assert spans(got) == {0: (10, 90, 99)}
-    got = read(spark, kafka_conf, subscribe=known, endingTimestamp=str(BASE_MS + 30_000))
+    got = read(spark, kafka_conf, engine, subscribe=known, endingTimestamp=str(BASE_MS + 30_000))
     assert spans(got) == {0: (30, 0, 29), 1: (30, 0, 29)}
-    got = read(spark, kafka_conf, assign=f'{{"{known}": [1]}}', startingOffsets="latest")
+    got = read(spark, kafka_conf, engine, assign=f'{{"{known}": [1]}}', startingOffsets="latest")
     assert got.count() == 0
-    split = read(spark, kafka_conf, subscribe=known, minPartitions="6")
+    split = read(spark, kafka_conf, engine, subscribe=known, minPartitions="6")
     assert split.rdd.getNumPartitions() >= 6 and split.count() == 2 * N
     assert split.select("partition", "offset").distinct().count() == 2 * N
 
 
-def test_committed_offsets_with_each_reset_strategy(spark, kafka_conf, known, unique):
+def test_committed_offsets_with_each_reset_strategy(spark, kafka_conf, known, engine, unique):
     group = unique("rec-group")
     commit_group_offsets(KafkaClient(kafka_conf), group, {(known, 0): 40})
     opts = {"subscribe": known, "startingOffsets": "committed", "kafka.group.id": group}
-    assert spans(read(spark, kafka_conf, **opts)) == {0: (60, 40, 99), 1: (N, 0, 99)}
-    got = read(spark, kafka_conf, offsetResetStrategy="latest", **opts)
+    assert spans(read(spark, kafka_conf, engine, **opts)) == {0: (60, 40, 99), 1: (N, 0, 99)}
+    got = read(spark, kafka_conf, engine, offsetResetStrategy="latest", **opts)
     assert spans(got) == {0: (60, 40, 99)}
     with pytest.raises(Exception, match=f"{known}-1"):
-        read(spark, kafka_conf, offsetResetStrategy="none", **opts).count()
+        read(spark, kafka_conf, engine, offsetResetStrategy="none", **opts).count()
 
 
 def group_offsets(conf, group, topic):
@@ -296,3 +308,71 @@ def test_records_deleted_under_a_query(spark, kafka_conf, unique, tmp_path, fail
     else:
         assert q.exception() is None
         assert sorted(seen) == list(range(150, 200))
+
+
+def test_read_records_on_the_jvm_reads_what_the_python_source_reads(
+    spark, kafka_conf, unique, engine
+):
+    # Null keys and values (tombstones), headers with a null value, an aborted transaction's
+    # records (read_committed, the Python client's default, skips them) and two partitions.
+    topic = unique("rec-jvm")
+    make_topic(kafka_conf, topic)
+    p = Producer(kafka_conf)
+    for i in range(500):
+        p.produce(
+            topic,
+            key=None if i % 7 == 0 else f"k{i}".encode(),
+            value=None if i % 11 == 0 else f"v{i}".encode(),
+            partition=i % 2,
+            headers=[("h", b"x"), ("n", None)] if i % 3 == 0 else None,
+        )
+    assert p.flush(30) == 0
+    tx = Producer({**kafka_conf, "transactional.id": unique("rec-tx")})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(topic, key=b"aborted", value=b"aborted", partition=0)
+    tx.abort_transaction(30)
+    options = {"subscribe": topic, "includeHeaders": "true"}
+    got = read(spark, kafka_conf, engine, **options)
+    by_name = read(spark, kafka_conf, "python", **options)
+    rows = sorted(map(tuple, got.collect()), key=lambda r: (r[3], r[4]))
+    assert rows == sorted(map(tuple, by_name.collect()), key=lambda r: (r[3], r[4]))
+    assert len(rows) == 500 and all(r[0] != b"aborted" for r in rows)
+    assert sum(r[0] is None for r in rows) == len(range(0, 500, 7))
+    assert sum(r[1] is None for r in rows) == len(range(0, 500, 11))
+    headers = [r[7] for r in rows if r[7]]
+    assert len(headers) == len(range(0, 500, 3))
+    assert all([(h.key, h.value) for h in hs] == [("h", b"x"), ("n", None)] for hs in headers)
+
+
+def test_read_records_on_the_jvm_checks_data_loss_when_it_reads(spark, kafka_conf, unique):
+    # The JVM read's ranges are fixed when the DataFrame is made; records deleted before it
+    # runs are data loss, named, or skipped with failOnDataLoss=false.
+    topic = unique("rec-jvm-loss")
+    make_topic(kafka_conf, topic, partitions=1)
+    produce(kafka_conf, topic, 0, 100)
+    keys = jvm_read_on(spark, kafka_conf)
+    try:
+        strict = read(spark, kafka_conf, "jvm", subscribe=topic)
+        lenient = read(spark, kafka_conf, "jvm", subscribe=topic, failOnDataLoss="false")
+        admin = AdminClient(kafka_conf)
+        for fut in admin.delete_records([TopicPartition(topic, 0, 50)]).values():
+            fut.result(30)
+        with pytest.raises(Exception) as err:
+            strict.collect()
+        text = str(err.value)
+        assert "DataLossError" in text and f"topic '{topic}' partition 0" in text
+        assert "offsets [0, 50) were removed" in text
+        assert sorted(r.offset for r in lenient.collect()) == list(range(50, 100))
+        # A JVM read commits no group offsets: asked to, it says so.
+        with pytest.raises(ShuffleOptionError, match="commitOffsets"):
+            read(
+                spark,
+                kafka_conf,
+                "jvm",
+                subscribe=topic,
+                commitOffsets="true",
+                **{"kafka.group.id": unique("g")},
+            )
+    finally:
+        jvm_read_off(spark, keys)

@@ -528,3 +528,72 @@ def write_records(
 
     counts = df.select(F.col(key), F.col(value)).rdd.mapPartitions(produce).collect()
     return int(sum(counts))
+
+
+JVM_SOURCE = "kafka-records-jvm"
+
+
+def read_records(spark, options: Mapping[str, str], *, engine: str = "auto"):
+    """A batch read of any Kafka topic with the ``kafka-records`` options (``subscribe``,
+    ``kafka.bootstrap.servers``, ``startingOffsets``, ...), on the JVM when the session can.
+
+    The driver plans the read as the ``kafka-records`` source does (partitions, starting and
+    ending offsets, data-loss checks, ``minPartitions``); the ranges are then read either by
+    the ``kafka-records-jvm`` source (``jvm/``: records copied from the fetched bytes straight
+    into column vectors, no Python worker) or by the Python ``kafka-records`` source. The
+    rows are the same either way.
+
+    Example::
+
+        spark = SparkSession.builder.config(map=jvm_spark_conf(kafka=conf)).getOrCreate()
+        df = read_records(spark, {"subscribe": "events",
+                                  "kafka.bootstrap.servers": "127.0.0.1:19092"})
+
+    Args:
+        options: the ``kafka-records`` source's options, as ``spark.read.format(
+            "kafka-records").options(**options)`` takes them.
+        engine: ``"auto"`` (the JVM when the session has the jar, see
+            :func:`~orchestration.shuffle.jvm_available`, and the read commits no group
+            offsets), ``"jvm"`` (an error if it cannot) or ``"python"``.
+
+    Raises:
+        ShuffleOptionError: a bad option, or ``engine="jvm"`` with ``commitOffsets`` (a JVM
+            read commits no group offsets).
+        ShuffleSessionError: ``engine="jvm"`` on a session without the jar.
+    """
+    import json
+
+    from orchestration.shuffle.errors import ShuffleSessionError
+    from orchestration.shuffle.spark.jvm import ENGINES, jvm_available
+    from orchestration.shuffle.spark.session import register_data_sources
+
+    if engine not in ENGINES:
+        raise ShuffleOptionError(f"engine must be one of {ENGINES}, got {engine!r}")
+    given = {str(k): str(v) for k, v in options.items()}
+    opts = parse_options(given, streaming=False)
+    on_jvm = engine != "python" and not opts.commit_offsets and jvm_available(spark)
+    if engine == "jvm" and not on_jvm:
+        if opts.commit_offsets:
+            raise ShuffleOptionError(
+                f"{OWNER}: engine='jvm' with option 'commitOffsets': a read on the JVM commits "
+                "no group offsets; use engine='python' or leave commitOffsets unset"
+            )
+        raise ShuffleSessionError(
+            f"{OWNER}: engine='jvm': the session does not have the kafka-shuffle-jvm jar "
+            "(build the session with jvm_spark_conf(kafka=...))"
+        )
+    if not on_jvm:
+        register_data_sources(spark)
+        return spark.read.format("kafka-records").options(**given).load()
+    ranges = [[p.topic, p.partition, p.start, p.end] for p in KafkaRecordsReader(opts).partitions()]
+    kafka = {k: v for k, v in given.items() if k.lower().startswith("kafka.")}
+    return (
+        spark.read.format(JVM_SOURCE)
+        .options(
+            **kafka,
+            ranges=json.dumps(ranges),
+            includeHeaders=str(opts.include_headers).lower(),
+            failOnDataLoss=str(opts.fail_on_data_loss).lower(),
+        )
+        .load()
+    )

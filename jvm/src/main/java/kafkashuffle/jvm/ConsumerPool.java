@@ -120,6 +120,15 @@ final class ConsumerPool {
     }
   }
 
+  /** Gives {@code c} back when the read that used it ended well, else closes it. */
+  static void release(KafkaConsumer<byte[], ByteBuffer> c, boolean endedWell) {
+    if (endedWell) {
+      giveBack(c);
+    } else {
+      discard(c);
+    }
+  }
+
   /** Closes {@code c} (after a failure, or when it cannot be reused). */
   static void discard(KafkaConsumer<byte[], ByteBuffer> c) {
     synchronized (IDLE) {

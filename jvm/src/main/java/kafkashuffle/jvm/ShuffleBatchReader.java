@@ -129,11 +129,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     release();
     try {
       if (consumer != null) {
-        if (failed) {
-          ConsumerPool.discard(consumer);
-        } else {
-          ConsumerPool.giveBack(consumer);
-        }
+        ConsumerPool.release(consumer, !failed);
         consumer = null;
       }
     } finally {

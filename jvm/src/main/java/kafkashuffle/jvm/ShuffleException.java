@@ -14,7 +14,8 @@ public class ShuffleException extends RuntimeException {
     WATERMARK("ShuffleWatermarkError"),
     CONNECTION("ShuffleConnectionError"),
     NOT_FOUND("ShuffleTopicNotFoundError"),
-    WINDOW_NOT_FOUND("ShuffleWindowNotFoundError");
+    WINDOW_NOT_FOUND("ShuffleWindowNotFoundError"),
+    DATA_LOSS("DataLossError");
 
     final String pythonName;
 
@@ -37,6 +38,18 @@ public class ShuffleException extends RuntimeException {
 
   public Kind kind() {
     return kind;
+  }
+
+  /**
+   * Sent from an executor to the driver as a plain {@code RuntimeException} with the same
+   * message and stack trace: a session given the jar by {@code ADD JAR} loads its classes in a
+   * loader that Spark's task-result thread does not use, and a class it cannot load anywhere
+   * in a failed task's reason turns the whole reason into {@code UnknownReason}, message lost.
+   */
+  private Object writeReplace() {
+    RuntimeException plain = new RuntimeException(getMessage());
+    plain.setStackTrace(getStackTrace());
+    return plain;
   }
 
   static ShuffleException format(String message) {
