@@ -28,6 +28,7 @@ from orchestration.shuffle import (
     plan_shuffle_read,
     process_queue,
     read_queue_output,
+    read_records,
     read_shuffle,
     read_shuffle_stream,
     register_data_sources,
@@ -263,6 +264,12 @@ def test_jvm_read_path_on_a_server_with_the_jar(connect_spark, kafka_conf, shuff
         # apply_per_key runs inside the reader on the JVM read too.
         per_key = apply_per_key(jvm, "user_id", count_per_user, "user_id string, n long")
         assert counts(per_key) == EXPECTED
+        # Plain records of the shuffle's topic: planned here, read on the server's JVM.
+        options = {"subscribe": topic, "kafka.bootstrap.servers": kafka_conf["bootstrap.servers"]}
+        records = read_records(connect_spark, options)
+        assert "kafka-records ranges=" in explain_text(records)
+        by_name = read_records(connect_spark, options, engine="python")
+        assert records.count() == by_name.count() > 0
     finally:
         jvm_read_off(connect_spark, keys)
     assert not jvm_available(connect_spark)
