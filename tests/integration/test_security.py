@@ -52,6 +52,10 @@ def spec_for(topic):
     return ShuffleSpec(topic=topic, key="k", num_partitions=3, max_parallelism=24)
 
 
+def tables(spark) -> list[str]:
+    return [r.tableName for r in spark.sql("SHOW TABLES IN shuffle").collect()]
+
+
 def explained(df) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -71,7 +75,7 @@ def refused_quickly(call, *match):
     return text
 
 
-def test_writer_writes_reader_reads_and_nothing_else(spark, users, unique):
+def test_writer_writes_reader_reads_and_nothing_else(spark, kafka_conf, users, unique):
     admin, producer, consumer = users["admin"], users["producer"], users["consumer"]
     topic = unique("secure")
     assert (
@@ -89,10 +93,18 @@ def test_writer_writes_reader_reads_and_nothing_else(spark, users, unique):
     assert sum(r.n for r in agg.collect()) == 3000
     commits, _ = shuffle_commits_since(topic, kafka=consumer)
     assert [c.run_id for c in commits] == [res.run_id]
+    # The session's catalog is first built for the plaintext cluster, where the shuffle is
+    # not; Spark keeps that catalog for the session, and it follows the settings given next.
+    plain = jvm_read_on(spark, kafka_conf)
+    try:
+        assert topic not in tables(spark)
+    finally:
+        jvm_read_off(spark, plain)
     # On the JVM read path too: the catalog's librdkafka-style SASL_SSL settings are
     # translated for the Java client (PEM trust store, the JAAS login of the user).
     keys = jvm_read_on(spark, consumer)
     try:
+        assert topic in tables(spark)
         on_jvm = read_shuffle(spark, topic, kafka=consumer, engine="jvm")
         assert on_jvm.count() == 3000
         assert spark.sql(f"SELECT count(*) FROM shuffle.`{topic}`").first()[0] == 3000

@@ -22,8 +22,10 @@ import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
 import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
 import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * A catalog whose tables are shuffle topics and whose functions compute where a key lives.
@@ -49,6 +51,32 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
     this.kafka = KafkaSettings.fromOptions(options);
   }
 
+  /**
+   * The catalog's Kafka settings as the session has them now. Spark builds a catalog once per
+   * session, from the settings of that moment; a session whose {@code
+   * spark.sql.catalog.<name>.kafka.*} settings change later (another cluster, another user)
+   * reads with the new ones, and what was read of commit logs under the old ones is dropped.
+   */
+  private synchronized Map<String, String> kafka() {
+    String prefix = "spark.sql.catalog." + name + ".";
+    Map<String, String> now = new HashMap<>();
+    for (Map.Entry<String, String> e :
+        CollectionConverters.asJava(SQLConf.get().getAllConfs()).entrySet()) {
+      if (e.getKey().startsWith(prefix)) {
+        now.put(e.getKey().substring(prefix.length()), e.getValue());
+      }
+    }
+    Map<String, String> settings = KafkaSettings.fromOptions(now);
+    // No settings under the name: the catalog was unset, and keeps what it was built with.
+    if (!settings.isEmpty() && !settings.equals(kafka)) {
+      kafka = settings;
+      synchronized (read) {
+        read.clear();
+      }
+    }
+    return kafka;
+  }
+
   @Override
   public String name() {
     return name;
@@ -59,7 +87,7 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
   }
 
   private Properties consumerSettings() {
-    Properties p = KafkaSettings.consumer(kafka, owner());
+    Properties p = KafkaSettings.consumer(kafka(), owner());
     p.setProperty("enable.auto.commit", "false");
     p.setProperty("auto.offset.reset", "none");
     p.setProperty("isolation.level", "read_committed");
@@ -108,7 +136,7 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
     }
     return new ShuffleTable(
         Layout.parse(log.layoutJson(), "shuffle '" + ident.name() + "' layout"),
-        kafka,
+        kafka(),
         withMetadata,
         log);
   }
