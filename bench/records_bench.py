@@ -5,10 +5,11 @@ against batch shuffle reads, side by side.
   ``read_records`` on the JVM (the ``kafka-records-jvm`` executor), by the Python
   ``spark.read.format("kafka-records")`` and by Spark's ``spark.read.format("kafka")``, one
   Spark task per partition, every column, into the ``noop`` sink;
-- shuffle stream: the same shuffle read by ``read_shuffle`` (batch) and by
-  ``read_shuffle_stream`` with ``Trigger.AvailableNow`` into the ``noop`` sink, each
-  ``--runs`` committed runs. The streaming query's wall time includes starting it (Spark
-  starts a Python process for the source); its micro-batches' own time is recorded beside.
+- shuffle stream: a shuffle of ``--runs`` committed runs read by ``read_shuffle`` (batch)
+  and by ``read_shuffle_stream`` with ``Trigger.AvailableNow`` into the ``noop`` sink, on
+  each read path (``engine="python"``, ``engine="jvm"``). The streaming query's wall time
+  includes starting it (on the Python path Spark starts a Python process for the source);
+  its micro-batches' own time is recorded beside.
 
 Each pair runs ``--repeat`` times, alternating which goes first; medians and every
 measurement go to ``.local/bench/records.json``.
@@ -120,28 +121,40 @@ def records_pair(spark, kafka: dict, topic: str):
     ]
 
 
-def shuffle_pair(spark, kafka: dict, topic: str, processing: list[float]):
-    """The batch and streaming reads; ``processing`` gets, per streaming run, the seconds its
-    micro-batches took (Spark's ``batchDuration``), which leaves out starting the query."""
+def shuffle_pair(spark, kafka: dict, topic: str, processing: dict[str, list[float]]):
+    """The batch and streaming reads on each read path (``engine``: the Python source, the
+    JVM one); ``processing[engine]`` gets, per streaming run, the seconds its micro-batches
+    took (Spark's ``batchDuration``), which leaves out starting the query."""
 
-    def batch():
-        # The Python read path, as the streaming read (the session also has the JVM one).
-        read = read_shuffle(spark, topic, kafka=kafka, engine="python")
-        read.write.format("noop").mode("overwrite").save()
+    def batch(engine: str):
+        def run():
+            read = read_shuffle(spark, topic, kafka=kafka, engine=engine)
+            read.write.format("noop").mode("overwrite").save()
 
-    def stream():
-        with tempfile.TemporaryDirectory() as chk:
-            q = (
-                read_shuffle_stream(spark, topic, kafka=kafka)
-                .writeStream.format("noop")
-                .option("checkpointLocation", chk)
-                .trigger(availableNow=True)
-                .start()
-            )
-            q.awaitTermination()
-            processing.append(sum(p["batchDuration"] for p in q.recentProgress) / 1000)
+        return run
 
-    return [("shuffle_batch_read", batch), ("shuffle_stream_read", stream)]
+    def stream(engine: str):
+        def run():
+            with tempfile.TemporaryDirectory() as chk:
+                q = (
+                    read_shuffle_stream(spark, topic, kafka=kafka, engine=engine)
+                    .writeStream.format("noop")
+                    .option("checkpointLocation", chk)
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                q.awaitTermination()
+                seconds = sum(p["batchDuration"] for p in q.recentProgress) / 1000
+                processing.setdefault(engine, []).append(seconds)
+
+        return run
+
+    return [
+        ("shuffle_batch_read", batch("python")),
+        ("shuffle_stream_read", stream("python")),
+        ("shuffle_batch_read_jvm", batch("jvm")),
+        ("shuffle_stream_read_jvm", stream("jvm")),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,44 +202,49 @@ def main(argv: list[str] | None = None) -> int:
                 "concat('k', cast(id % 100003 as string)) as k", "id", "rand() as x"
             )
             write_shuffle(df, spec, kafka=kafka, window=f"w{r}")
-        processing: list[float] = []
+        processing: dict[str, list[float]] = {}
         streams = side_by_side(
             shuffle_pair(spark, kafka, shuffle, processing), args.repeat, f"n={n}"
         )
-        streams["shuffle_stream_processing"] = {
-            "median_seconds": statistics.median(processing),
-            "runs": processing,
-        }
         spark_s = records["spark_kafka_source"]["median_seconds"]
         ratio = spark_s / records["kafka_records"]["median_seconds"]
         jvm_ratio = spark_s / records["kafka_records_jvm"]["median_seconds"]
-        stream_ratio = (
-            streams["shuffle_batch_read"]["median_seconds"]
-            / streams["shuffle_stream_read"]["median_seconds"]
-        )
-        processing_ratio = (
-            streams["shuffle_batch_read"]["median_seconds"]
-            / streams["shuffle_stream_processing"]["median_seconds"]
-        )
+        paths = {}
+        for engine, suffix in (("python", ""), ("jvm", "_jvm")):
+            batch_s = streams[f"shuffle_batch_read{suffix}"]["median_seconds"]
+            stream_s = streams[f"shuffle_stream_read{suffix}"]["median_seconds"]
+            processing_s = statistics.median(processing[engine])
+            streams[f"shuffle_stream_processing{suffix}"] = {
+                "median_seconds": processing_s,
+                "runs": processing[engine],
+            }
+            paths[f"stream_vs_batch_throughput{suffix}"] = batch_s / stream_s
+            paths[f"stream_processing_vs_batch_throughput{suffix}"] = batch_s / processing_s
         report["sizes"][n] = {
             **records,
             **streams,
             "kafka_records_vs_spark_speedup": ratio,
             "kafka_records_jvm_vs_spark_speedup": jvm_ratio,
-            "stream_vs_batch_throughput": stream_ratio,
-            "stream_processing_vs_batch_throughput": processing_ratio,
+            **paths,
         }
         print(
             f"{n:>10} kafka-records on the JVM "
             f"{records['kafka_records_jvm']['median_seconds']:.2f}s ({jvm_ratio:.2f}x), in "
             f"Python {records['kafka_records']['median_seconds']:.2f}s ({ratio:.2f}x) vs Spark "
-            f"{spark_s:.2f}s; shuffle "
-            f"stream {streams['shuffle_stream_read']['median_seconds']:.2f}s vs batch "
-            f"{streams['shuffle_batch_read']['median_seconds']:.2f}s "
-            f"(stream throughput {stream_ratio:.2f} of batch with the query's start, "
-            f"{processing_ratio:.2f} in its micro-batches)",
+            f"{spark_s:.2f}s",
             flush=True,
         )
+        for engine, suffix in (("python", ""), ("jvm", "_jvm")):
+            print(
+                f"{n:>10} shuffle on the {engine} path: stream "
+                f"{streams[f'shuffle_stream_read{suffix}']['median_seconds']:.2f}s vs batch "
+                f"{streams[f'shuffle_batch_read{suffix}']['median_seconds']:.2f}s (stream "
+                f"throughput {paths[f'stream_vs_batch_throughput{suffix}']:.2f} of batch with "
+                "the query's start, "
+                f"{paths[f'stream_processing_vs_batch_throughput{suffix}']:.2f} in its "
+                "micro-batches)",
+                flush=True,
+            )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"\nall measurements: {args.out}")

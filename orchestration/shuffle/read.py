@@ -39,7 +39,13 @@ from orchestration.shuffle.core.reader import (
 from orchestration.shuffle.core.stream import StreamOptions
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaSettings
 from orchestration.shuffle.kafka.commitlog import read_commits_since, read_log
-from orchestration.shuffle.spark.jvm import Engine, choose_engine, jvm_splits, load_jvm
+from orchestration.shuffle.spark.jvm import (
+    Engine,
+    choose_engine,
+    jvm_splits,
+    load_jvm,
+    load_jvm_stream,
+)
 from orchestration.shuffle.spark.perkey import KEY_METADATA
 from orchestration.shuffle.spark.reader import (
     SOURCE,
@@ -328,6 +334,7 @@ def read_shuffle_stream(
     max_rows_per_trigger: int | None = None,
     parallelism: int | str | None = None,
     with_metadata: bool = False,
+    engine: Engine = "auto",
 ) -> DataFrame:
     """A streaming read of a shuffle: each micro-batch holds the runs committed since the
     previous one, keyed as a batch read is.
@@ -352,9 +359,13 @@ def read_shuffle_stream(
             ``starting_offsets``).
         parallelism, with_metadata: As documented on
             :class:`~orchestration.shuffle.core.reader.ReadOptions`.
+        engine: ``"auto"`` streams on the JVM (``spark.readStream.table`` over the session's
+            catalog of the JVM path: no Python process per query) when the session has the
+            jar and a catalog for this cluster, else with the Python source; ``"jvm"`` and
+            ``"python"`` force one (see :func:`read_shuffle`). Both read the same runs in the
+            same micro-batches, with the same offsets and progress metrics.
         Other arguments: as for :func:`read_shuffle`.
     """
-    register_data_sources(spark)
     client = KafkaClient.of(kafka)
     layout = read_log(client, topic).require_layout()
     start_us = to_micros(starting_timestamp)
@@ -365,10 +376,18 @@ def read_shuffle_stream(
         max_rows_per_trigger=max_rows_per_trigger,
     )
     options = ReadOptions(parallelism=parallelism, with_metadata=with_metadata)
-    reader = spark.readStream.format(SOURCE).options(
-        **source_options(topic, client, options, stream=stream)
-    )
-    df = reader.load()
+    catalog = choose_engine(spark, client, engine)
+    if catalog is None:
+        register_data_sources(spark)
+        reader = spark.readStream.format(SOURCE).options(
+            **source_options(topic, client, options, stream=stream)
+        )
+        df = reader.load()
+    else:
+        read = replace(options, with_metadata=False).to_options()
+        df = load_jvm_stream(
+            spark, catalog, topic, {**read, **stream.to_options()}, with_metadata=with_metadata
+        )
     tag = _key_tag(topic, layout, parallelism or layout.num_partitions)
     for c in layout.key:
         df = df.withMetadata(c, tag)

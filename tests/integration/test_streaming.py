@@ -1,4 +1,7 @@
-"""Streaming reads of a shuffle on the real broker and Spark: each committed run once."""
+"""Streaming reads of a shuffle on the real broker and Spark: each committed run once, on
+both read paths (the ``engine`` fixture: the Python source, then the JVM one)."""
+
+import datetime as dt
 
 import pandas as pd
 import pytest
@@ -29,7 +32,7 @@ def spec(topic):
     return ShuffleSpec(topic=topic, key="k", num_partitions=3, max_parallelism=12, event_time="ts")
 
 
-def run_available_now(spark, topic, kafka_conf, checkpoint, metrics=None, **kw):
+def run_available_now(engine, spark, topic, kafka_conf, checkpoint, metrics=None, **kw):
     """Runs the stream with Trigger.AvailableNow; returns one list of rows per micro-batch
     (and extends ``metrics`` with the query's ``stream_metrics``)."""
     batches: list[list] = []
@@ -37,7 +40,9 @@ def run_available_now(spark, topic, kafka_conf, checkpoint, metrics=None, **kw):
     def collect(df, batch_id):
         batches.append([tuple(r) for r in df.select("id", "_run_id", "_window").collect()])
 
-    stream = read_shuffle_stream(spark, topic, kafka=kafka_conf, with_metadata=True, **kw)
+    stream = read_shuffle_stream(
+        spark, topic, kafka=kafka_conf, with_metadata=True, engine=engine, **kw
+    )
     query = (
         stream.writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(checkpoint))
@@ -46,15 +51,18 @@ def run_available_now(spark, topic, kafka_conf, checkpoint, metrics=None, **kw):
     )
     query.awaitTermination(180)
     assert query.exception() is None, query.exception()
+    # The stream ran on the path asked for.
+    sources = {s.description for p in query.recentProgress for s in p.sources}
+    assert sources and all(("kafka-shuffle-jvm" in d) == (engine == "jvm") for d in sources)
     if metrics is not None:
         metrics.extend(stream_metrics(query))
     return [b for b in batches if b]
 
 
-def test_restart_from_checkpoint_reads_every_run_once(spark, kafka_conf, unique, tmp_path):
+def test_restart_from_checkpoint_reads_every_run_once(spark, kafka_conf, unique, tmp_path, engine):
     topic = unique("st-restart")
     a = write_shuffle(rows(spark, 300), spec(topic), kafka=kafka_conf, window="w1")
-    first = run_available_now(spark, topic, kafka_conf, tmp_path / "chk")
+    first = run_available_now(engine, spark, topic, kafka_conf, tmp_path / "chk")
     assert sorted(r[0] for b in first for r in b) == list(range(300))
     assert {r[1] for b in first for r in b} == {a.run_id}
     # Between two starts of the query: a failed run, a new window, a re-run of w1.
@@ -62,17 +70,17 @@ def test_restart_from_checkpoint_reads_every_run_once(spark, kafka_conf, unique,
         write_shuffle(rows(spark, 50, 9000), spec(topic), kafka=kafka_conf, window="w9")
     b = write_shuffle(rows(spark, 200, 1000), spec(topic), kafka=kafka_conf, window="w2")
     c = write_shuffle(rows(spark, 100, 2000), spec(topic), kafka=kafka_conf, window="w1")
-    second = run_available_now(spark, topic, kafka_conf, tmp_path / "chk")
+    second = run_available_now(engine, spark, topic, kafka_conf, tmp_path / "chk")
     got = [r for batch in second for r in batch]
     assert {r[1] for r in got} == {b.run_id, c.run_id}
     assert sorted(r[0] for r in got) == list(range(1000, 1200)) + list(range(2000, 2100))
     # The re-run of w1 arrives as new data, marked with its window.
     assert {r[2] for r in got if r[1] == c.run_id} == {"w1"}
     # Nothing more to read.
-    assert run_available_now(spark, topic, kafka_conf, tmp_path / "chk") == []
+    assert run_available_now(engine, spark, topic, kafka_conf, tmp_path / "chk") == []
 
 
-def test_max_runs_per_trigger_gives_one_run_per_batch(spark, kafka_conf, unique, tmp_path):
+def test_max_runs_per_trigger_gives_one_run_per_batch(spark, kafka_conf, unique, tmp_path, engine):
     topic = unique("st-limit")
     written = [
         write_shuffle(rows(spark, 40 * (i + 1), 100 * i), spec(topic), kafka=kafka_conf,
@@ -82,7 +90,7 @@ def test_max_runs_per_trigger_gives_one_run_per_batch(spark, kafka_conf, unique,
     runs = [w.run_id for w in written]
     metrics: list = []
     batches = run_available_now(
-        spark, topic, kafka_conf, tmp_path / "one", metrics, max_runs_per_trigger=1
+        engine, spark, topic, kafka_conf, tmp_path / "one", metrics, max_runs_per_trigger=1
     )
     assert [{r[1] for r in b} for b in batches] == [{r} for r in runs]
     # The query's progress says what each batch read and how far behind the log's end it was
@@ -100,29 +108,40 @@ def test_max_runs_per_trigger_gives_one_run_per_batch(spark, kafka_conf, unique,
     assert summary["max_offsets_behind_latest"] == 0
     # By rows: 40 + 80 fit in 130, then 120 alone.
     batches = run_available_now(
-        spark, topic, kafka_conf, tmp_path / "rows", max_rows_per_trigger=130
+        engine, spark, topic, kafka_conf, tmp_path / "rows", max_rows_per_trigger=130
     )
     assert [len(b) for b in batches] == [120, 120]
 
 
 def test_latest_skips_earlier_runs_and_earliest_skips_superseded(
-    spark, kafka_conf, unique, tmp_path
+    spark, kafka_conf, unique, tmp_path, engine
 ):
     topic = unique("st-latest")
+    before_old = dt.datetime.now(dt.UTC)
     old = write_shuffle(rows(spark, 60), spec(topic), kafka=kafka_conf, window="w1")
-    assert (
-        run_available_now(spark, topic, kafka_conf, tmp_path / "latest", starting_offsets="latest")
-        == []
+    latest = run_available_now(
+        engine, spark, topic, kafka_conf, tmp_path / "latest", starting_offsets="latest"
     )
+    assert latest == []
+    before_new = dt.datetime.now(dt.UTC)
     new = write_shuffle(rows(spark, 70, 500), spec(topic), kafka=kafka_conf, window="w1")
-    got = run_available_now(spark, topic, kafka_conf, tmp_path / "latest")
+    got = run_available_now(engine, spark, topic, kafka_conf, tmp_path / "latest")
     assert {r[1] for b in got for r in b} == {new.run_id}
     # A new query from earliest sees the visible run of w1 only, not the superseded one.
-    fresh = run_available_now(spark, topic, kafka_conf, tmp_path / "earliest")
+    fresh = run_available_now(engine, spark, topic, kafka_conf, tmp_path / "earliest")
     assert {r[1] for b in fresh for r in b} == {new.run_id} != {old.run_id}
+    # From an instant: every run committed since is new data, superseded or not.
+    since_new = run_available_now(
+        engine, spark, topic, kafka_conf, tmp_path / "ts-new", starting_timestamp=before_new
+    )
+    assert {r[1] for b in since_new for r in b} == {new.run_id}
+    since_old = run_available_now(
+        engine, spark, topic, kafka_conf, tmp_path / "ts-old", starting_timestamp=before_old
+    )
+    assert [{r[1] for r in b} for b in since_old] == [{old.run_id, new.run_id}]
 
 
-def test_micro_batches_are_keyed(spark, kafka_conf, unique, tmp_path):
+def test_micro_batches_are_keyed(spark, kafka_conf, unique, tmp_path, engine):
     topic = unique("st-keyed")
     write_shuffle(rows(spark, 500), spec(topic), kafka=kafka_conf, window="w1")
     results = []
@@ -135,7 +154,7 @@ def test_micro_batches_are_keyed(spark, kafka_conf, unique, tmp_path):
         plan = out._jdf.queryExecution().executedPlan().toString()
         results.append(("Exchange" in plan, sorted(map(tuple, out.collect()))))
 
-    stream = read_shuffle_stream(spark, topic, kafka=kafka_conf)
+    stream = read_shuffle_stream(spark, topic, kafka=kafka_conf, engine=engine)
     assert stream.isStreaming
     query = (
         stream.writeStream.foreachBatch(each)

@@ -150,6 +150,15 @@ def test_round_three_targets_say_met_missed_or_not_run(tmp_path):
     for name in ("P1", "P2", "P5", "P6"):
         assert rows[name][3] == "not run"
     assert report.round_three_table(tmp_path).count("\n") == len(rows) + 1
+    # A run with both read paths: P4 is the JVM path's, the Python path's beside it.
+    records = json.loads((tmp_path / "records.json").read_text())
+    records["sizes"]["10000000"].update(
+        stream_vs_batch_throughput_jvm=0.5, stream_processing_vs_batch_throughput_jvm=0.8
+    )
+    (tmp_path / "records.json").write_text(json.dumps(records))
+    p4 = {r[0].split()[0]: r for r in report.round_three(tmp_path)}["P4"]
+    assert p4[3] == "**missed**"
+    assert p4[1].startswith("on the JVM 0.50 (micro-batches alone 0.80)") and "0.95" in p4[1]
 
 
 def test_jvm_table_lists_every_size_and_target_or_says_not_run(tmp_path):

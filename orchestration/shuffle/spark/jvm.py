@@ -220,3 +220,21 @@ def load_jvm(spark: SparkSession, catalog: str, options: Mapping[str, str]) -> D
     """``spark.read.format("kafka-shuffle-jvm")`` with the ``kafka-shuffle`` source's options
     (see :func:`~orchestration.shuffle.spark.reader.source_options`), through ``catalog``."""
     return spark.read.format(SOURCE).options(**options, catalog=catalog).load()
+
+
+def load_jvm_stream(
+    spark: SparkSession,
+    catalog: str,
+    topic: str,
+    options: Mapping[str, str],
+    *,
+    with_metadata: bool = False,
+) -> DataFrame:
+    """``spark.readStream.table("<catalog>.`<topic>`")`` (``<catalog>.with_metadata.`<topic>```
+    with the metadata columns): a streaming read on the JVM with the ``kafka-shuffle``
+    source's streaming options (``startingOffsets``, ``startingTimestamp``,
+    ``maxRunsPerTrigger``, ``maxRowsPerTrigger``, ``parallelism``). The catalog has the
+    Kafka settings, so none go into the query's options."""
+    quoted = "`" + topic.replace("`", "``") + "`"
+    name = f"{catalog}.with_metadata.{quoted}" if with_metadata else f"{catalog}.{quoted}"
+    return spark.readStream.options(**options).table(name)

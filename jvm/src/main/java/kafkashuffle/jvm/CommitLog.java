@@ -28,12 +28,25 @@ public final class CommitLog {
     final int[][] tasks; // (subtask, attempt) pairs
     final TreeMap<Integer, long[]> partitions; // partition -> {first, last, rows, frames}
     final long rows;
+    final long bytes;
+    final String committedAt; // ISO 8601, as the writer wrote it
     final Long eventTimeMin;
     final Long eventTimeMax;
+
+    /** The commit a record of the commit log holds ({@code key} names it in errors). */
+    static Commit parse(String value, String key) {
+      try {
+        return new Commit(Layout.JSON.readTree(value));
+      } catch (IOException | RuntimeException e) {
+        throw ShuffleException.format("commit record '" + key + "' is not a commit: " + e);
+      }
+    }
 
     private Commit(JsonNode d) {
       runId = d.get("run_id").asText();
       window = text(d.get("window"));
+      committedAt = text(d.get("committed_at"));
+      bytes = d.path("bytes").asLong(0);
       JsonNode t = d.get("tasks");
       tasks = new int[t.size()][];
       for (int i = 0; i < t.size(); i++) {

@@ -87,7 +87,12 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
   }
 
   private Properties consumerSettings() {
-    Properties p = KafkaSettings.consumer(kafka(), owner());
+    return logConsumerSettings(kafka(), owner());
+  }
+
+  /** Settings of a consumer that reads commit logs to their end (read_committed). */
+  static Properties logConsumerSettings(Map<String, String> kafka, String owner) {
+    Properties p = KafkaSettings.consumer(kafka, owner);
     p.setProperty("enable.auto.commit", "false");
     p.setProperty("auto.offset.reset", "none");
     p.setProperty("isolation.level", "read_committed");

@@ -2,6 +2,7 @@ package kafkashuffle.jvm;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.OptionalLong;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.expressions.Expression;
@@ -14,6 +15,7 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.Statistics;
 import org.apache.spark.sql.connector.read.SupportsReportPartitioning;
 import org.apache.spark.sql.connector.read.SupportsReportStatistics;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.partitioning.KeyGroupedPartitioning;
 import org.apache.spark.sql.connector.read.partitioning.Partitioning;
 import org.apache.spark.sql.connector.read.partitioning.UnknownPartitioning;
@@ -33,9 +35,12 @@ final class ShuffleScan
   private final List<SplitPlan> splits;
   private final StructType readSchema;
   private final boolean keyed;
+  private final Map<String, String> options;
 
-  ShuffleScan(ReadSpec spec, List<SplitPlan> splits, StructType readSchema) {
+  ShuffleScan(
+      ReadSpec spec, List<SplitPlan> splits, StructType readSchema, Map<String, String> options) {
     this.spec = spec;
+    this.options = options;
     this.splits = splits;
     this.readSchema = readSchema;
     this.keyed = keyedSplits(splits, spec.layout().numPartitions);
@@ -75,6 +80,12 @@ final class ShuffleScan
   @Override
   public Batch toBatch() {
     return this;
+  }
+
+  /** A streaming read of the same table: micro-batches of the runs committed since the last. */
+  @Override
+  public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    return new ShuffleStream(spec, options);
   }
 
   @Override

@@ -67,7 +67,7 @@ final class ShuffleTable implements SupportsRead {
 
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.of(TableCapability.BATCH_READ);
+    return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
   }
 
   @Override
@@ -148,7 +148,7 @@ final class ShuffleTable implements SupportsRead {
       }
       ReadSpec spec =
           new ReadSpec(topic, kafka, planned, columns.toArray(new String[0]), start, end);
-      return new ShuffleScan(spec, splits, required);
+      return new ShuffleScan(spec, splits, required, options);
     }
 
     private Long longOption(String name) {
