@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         master=args.master,
         app_name="kafka-records-bench",
         conf={
+            **ours,  # the catalog too: the shuffle reads and streams take both paths
             "spark.jars": ",".join([ours["spark.jars"], *wanted]),
             "spark.driver.memory": "4g",
         },

@@ -239,7 +239,7 @@ def doubled(table):
     return pa.table({"id": ids, "doubled": [2 * i for i in ids]})
 
 
-def test_jvm_read_path_on_a_server_with_the_jar(connect_spark, kafka_conf, shuffled):
+def test_jvm_read_path_on_a_server_with_the_jar(connect_spark, kafka_conf, shuffled, tmp_path):
     # A Connect server given the jar (ADD JAR, as --jars would) and the catalog settings of
     # jvm_spark_conf: "auto" reads on the server's JVM, Spark plans grouping by the key
     # without an Exchange, and SQL over the catalog table needs nothing from this side.
@@ -270,6 +270,15 @@ def test_jvm_read_path_on_a_server_with_the_jar(connect_spark, kafka_conf, shuff
         assert "kafka-records ranges=" in explain_text(records)
         by_name = read_records(connect_spark, options, engine="python")
         assert records.count() == by_name.count() > 0
+        # A stream on the server's JVM: the rows and metrics the Python source gives.
+        name = f"cx_jvm_stream_{uuid.uuid4().hex[:8]}"
+        stream = read_shuffle_stream(connect_spark, topic, kafka=kafka_conf)
+        query = run_available_now(stream.writeStream.format("memory").queryName(name), tmp_path)
+        got = connect_spark.table(name).select("user_id").collect()
+        assert Counter(r.user_id for r in got) == EXPECTED
+        assert sum(m.records for m in stream_metrics(query)) == ROWS
+        sources = {s.description for p in query.recentProgress for s in p.sources}
+        assert sources and all("kafka-shuffle-jvm" in d for d in sources)
     finally:
         jvm_read_off(connect_spark, keys)
     assert not jvm_available(connect_spark)

@@ -29,7 +29,7 @@ from orchestration.shuffle.spark.perkey import shuffle_scan_options
 from orchestration.shuffle.spark.session import explain_text
 from tests.conftest import jvm_read_off, jvm_read_on
 from tests.integration.test_shuffle import DAY, rows_df, spec_for
-from tests.vectors import read_plans
+from tests.vectors import read_plans, stream_plans
 
 pytestmark = pytest.mark.integration
 
@@ -437,6 +437,7 @@ def test_catalog_table_read_in_sql_alone(jspark, kafka_conf, unique):
 
 
 VECTORS = json.loads(read_plans.FILE.read_text())
+STREAM_VECTORS = json.loads(stream_plans.FILE.read_text())
 
 
 def test_jvm_planner_matches_every_read_plan_vector(jspark):
@@ -446,6 +447,19 @@ def test_jvm_planner_matches_every_read_plan_vector(jspark):
     for v in VECTORS:
         got = json.loads(
             planner.planVector(v["topic"], json.dumps(v["records"]), json.dumps(v["options"]))
+        )
+        assert got == v["expected"], v["name"]
+
+
+def test_jvm_stream_matches_every_stream_plan_vector(jspark):
+    # The streaming rules, held to the vectors the Python stream reader is (tests/unit):
+    # commit-log records in, the initial offset and each micro-batch of two runs out.
+    stream = jspark._jvm.kafkashuffle.jvm.ShuffleStream
+    for v in STREAM_VECTORS:
+        got = json.loads(
+            stream.streamVector(
+                v["topic"], json.dumps(v["records"]), json.dumps(v["options"]), v["first"]
+            )
         )
         assert got == v["expected"], v["name"]
 

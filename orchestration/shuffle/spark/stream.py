@@ -52,7 +52,7 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # (from, records, end offset) of the last commit-log read.
         self._last_read: tuple[int, list[LogRecord], int] | None = None
         self._planned: list[Commit] = []  # the commits latestOffset() admitted last
-        self._log_end: int | None = None  # the commit log's end latestOffset() last read
+        self._end_read: int | None = None  # the commit log's end latestOffset() last read
 
     def _records(
         self, start: StreamOffset, needed_until: int | None = None
@@ -64,13 +64,20 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cached = self._last_read
         if needed_until is not None and cached and cached[0] == first and cached[2] >= needed_until:
             return cached[1], cached[2]
-        records, high = read_log_records(self.opts.kafka, self.opts.topic, first)
+        records, high = self._read_log(first)
         self._last_read = (first, records, high)
         return records, high
 
+    def _read_log(self, first: int) -> tuple[list[LogRecord], int]:
+        """The commit log's records from offset ``first`` on, and its end offset."""
+        return read_log_records(self.opts.kafka, self.opts.topic, first)
+
+    def _log_end(self) -> int:
+        return log_end(self.opts.kafka, self.opts.topic)
+
     def initialOffset(self) -> dict:
         stream = self.opts.stream
-        records, high = read_log_records(self.opts.kafka, self.opts.topic)
+        records, high = self._read_log(0)
         return starting_offset(
             records, high, stream.starting_offsets, stream.starting_timestamp_ms
         ).to_dict()
@@ -85,12 +92,12 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = log_end(self.opts.kafka, self.opts.topic)
+        self._target = self._log_end()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = StreamOffset.from_dict(start)
         records, high = self._records(begin)
-        self._log_end = high
+        self._end_read = high
         if self._target is not None:
             high = min(high, self._target)
         limited = not isinstance(limit, ReadAllAvailable)
@@ -116,11 +123,7 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "rows": sum(c.rows for c in planned),
             "bytes": sum(c.bytes for c in planned),
         }
-        end = (
-            self._log_end
-            if self._log_end is not None
-            else log_end(self.opts.kafka, self.opts.topic)
-        )
+        end = self._end_read if self._end_read is not None else self._log_end()
         return {"log": end, METRICS_KEY: metrics}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:

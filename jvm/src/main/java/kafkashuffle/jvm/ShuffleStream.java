@@ -47,6 +47,8 @@ final class ShuffleStream
 
   private final ReadSpec spec;
   private final String ctopic;
+  private final String owner;
+  private final LogSource source;
   private final String starting;
   private final Long startingTimestampMs;
   private final Long maxRuns;
@@ -58,43 +60,62 @@ final class ShuffleStream
   private List<CommitLog.Commit> planned = List.of();
   private long logEnd = -1;
 
-  ShuffleStream(ReadSpec spec, Map<String, String> options) {
-    this.spec = spec;
-    this.ctopic = spec.topic + ShuffleCatalog.COMMITS_SUFFIX;
-    String owner = ShuffleTable.OWNER;
-    String s = options.getOrDefault("startingOffsets", EARLIEST).trim().toLowerCase();
-    if (!s.equals(EARLIEST) && !s.equals(LATEST)) {
-      throw ShuffleException.option(
-          owner + ": option 'startingOffsets' must be one of 'earliest', 'latest', got '" + s + "'");
-    }
-    this.starting = s;
-    this.startingTimestampMs = number(options, "startingTimestamp", Long.MIN_VALUE);
-    this.maxRuns = number(options, "maxRunsPerTrigger", 1);
-    this.maxRows = number(options, "maxRowsPerTrigger", 1);
-    this.parallelism = ReadPlanner.Selection.parse(options, owner).parallelism;
+  /** Where the stream reads its commit log: Kafka, or a vector's records. */
+  interface LogSource {
+    /** The records from offset {@code from} on, and the log's end offset. */
+    Read read(long from);
+
+    /** The log's end offset. */
+    long end();
   }
 
-  private static Long number(Map<String, String> options, String name, long minimum) {
+  ShuffleStream(ReadSpec spec, Map<String, String> options) {
+    this(spec, options, ShuffleTable.OWNER, null);
+  }
+
+  /** {@code source} null: the commit log in Kafka, with the spec's settings. */
+  ShuffleStream(ReadSpec spec, Map<String, String> options, String owner, LogSource source) {
+    this.spec = spec;
+    this.ctopic = spec.topic + ShuffleCatalog.COMMITS_SUFFIX;
+    this.owner = owner;
+    this.source = source != null ? source : new KafkaLog();
+    // In the order the Python source parses them, with its messages.
+    this.parallelism = ReadPlanner.Selection.parse(options, owner).parallelism;
+    String given = options.get("startingOffsets");
+    String s = (given == null || given.isEmpty() ? EARLIEST : given).strip().toLowerCase();
+    if (!s.equals(EARLIEST) && !s.equals(LATEST)) {
+      throw ShuffleException.option(
+          owner
+              + ": option 'startingOffsets' must be 'earliest' or 'latest', got "
+              + ReadPlanner.repr(s));
+    }
+    this.starting = s;
+    this.startingTimestampMs = number(options, "startingTimestamp", 0);
+    this.maxRuns = number(options, "maxRunsPerTrigger", 1);
+    this.maxRows = number(options, "maxRowsPerTrigger", 1);
+  }
+
+  private Long number(Map<String, String> options, String name, long minimum) {
     String v = options.get(name);
     if (v == null || v.isEmpty()) {
       return null;
     }
     long n;
     try {
-      n = Long.parseLong(v.trim());
+      n = Long.parseLong(v.strip());
     } catch (NumberFormatException e) {
-      n = Long.MIN_VALUE;
-    }
-    if (n < minimum || n == Long.MIN_VALUE) {
       throw ShuffleException.option(
-          ShuffleTable.OWNER
+          owner + ": option '" + name + "' must be an integer, got " + ReadPlanner.repr(v));
+    }
+    if (n < minimum) {
+      throw ShuffleException.option(
+          owner
               + ": option '"
               + name
-              + "' must be an integer"
-              + (minimum > Long.MIN_VALUE ? " >= " + minimum : "")
-              + ", got '"
-              + v
-              + "'");
+              + "' must be an integer >= "
+              + minimum
+              + ", got "
+              + ReadPlanner.repr(v));
     }
     return n;
   }
@@ -162,7 +183,7 @@ final class ShuffleStream
   }
 
   /** Records of the commit log from {@code first} on, and its end offset. */
-  private static final class Read {
+  static final class Read {
     final long first;
     final List<Record> records;
     final long high;
@@ -174,63 +195,72 @@ final class ShuffleStream
     }
   }
 
-  private Read readLog(long from) {
-    KafkaConsumer<byte[], ByteBuffer> c =
-        ConsumerPool.borrow(
-            ShuffleCatalog.logConsumerSettings(spec.kafka, ShuffleTable.OWNER), "shuffle-stream");
-    boolean ok = false;
-    try {
-      List<PartitionInfo> parts = c.partitionsFor(ctopic, Duration.ofSeconds(30));
-      if (parts == null || parts.isEmpty()) {
-        throw new ShuffleException(
-            ShuffleException.Kind.NOT_FOUND,
-            "shuffle '"
-                + spec.topic
-                + "' does not exist on '"
-                + spec.kafka.get("bootstrap.servers")
-                + "' (no commit-log topic '"
-                + ctopic
-                + "')");
-      }
-      TopicPartition tp = new TopicPartition(ctopic, 0);
-      c.assign(List.of(tp));
-      long low = c.beginningOffsets(List.of(tp)).get(tp);
-      long high = c.endOffsets(List.of(tp)).get(tp);
-      List<Record> out = new ArrayList<>();
-      c.seek(tp, Math.max(from, low));
-      long deadline = System.currentTimeMillis() + 30_000;
-      while (c.position(tp) < high) {
-        if (System.currentTimeMillis() > deadline) {
+  /** The commit log in Kafka, read with a pooled consumer. */
+  private final class KafkaLog implements LogSource {
+    @Override
+    public Read read(long from) {
+      KafkaConsumer<byte[], ByteBuffer> c =
+          ConsumerPool.borrow(
+              ShuffleCatalog.logConsumerSettings(spec.kafka, ShuffleTable.OWNER), "shuffle-stream");
+      boolean ok = false;
+      try {
+        List<PartitionInfo> parts = c.partitionsFor(ctopic, Duration.ofSeconds(30));
+        if (parts == null || parts.isEmpty()) {
           throw new ShuffleException(
-              ShuffleException.Kind.CONNECTION,
-              ShuffleTable.OWNER + ": reading commit log '" + ctopic + "' took over 30s");
+              ShuffleException.Kind.NOT_FOUND,
+              "shuffle '"
+                  + spec.topic
+                  + "' does not exist on '"
+                  + spec.kafka.get("bootstrap.servers")
+                  + "' (no commit-log topic '"
+                  + ctopic
+                  + "')");
         }
-        for (ConsumerRecord<byte[], ByteBuffer> r : c.poll(Duration.ofMillis(200)).records(tp)) {
-          if (r.offset() >= high) {
-            break;
+        TopicPartition tp = new TopicPartition(ctopic, 0);
+        c.assign(List.of(tp));
+        long low = c.beginningOffsets(List.of(tp)).get(tp);
+        long high = c.endOffsets(List.of(tp)).get(tp);
+        List<Record> out = new ArrayList<>();
+        c.seek(tp, Math.max(from, low));
+        long deadline = System.currentTimeMillis() + 30_000;
+        while (c.position(tp) < high) {
+          if (System.currentTimeMillis() > deadline) {
+            throw new ShuffleException(
+                ShuffleException.Kind.CONNECTION,
+                ShuffleTable.OWNER + ": reading commit log '" + ctopic + "' took over 30s");
           }
-          out.add(
-              new Record(
-                  r.offset(),
-                  r.key() == null ? null : new String(r.key(), StandardCharsets.UTF_8),
-                  r.value() == null
-                      ? null
-                      : StandardCharsets.UTF_8.decode(r.value()).toString()));
+          for (ConsumerRecord<byte[], ByteBuffer> r : c.poll(Duration.ofMillis(200)).records(tp)) {
+            if (r.offset() >= high) {
+              break;
+            }
+            out.add(
+                new Record(
+                    r.offset(),
+                    r.key() == null ? null : new String(r.key(), StandardCharsets.UTF_8),
+                    r.value() == null
+                        ? null
+                        : StandardCharsets.UTF_8.decode(r.value()).toString()));
+          }
+        }
+        ok = true;
+        return new Read(from, out, Math.max(high, from));
+      } catch (KafkaException e) {
+        throw new ShuffleException(
+            ShuffleException.Kind.CONNECTION,
+            ShuffleTable.OWNER + ": reading commit log '" + ctopic + "': " + e,
+            e);
+      } finally {
+        if (ok) {
+          ConsumerPool.giveBack(c);
+        } else {
+          ConsumerPool.discard(c);
         }
       }
-      ok = true;
-      return new Read(from, out, Math.max(high, from));
-    } catch (KafkaException e) {
-      throw new ShuffleException(
-          ShuffleException.Kind.CONNECTION,
-          ShuffleTable.OWNER + ": reading commit log '" + ctopic + "': " + e,
-          e);
-    } finally {
-      if (ok) {
-        ConsumerPool.giveBack(c);
-      } else {
-        ConsumerPool.discard(c);
-      }
+    }
+
+    @Override
+    public long end() {
+      return readEnd();
     }
   }
 
@@ -242,7 +272,7 @@ final class ShuffleStream
     if (neededUntil != null && cached != null && cached.first == first && cached.high >= neededUntil) {
       return cached;
     }
-    last = readLog(first);
+    last = source.read(first);
     return last;
   }
 
@@ -312,7 +342,7 @@ final class ShuffleStream
 
   @Override
   public Offset initialOffset() {
-    Read read = readLog(0);
+    Read read = source.read(0);
     long high = read.high;
     if (startingTimestampMs != null) {
       for (Record r : read.records) {
@@ -359,7 +389,7 @@ final class ShuffleStream
 
   @Override
   public void prepareForTriggerAvailableNow() {
-    target = readEnd();
+    target = source.end();
   }
 
   private long readEnd() {
@@ -429,7 +459,7 @@ final class ShuffleStream
     metrics.put("rows", rows);
     metrics.put("bytes", bytes);
     ObjectNode out = Layout.JSON.createObjectNode();
-    out.put("log", logEnd >= 0 ? logEnd : readEnd());
+    out.put("log", logEnd >= 0 ? logEnd : source.end());
     out.set(METRICS_KEY, metrics);
     return new Reported(out.toString());
   }
@@ -467,6 +497,97 @@ final class ShuffleStream
 
   @Override
   public void stop() {}
+
+  /** A vector's commit log: its first {@code visible} records, record i at offset i. */
+  private static final class CaseLog implements LogSource {
+    final List<Record> records;
+    int visible;
+
+    CaseLog(List<Record> records) {
+      this.records = records;
+      this.visible = records.size();
+    }
+
+    @Override
+    public Read read(long from) {
+      List<Record> out = new ArrayList<>();
+      for (Record r : records) {
+        if (r.offset >= from && r.offset < visible) {
+          out.add(r);
+        }
+      }
+      return new Read(from, out, Math.max(visible, from));
+    }
+
+    @Override
+    public long end() {
+      return visible;
+    }
+  }
+
+  /**
+   * What this stream makes of a stream-plan vector ({@code tests/vectors/stream_plans.py}):
+   * the initial offset with the log's first {@code first} records, then the micro-batches of
+   * two {@code Trigger.AvailableNow} runs (over those records, then, restarted, over all),
+   * each as {@code {"end", "runs", "splits"}}; or {@code {"error": {"kind", "message"}}}.
+   */
+  public static String streamVector(
+      String topic, String recordsJson, String optionsJson, int first) throws IOException {
+    ObjectNode result = Layout.JSON.createObjectNode();
+    try {
+      List<Record> records = new ArrayList<>();
+      CommitLog log = new CommitLog(topic);
+      long i = 0;
+      for (JsonNode r : Layout.JSON.readTree(recordsJson)) {
+        String k = r.get(0).isNull() ? null : r.get(0).asText();
+        String v = r.get(1).isNull() ? null : r.get(1).asText();
+        records.add(new Record(i++, k, v));
+        log.apply(k, v);
+      }
+      Map<String, String> options = new java.util.HashMap<>();
+      Layout.JSON
+          .readTree(optionsJson)
+          .fields()
+          .forEachRemaining(e -> options.put(e.getKey(), e.getValue().asText()));
+      Layout layout = Layout.parse(log.layoutJson(), "shuffle '" + topic + "' layout");
+      ReadSpec spec = new ReadSpec(topic, Map.of(), layout, new String[0], null, null);
+      CaseLog source = new CaseLog(records);
+      source.visible = first;
+      ShuffleStream stream = new ShuffleStream(spec, options, "kafka-shuffle", source);
+      Position start = Position.of(stream.initialOffset());
+      result.set("initial", Layout.JSON.readTree(start.json()));
+      ArrayNode batches = result.putArray("batches");
+      for (int visible : new int[] {first, records.size()}) {
+        if (visible != first) {
+          stream = new ShuffleStream(spec, options, "kafka-shuffle", source); // restarted
+        }
+        source.visible = visible;
+        stream.prepareForTriggerAvailableNow();
+        ReadLimit limit = stream.getDefaultReadLimit();
+        for (int n = 0; n < records.size() + 2; n++) {
+          Position end = Position.of(stream.latestOffset(start, limit));
+          if (end.log == start.log && end.snapshot == start.snapshot) {
+            break;
+          }
+          JsonNode reported = Layout.JSON.readTree(stream.reportLatestOffset().json());
+          ObjectNode batch = batches.addObject();
+          batch.set("end", Layout.JSON.readTree(end.json()));
+          batch.set("runs", reported.get(METRICS_KEY).get("runs"));
+          ArrayNode splits = batch.putArray("splits");
+          for (InputPartition p : stream.planInputPartitions(start, end)) {
+            splits.add(((ShuffleInputPartition) p).split.toJson());
+          }
+          start = end;
+        }
+      }
+    } catch (ShuffleException e) {
+      result.removeAll();
+      ObjectNode err = result.putObject("error");
+      err.put("kind", e.kind().pythonName);
+      err.put("message", e.getMessage().substring(e.kind().pythonName.length() + 2));
+    }
+    return Layout.JSON.writeValueAsString(result);
+  }
 
   @Override
   public String toString() {
