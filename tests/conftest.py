@@ -97,14 +97,20 @@ def connect_spark():
     url = os.environ.get("SHUFFLE_TEST_SPARK_REMOTE") or "local[2]"
     builder = SparkSession.builder.remote(url)
     if url.startswith("local"):
-        # Settings of the server this process starts; a remote server has its own.
-        for key, value in {
+        from orchestration.shuffle.spark.jvm import jvm_jars
+
+        # Settings of the server this process starts; a remote server has its own. The JVM
+        # read path's jars are on its class path, as a deployment gives them (--jars), but
+        # no catalog of it is configured: reads take the Python path until a test sets one.
+        settings = {
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
-        }.items():
+            "spark.jars": ",".join(str(p) for p in jvm_jars()),
+        }
+        for key, value in settings.items():
             builder = builder.config(key, value)
     builder = builder.config("spark.sql.session.timeZone", "UTC").config(
         "spark.sql.shuffle.partitions", "4"

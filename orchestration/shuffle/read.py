@@ -42,6 +42,7 @@ from orchestration.shuffle.kafka.commitlog import read_commits_since, read_log
 from orchestration.shuffle.spark.jvm import (
     Engine,
     choose_engine,
+    choose_stream_engine,
     jvm_splits,
     load_jvm,
     load_jvm_stream,
@@ -361,8 +362,9 @@ def read_shuffle_stream(
             :class:`~orchestration.shuffle.core.reader.ReadOptions`.
         engine: ``"auto"`` streams on the JVM (``spark.readStream.table`` over the session's
             catalog of the JVM path: no Python process per query) when the session has the
-            jar and a catalog for this cluster, else with the Python source; ``"jvm"`` and
-            ``"python"`` force one (see :func:`read_shuffle`). Both read the same runs in the
+            jar and a catalog for this cluster (on Spark Connect: the jar in the server's
+            ``spark.jars``), else with the Python source; ``"jvm"`` and ``"python"`` force
+            one (see :func:`read_shuffle`). Both read the same runs in the
             same micro-batches, with the same offsets and progress metrics.
         Other arguments: as for :func:`read_shuffle`.
     """
@@ -376,7 +378,7 @@ def read_shuffle_stream(
         max_rows_per_trigger=max_rows_per_trigger,
     )
     options = ReadOptions(parallelism=parallelism, with_metadata=with_metadata)
-    catalog = choose_engine(spark, client, engine)
+    catalog = choose_stream_engine(spark, client, engine)
     if catalog is None:
         register_data_sources(spark)
         reader = spark.readStream.format(SOURCE).options(

@@ -239,15 +239,20 @@ def doubled(table):
     return pa.table({"id": ids, "doubled": [2 * i for i in ids]})
 
 
-def test_jvm_read_path_on_a_server_with_the_jar(connect_spark, kafka_conf, shuffled, tmp_path):
-    # A Connect server given the jar (ADD JAR, as --jars would) and the catalog settings of
-    # jvm_spark_conf: "auto" reads on the server's JVM, Spark plans grouping by the key
-    # without an Exchange, and SQL over the catalog table needs nothing from this side.
+def test_jvm_read_path_on_a_server_with_the_jar(connect_spark, kafka_conf, tmp_path):
+    # A Connect server given the jars at start (the `connect_spark` fixture's local server
+    # has them in spark.jars, as `scripts/dev connect start` gives them; the session adds
+    # them again with ADD JAR, as a server without them would) and the catalog
+    # settings of jvm_spark_conf: "auto" reads and streams on the server's JVM, Spark plans
+    # grouping by the key without an Exchange, and SQL over the catalog table needs nothing
+    # from this side.
     from orchestration.shuffle import jvm_available
     from orchestration.shuffle.spark.session import explain_text
     from tests.conftest import jvm_read_off, jvm_read_on
 
-    topic, _ = shuffled
+    # Its own shuffle: an earlier test supersedes the module's with fewer rows.
+    topic = f"cx-jvm-{uuid.uuid4().hex[:10]}"
+    write_shuffle(rows(connect_spark), spec(topic), kafka=kafka_conf, window="d1")
     assert not jvm_available(connect_spark)
     keys = jvm_read_on(connect_spark, kafka_conf)
     try:

@@ -206,6 +206,20 @@ def choose_engine(spark: SparkSession, kafka: KafkaClient, engine: str) -> str |
     return catalog
 
 
+def choose_stream_engine(spark: SparkSession, kafka: KafkaClient, engine: str) -> str | None:
+    """:func:`choose_engine` for a streaming read. On Spark Connect, ``"auto"`` streams on the
+    JVM only when the server has the jar in ``spark.jars`` (given when it started, e.g.
+    ``--jars``): the tasks of a streaming query on a Connect server do not see a jar that a
+    session added for itself (``ADD JAR``) and fail with ``ClassNotFoundException``, while
+    batch reads do. ``"jvm"`` streams on the JVM whatever the server has."""
+    catalog = choose_engine(spark, kafka, engine)
+    if catalog is not None and engine == "auto" and is_connect(spark):
+        jars = _setting(spark, "spark.jars") or ""
+        if not any(Path(j).name == JAR_NAME for j in jars.split(",") if j):
+            return None
+    return catalog
+
+
 def jvm_splits(plan: ReadPlan, parallelism: int | str | None) -> Sequence[SplitPlan]:
     """The splits a JVM read executes: the plan's, except that ``"auto"`` is one split per
     Kafka partition. ``"auto"`` merges the partitions of a small read because a task of the
