@@ -84,19 +84,21 @@ def test_columnar_write_from_parquet_on_s3_is_the_shuffle_from_local_disk(
     assert [repr(r) for r in rows_of["s3"]] == [repr(r) for r in rows_of["local"]]
 
 
-def test_streaming_query_checkpointed_on_s3_reads_each_run_once(spark, kafka_conf, unique, s3):
+def test_streaming_query_checkpointed_on_s3_reads_each_run_once(
+    engine, spark, kafka_conf, unique, s3
+):
     topic = unique("st-s3")
     checkpoint = s3("checkpoint")
     a = write_shuffle(rows(spark, 300), spec(topic), kafka=kafka_conf, window="w1")
-    first = run_available_now(spark, topic, kafka_conf, checkpoint)
+    first = run_available_now(engine, spark, topic, kafka_conf, checkpoint)
     assert sorted(r[0] for b in first for r in b) == list(range(300))
     assert {r[1] for b in first for r in b} == {a.run_id}
     # Restarted from the checkpoint on S3: only what was committed since.
     b = write_shuffle(rows(spark, 200, 1000), spec(topic), kafka=kafka_conf, window="w2")
-    second = run_available_now(spark, topic, kafka_conf, checkpoint)
+    second = run_available_now(engine, spark, topic, kafka_conf, checkpoint)
     assert sorted(r[0] for batch in second for r in batch) == list(range(1000, 1200))
     assert {r[1] for batch in second for r in batch} == {b.run_id}
-    assert run_available_now(spark, topic, kafka_conf, checkpoint) == []
+    assert run_available_now(engine, spark, topic, kafka_conf, checkpoint) == []
     # The checkpoint is on S3, not on a local disk.
     assert any(n.startswith("offsets/") for n in listing(checkpoint))
 
