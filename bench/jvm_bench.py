@@ -14,7 +14,11 @@ string keys, a timestamp, five numeric columns), ``--repeat`` times alternating 
 - agg: ``groupBy("k").agg(...)`` over the JVM read / over the bucketed table / over the
   plain Parquet source;
 - join: two shuffles of the same layout joined on the key (the rows, and one row per key)
-  / their two Parquet sources;
+  / their two Parquet sources; Spark broadcasts the smaller side of both (it is a few MiB
+  and the read reports its size), so neither plan has an Exchange;
+- join, no broadcast: the same two joins with ``spark.sql.autoBroadcastJoinThreshold`` at
+  -1, as between two inputs too large to broadcast: a sort-merge join, with no Exchange
+  over the shuffles (a storage-partitioned join) and one on each side over Parquet;
 - reuse: the write plus three consumers written in plain Spark (per-key totals, the largest
   gap between a key's consecutive events with a window ``lag``, each key's top three rows
   with ``row_number``) over the JVM read / the bucketed table's write plus the same three.
@@ -71,6 +75,7 @@ TARGETS = (
     ("agg vs bucketed", "jvm_agg", "bucketed_agg", "speedup", 1.0),
     ("agg vs Parquet", "jvm_agg", "parquet_agg", "speedup", 2.0),
     ("join vs Parquet", "jvm_join", "parquet_join", "speedup", 2.0),
+    ("join vs Parquet, no broadcast", "jvm_join_smj", "parquet_join_smj", "speedup", 2.0),
     ("reuse vs bucketed", "jvm_reuse", "bucketed_reuse", "ratio", 0.6),
     ("read, JVM vs Python path", "jvm_read", "python_read", "speedup", 1.0),
 )
@@ -122,8 +127,27 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
     def join(left, right) -> None:
         noop(left.join(right, "k"))
 
+    def jvm_other() -> object:
+        return read_shuffle(spark, other_topic, kafka=kafka, engine="jvm")
+
+    def without_broadcast(run):
+        def timed() -> None:
+            key = "spark.sql.autoBroadcastJoinThreshold"
+            before = spark.conf.get(key)
+            spark.conf.set(key, "-1")
+            try:
+                run()
+            finally:
+                spark.conf.set(key, before)
+
+        return timed
+
     plan = explain_text(jvm().groupBy("k").count())
     assert "Exchange" not in plan, plan
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    plan = explain_text(jvm().join(jvm_other(), "k"))
+    spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+    assert "SortMergeJoin" in plan and "Exchange" not in plan, plan
     pairs = [
         (("jvm_read", lambda: noop(jvm())), ("bucketed_read", lambda: noop(spark.table(table)))),
         (
@@ -139,12 +163,10 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
             ("bucketed_agg", lambda: group_by(spark.table(table))),
         ),
         (("parquet_agg", lambda: group_by(df)), None),
+        (("jvm_join", lambda: join(jvm(), jvm_other())), ("parquet_join", lambda: join(df, other))),
         (
-            (
-                "jvm_join",
-                lambda: join(jvm(), read_shuffle(spark, other_topic, kafka=kafka, engine="jvm")),
-            ),
-            ("parquet_join", lambda: join(df, other)),
+            ("jvm_join_smj", without_broadcast(lambda: join(jvm(), jvm_other()))),
+            ("parquet_join_smj", without_broadcast(lambda: join(df, other))),
         ),
         (
             (
