@@ -131,12 +131,14 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
         return read_shuffle(spark, other_topic, kafka=kafka, engine="jvm")
 
     def without_broadcast(run):
-        def timed() -> None:
+        """``run`` with Spark's broadcast threshold at -1, then the session's setting again."""
+
+        def timed():
             key = "spark.sql.autoBroadcastJoinThreshold"
             before = spark.conf.get(key)
             spark.conf.set(key, "-1")
             try:
-                run()
+                return run()
             finally:
                 spark.conf.set(key, before)
 
@@ -144,9 +146,7 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
 
     plan = explain_text(jvm().groupBy("k").count())
     assert "Exchange" not in plan, plan
-    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
-    plan = explain_text(jvm().join(jvm_other(), "k"))
-    spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+    plan = without_broadcast(lambda: explain_text(jvm().join(jvm_other(), "k")))()
     assert "SortMergeJoin" in plan and "Exchange" not in plan, plan
     pairs = [
         (("jvm_read", lambda: noop(jvm())), ("bucketed_read", lambda: noop(spark.table(table)))),

@@ -90,3 +90,13 @@ def test_spark_resource_without_the_jar_reads_in_python(tmp_path, monkeypatch, n
     monkeypatch.setattr(jvm, "JARS_DIR", tmp_path)
     res = ShuffleSparkResource(spark_config={}, kafka=KafkaResource(bootstrap_servers="b:9092"))
     assert res.session_config() == {}
+
+
+def test_a_connect_server_has_the_jar_only_when_spark_jars_names_it():
+    # read_shuffle_stream(engine="auto") on Spark Connect streams on the JVM only then.
+    assert jvm.has_jar("/opt/jars/kafka-clients-3.9.2.jar, file:/opt/jars/kafka-shuffle-jvm.jar")
+    assert jvm.has_jar("hdfs://nn/jars/kafka-shuffle-jvm.jar")
+    assert not jvm.has_jar("/opt/jars/kafka-clients-3.9.2.jar")
+    assert not jvm.has_jar("/opt/jars/kafka-shuffle-jvm.jar.bak")
+    assert not jvm.has_jar("")
+    assert not jvm.has_jar(None)

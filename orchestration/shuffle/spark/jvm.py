@@ -214,10 +214,14 @@ def choose_stream_engine(spark: SparkSession, kafka: KafkaClient, engine: str) -
     batch reads do. ``"jvm"`` streams on the JVM whatever the server has."""
     catalog = choose_engine(spark, kafka, engine)
     if catalog is not None and engine == "auto" and is_connect(spark):
-        jars = _setting(spark, "spark.jars") or ""
-        if not any(Path(j).name == JAR_NAME for j in jars.split(",") if j):
+        if not has_jar(_setting(spark, "spark.jars")):
             return None
     return catalog
+
+
+def has_jar(spark_jars: str | None) -> bool:
+    """Whether a ``spark.jars`` value (comma-separated paths or URLs) names our jar."""
+    return any(Path(j.strip()).name == JAR_NAME for j in (spark_jars or "").split(",") if j)
 
 
 def jvm_splits(plan: ReadPlan, parallelism: int | str | None) -> Sequence[SplitPlan]:
