@@ -61,6 +61,25 @@ def run(frame: pd.DataFrame, cuts: list[tuple[int, int]], call: bool) -> float:
     return time.perf_counter() - started
 
 
+def function_cpu(src: Path) -> dict:
+    """CPU seconds of one pass over ``src``'s keys without the function and one with it, in
+    this process: their difference is the function's own cost, what T1's overhead excludes."""
+    frame = pq.read_table(src).to_pandas().sort_values("k", kind="stable", ignore_index=True)
+    cuts = key_slices(frame)
+    cpu = {}
+    for label, call in (("slices", False), ("fn", True)):
+        started = time.process_time()
+        run(frame, cuts, call)
+        cpu[label] = time.process_time() - started
+    return {
+        "keys": len(cuts),
+        "rows": len(frame),
+        "slices_cpu_seconds": cpu["slices"],
+        "fn_cpu_seconds": cpu["fn"],
+        "function_cpu_seconds": max(cpu["fn"] - cpu["slices"], 0.0),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)

@@ -190,10 +190,13 @@ def _load(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def round_three(work: Path) -> list[tuple[str, str, str, str]]:
+def round_three(
+    work: Path, results: dict | None = None, memory: dict | None = None
+) -> list[tuple[str, str, str, str]]:
     """P1-P7, each (target, what was measured, wanted, met / missed / not run), from the
     results of the four benchmarks in ``work``: ``session.json`` (P1, P2), ``records.json``
-    (P3, P4), ``results.json`` (P5, P6) and ``queue.json`` (P7)."""
+    (P3, P4), ``results.json`` (P5, P6; or ``results`` and, for P5, ``memory`` when given)
+    and ``queue.json`` (P7)."""
     out: list[tuple[str, str, str, str]] = []
 
     def verdict(ok: bool) -> str:
@@ -268,8 +271,9 @@ def round_three(work: Path) -> list[tuple[str, str, str, str]]:
                 verdict(r4 >= P_BOUNDS["P4"]),
             )
         )
-    results = _load(work / "results.json")
-    growth = memory_growth(results) if results else {}
+    results = results if results is not None else _load(work / "results.json")
+    memory = memory if memory is not None else results
+    growth = memory_growth(memory) if memory else {}
     if growth:
         worst = max(growth.items(), key=lambda kv: kv[1]["ratio"])
         missed = [n for n, g in growth.items() if not g["met"]]
@@ -317,9 +321,9 @@ def round_three(work: Path) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def round_three_table(work: Path) -> str:
+def round_three_table(work: Path, results: dict | None = None, memory: dict | None = None) -> str:
     lines = ["| target | measured | wanted | |", "|---|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in round_three(work)]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in round_three(work, results, memory)]
     return "\n".join(lines)
 
 
@@ -357,19 +361,36 @@ def jvm_table(work: Path) -> str:
 
 
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
+# Tables from the other benchmarks' files in the work folder, written where README has markers.
+WORK_TABLES = ("round3", "jvm")
 
 
-def render(readme: str, report: dict, memory: dict | None = None) -> str:
+def _replace(readme: str, name: str, table: str) -> str:
+    pattern = re.compile(
+        rf"(<!-- bench:{name}:start -->\n).*?(<!-- bench:{name}:end -->)", re.DOTALL
+    )
+    if not pattern.search(readme):
+        raise SystemExit(f"README has no <!-- bench:{name}:start/end --> markers")
+    return pattern.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2), readme)
+
+
+def render(readme: str, report: dict, memory: dict | None = None, work: Path | None = None) -> str:
     """``readme`` with each table between its markers replaced; the memory table (and T9)
-    from ``memory`` when given (a run with ``--no-worker-reuse``), else from ``report``."""
+    from ``memory`` when given (a run with ``--no-worker-reuse``), else from ``report``;
+    with ``work``, also P1-P7 (``round3``) and the JVM read path's targets (``jvm``) from the
+    benchmarks' files there, where README has their markers."""
     for name, make in TABLES.items():
-        pattern = re.compile(
-            rf"(<!-- bench:{name}:start -->\n).*?(<!-- bench:{name}:end -->)", re.DOTALL
-        )
-        if not pattern.search(readme):
-            raise SystemExit(f"README has no <!-- bench:{name}:start/end --> markers")
         table = make(memory if name == "memory" and memory is not None else report)
-        readme = pattern.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2), readme)
+        readme = _replace(readme, name, table)
+    if work is not None:
+        for name in WORK_TABLES:
+            if f"<!-- bench:{name}:start -->" not in readme:
+                continue
+            if name == "round3":
+                table = round_three_table(work, report, memory)
+            else:
+                table = jvm_table(work)
+            readme = _replace(readme, name, table)
     return readme
 
 
@@ -410,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     readme = Path(args.readme)
     before = readme.read_text()
     memory = merge([json.loads(Path(p).read_text()) for p in args.memory]) if args.memory else None
-    after = render(before, report, memory)
+    after = render(before, report, memory, ROOT / ".local" / "bench")
     if args.check:
         return 0 if after == before else 1
     readme.write_text(after)
