@@ -360,9 +360,72 @@ def jvm_table(work: Path) -> str:
     return "\n".join(lines)
 
 
+def records_table(work: Path) -> str:
+    """The connector benchmark (``records.json``, ``bench/records_bench.py``): per size, the
+    three ways of reading the topic and the shuffle's stream against its batch read."""
+    report = _load(work / "records.json")
+    if not report or not report.get("sizes"):
+        return "not run: `scripts/dev bench-records` writes `.local/bench/records.json`"
+    lines = [
+        "| messages | `read_records` on the JVM | `kafka-records` (Python) | Spark's `kafka` "
+        "source | JVM / Spark | Python / Spark | shuffle stream / batch throughput, JVM "
+        "(micro-batches alone) | the same, Python path |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def med(s: dict, name: str) -> str:
+        return _seconds(s[name]["median_seconds"]) if name in s else "not run"
+
+    def ratio(s: dict, name: str, fmt: str = ".2f", suffix: str = "") -> str:
+        return f"{s[name]:{fmt}}{suffix}" if name in s else "not run"
+
+    for size, s in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
+        lines.append(
+            f"| {_rows(size)} | {med(s, 'kafka_records_jvm')} | {med(s, 'kafka_records')} | "
+            f"{med(s, 'spark_kafka_source')} | "
+            f"{ratio(s, 'kafka_records_jvm_vs_spark_speedup', suffix='x')} | "
+            f"{ratio(s, 'kafka_records_vs_spark_speedup', suffix='x')} | "
+            f"{ratio(s, 'stream_vs_batch_throughput_jvm')} "
+            f"({ratio(s, 'stream_processing_vs_batch_throughput_jvm')}) | "
+            f"{ratio(s, 'stream_vs_batch_throughput')} "
+            f"({ratio(s, 'stream_processing_vs_batch_throughput')}) |"
+        )
+    return "\n".join(lines)
+
+
+def queue_table(work: Path) -> str:
+    """The queue benchmark (``queue.json``, ``bench/queue_bench.py``): records per second by
+    consumers, for each function, active and wall-clock."""
+    report = _load(work / "queue.json")
+    if not report or not report.get("summary"):
+        return "not run: `scripts/dev bench-queue` writes `.local/bench/queue.json`"
+    q = report["summary"]
+    lines = [
+        "| consumers | I/O-bound: records/s active (wall) | CPU-bound: records/s active (wall) |",
+        "|---|---|---|",
+    ]
+    for n in sorted(q["io"], key=int):
+        cpu = (
+            f"{q['cpu'][n]:,.0f} ({q['cpu_wall'][n]:,.0f})" if n in q.get("cpu", {}) else "not run"
+        )
+        lines.append(f"| {n} | {q['io'][n]:,.0f} ({q['io_wall'][n]:,.0f}) | {cpu} |")
+    producer = (
+        "a producer at its default batching"
+        if report.get("producer_batch") is None
+        else f"{report['producer_batch']}-record producer batches"
+    )
+    lines.append("")
+    lines.append(
+        f"{report['records']:,} records from {producer}, {report['batch_size']} records per "
+        f"poll; medians of the runs. 8 against 2 consumers: I/O-bound {q['io_8_vs_2']:.2f}x "
+        f"active ({q['io_wall_8_vs_2']:.2f}x wall), CPU-bound {q['cpu_8_vs_2']:.2f}x."
+    )
+    return "\n".join(lines)
+
+
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 # Tables from the other benchmarks' files in the work folder, written where README has markers.
-WORK_TABLES = ("round3", "jvm")
+WORK_TABLES = ("round3", "jvm", "records", "queue")
 
 
 def _replace(readme: str, name: str, table: str) -> str:
@@ -377,8 +440,9 @@ def _replace(readme: str, name: str, table: str) -> str:
 def render(readme: str, report: dict, memory: dict | None = None, work: Path | None = None) -> str:
     """``readme`` with each table between its markers replaced; the memory table (and T9)
     from ``memory`` when given (a run with ``--no-worker-reuse``), else from ``report``;
-    with ``work``, also P1-P7 (``round3``) and the JVM read path's targets (``jvm``) from the
-    benchmarks' files there, where README has their markers."""
+    with ``work``, also P1-P7 (``round3``), the JVM read path's targets (``jvm``), the
+    connector's (``records``) and queue mode's (``queue``) figures from the benchmarks' files
+    there, where README has their markers."""
     for name, make in TABLES.items():
         table = make(memory if name == "memory" and memory is not None else report)
         readme = _replace(readme, name, table)
@@ -389,7 +453,9 @@ def render(readme: str, report: dict, memory: dict | None = None, work: Path | N
             if name == "round3":
                 table = round_three_table(work, report, memory)
             else:
-                table = jvm_table(work)
+                table = {"jvm": jvm_table, "records": records_table, "queue": queue_table}[name](
+                    work
+                )
             readme = _replace(readme, name, table)
     return readme
 

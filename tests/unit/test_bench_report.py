@@ -181,3 +181,62 @@ def test_jvm_table_lists_every_size_and_target_or_says_not_run(tmp_path):
     ]
     assert "1.20x" in lines[0] and ">= 1x" in lines[0] and lines[0].endswith("| met |")
     assert "0.68 of its time" in lines[1] and "<= 0.6" in lines[1] and "**missed**" in lines[1]
+
+
+def test_other_benchmarks_tables_come_from_their_files_where_readme_has_markers(tmp_path):
+    report = load_report()
+    (tmp_path / "records.json").write_text(json.dumps({"sizes": {"10000000": {
+        "kafka_records_jvm": {"median_seconds": 2.0}, "kafka_records": {"median_seconds": 9.5},
+        "spark_kafka_source": {"median_seconds": 10.0},
+        "kafka_records_jvm_vs_spark_speedup": 5.0, "kafka_records_vs_spark_speedup": 1.0526,
+        "stream_vs_batch_throughput_jvm": 0.714, "stream_processing_vs_batch_throughput_jvm": 0.83,
+    }}}))  # fmt: skip
+    readme = (
+        "<!-- bench:targets:start -->\n<!-- bench:targets:end -->\n"
+        "<!-- bench:io:start -->\n<!-- bench:io:end -->\n"
+        "<!-- bench:memory:start -->\n<!-- bench:memory:end -->\n"
+        "<!-- bench:records:start -->\nold\n<!-- bench:records:end -->\n"
+        "<!-- bench:queue:start -->\n<!-- bench:queue:end -->\n"
+    )
+    out = report.render(readme, RESULTS, None, tmp_path)
+    assert (
+        "| 10M | 2.00 s | 9.50 s | 10.00 s | 5.00x | 1.05x | 0.71 (0.83) | not run (not run) |"
+        in (out)
+    )
+    assert "old" not in out
+    assert "not run: `scripts/dev bench-queue`" in out  # no queue.json there
+    # Without a work folder, or without their markers, those tables are left alone.
+    assert report.render(readme, RESULTS).count("old") == 1
+    (tmp_path / "queue.json").write_text(json.dumps({
+        "records": 24000, "batch_size": 50, "producer_batch": None,
+        "summary": {"io": {"2": 1000.0, "8": 3100.0}, "io_wall": {"2": 900.0, "8": 2500.0},
+                    "cpu": {"2": 2000.0}, "cpu_wall": {"2": 1800.0},
+                    "io_8_vs_2": 3.1, "io_wall_8_vs_2": 2.78, "cpu_8_vs_2": 1.2}}))  # fmt: skip
+    table = report.queue_table(tmp_path)
+    assert (
+        "| 2 | 1,000 (900) | 2,000 (1,800) |" in table
+        and "| 8 | 3,100 (2,500) | not run |" in table
+    )
+    assert "default batching" in table and "I/O-bound 3.10x active (2.78x wall)" in table
+
+
+def test_t1_is_restated_as_overhead_over_the_function_s_own_cpu_time(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # the script imports report from there
+    spec = importlib.util.spec_from_file_location(
+        "bench_shuffle", ROOT / "bench" / "shuffle_bench.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    summary = {
+        "shuffle_per_key_200k": {"median_seconds": 36.0, "runs": [{}]},
+        "spark_apply_in_pandas_200k": {"median_seconds": 216.0, "runs": [{}]},
+    }
+    assert "T1-overhead" not in bench.targets(summary)  # no function time measured
+    summary["t1_function"] = {"function_cpu_seconds": 60.0, "cores": 2}
+    t = bench.targets(summary)
+    assert t["T1"]["ratio"] == pytest.approx(6.0) and not t["T1"]["met"]
+    over = t["T1-overhead"]
+    # (216 - 30) / (36 - 30): Spark adds 186 s to the function, we add 6 s.
+    assert over["ours_seconds"] == pytest.approx(6.0)
+    assert over["baseline_seconds"] == pytest.approx(186.0)
+    assert over["ratio"] == pytest.approx(31.0) and over["met"]
