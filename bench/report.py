@@ -34,13 +34,27 @@ def _rows(n: str) -> str:
     return f"{value / 1e6:g}M" if value >= 1_000_000 else f"{value / 1e3:g}k"
 
 
+def _in_order(targets: dict) -> list[tuple[str, dict]]:
+    """Targets T, then B, then P, by number; a variant (``T2-arrow``) after its target, as
+    the results list them (merged files list a later file's targets last)."""
+    given = list(targets.items())
+
+    def key(item: tuple[int, tuple[str, dict]]) -> tuple[int, int, int]:
+        at, (name, _) = item
+        m = re.match(r"([A-Z]+)(\d*)", name)
+        letters, number = (m.group(1), m.group(2)) if m else (name, "")
+        return ({"T": 0, "B": 1, "P": 2}.get(letters, 3), int(number or 0), at)
+
+    return [item for _, item in sorted(enumerate(given), key=key)]
+
+
 def targets_table(report: dict) -> str:
     lines = [
         "| target | rows | runs | ours | baseline | ratio | wanted | |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for size, summary in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
-        for name, t in summary.get("targets", {}).items():
+        for name, t in _in_order(summary.get("targets", {})):
             runs = t.get("runs") or len(summary.get(t["ours"], {}).get("runs", [])) or "?"
             if t["kind"] == "speedup":
                 ratio, wanted = f"{t['ratio']:.2f}x faster", f">= {t['bound']:g}x"

@@ -865,8 +865,12 @@ def chart(report: dict, path: Path) -> None:
     names = [t[0] for t in TARGETS]
     names.insert(names.index("T1") + 1, "T1-overhead")
     sizes = sorted(report["sizes"], key=int)
-    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 4.2), squeeze=False)
-    for ax, name in zip(axes[0], names, strict=True):
+    cols = min(len(names), 5)
+    grid = -(-len(names) // cols)
+    fig, axes = plt.subplots(grid, cols, figsize=(3.6 * cols, 4.2 * grid), squeeze=False)
+    for ax in axes.flat[len(names) :]:
+        ax.set_axis_off()
+    for ax, name in zip(axes.flat, names, strict=False):
         rows = [(size, report["sizes"][size]["targets"].get(name)) for size in sizes]
         rows = [(size, t) for size, t in rows if t]
         ax.set_title(name, fontsize=10)
