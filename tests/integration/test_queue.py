@@ -529,3 +529,16 @@ def test_two_consumers_share_one_partition_written_with_default_batching(
     assert len(per_consumer) == 2 and min(per_consumer) > 0, per_consumer
     got = sorted(r.id for r in read_queue_output(spark, out).collect())
     assert got == list(range(300))
+
+
+def test_a_work_topic_made_with_several_partitions_is_refused_by_name(kafka_conf, unique):
+    from orchestration.shuffle import ShuffleLayoutError
+
+    topic = unique("q-wp")
+    client = KafkaClient(kafka_conf)
+    client.ensure_topic(topic, partitions=2)
+    produce(kafka_conf, topic, range(10))
+    # Made elsewhere with 3 partitions: feeding it would feed the records again each time.
+    client.ensure_topic(f"{topic}.queue", partitions=3)
+    with pytest.raises(ShuffleLayoutError, match=rf"work topic '{topic}\.queue'.* 3 partitions"):
+        RecordFeeder(topic, client, start="earliest")

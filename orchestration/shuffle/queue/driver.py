@@ -115,6 +115,7 @@ from orchestration.shuffle.errors import (
     QueueGroupError,
     QueueSchemaError,
     ShuffleError,
+    ShuffleLayoutError,
     ShuffleOptionError,
     ShuffleTopicNotFoundError,
     ShuffleWriteError,
@@ -219,7 +220,17 @@ class _WorkTopicFeeder:
         self.topic = topic
         self.kafka = kafka
         self.work_topic = work_topic(topic)
-        kafka.ensure_topic(self.work_topic, partitions=1)
+        if not kafka.ensure_topic(self.work_topic, partitions=1):
+            count = kafka.partition_count(self.work_topic)
+            if count != 1:
+                # The fed/ records a feeder reads back are on partition 0 only when the topic
+                # has one partition: with more, runs or records would be fed again.
+                raise ShuffleLayoutError(
+                    f"work topic {self.work_topic!r} of topic {topic!r} has {count} "
+                    "partitions; queue mode needs exactly 1 (the feeder makes it so). Delete "
+                    "the work topic to have it made again: what was fed is then fed again, "
+                    "and a share group that processed it processes it again"
+                )
         self.producer = kafka.producer(
             **{
                 "transactional.id": f"kafka-shuffle-feeder.{self.work_topic}",
