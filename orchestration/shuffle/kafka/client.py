@@ -39,6 +39,11 @@ from orchestration.shuffle.errors import (
 # purpose: a wrong address must fail in seconds, not hang a Spark job.
 CONNECT_TIMEOUT_S = 8.0
 
+# How long a partition's offsets are asked for again while the cluster answers but the
+# partition's leader does not: a broker killed outright keeps its partitions until the
+# controller fences it (broker.session.timeout.ms, 9 s by default) and elects new leaders.
+FAILOVER_S = 30.0
+
 # Errors a just-created or just-moved partition gives for a moment; worth a retry.
 _TRANSIENT = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -239,11 +244,16 @@ class KafkaClient:
         return len(tmd.partitions)
 
     def end_offsets(self, topic: str, partitions: int) -> list[tuple[int, int]]:
-        """(low, high) offsets of each partition, read from the brokers (not a cache)."""
+        """(low, high) offsets of each partition, read from the brokers (not a cache).
+
+        A partition whose leader does not answer while the cluster does (a broker that just
+        died) is asked again until a new leader answers, for up to :data:`FAILOVER_S`; an
+        unreachable cluster is reported by :meth:`metadata`, within its timeout."""
         with self.consumer() as c:
             out = []
             for p in range(partitions):
                 deadline = time.monotonic() + CONNECT_TIMEOUT_S
+                failover = time.monotonic() + FAILOVER_S
                 while True:
                     try:
                         tp = TopicPartition(topic, p)
@@ -252,8 +262,12 @@ class KafkaClient:
                         )
                         break
                     except KafkaException as exc:
-                        if error_code(exc) in _TRANSIENT and time.monotonic() < deadline:
+                        code = error_code(exc)
+                        if code in _TRANSIENT and time.monotonic() < deadline:
                             time.sleep(0.2)
+                            continue
+                        if code == KafkaError._TIMED_OUT and time.monotonic() < failover:
+                            self.metadata(topic)  # raises when the cluster itself is gone
                             continue
                         what = f"reading the offsets of topic {topic!r} partition {p}"
                         raise translate(exc, what, self) from None
@@ -458,16 +472,31 @@ def quick_end_offsets(
     c: Consumer, topic: str, partition: int, kafka: KafkaSettings | None = None
 ) -> tuple[int, int] | None:
     """(low, high) offsets of one partition with ``c``, in one round trip; None when the
-    topic is unknown or the partition has no leader yet (missing, or just created), so the
-    caller can find out which with :meth:`KafkaClient.partition_count`."""
+    topic is unknown, the partition has no leader yet (missing, or just created) or its
+    leader did not answer in time (a broker that just died), so the caller can find out
+    which with :meth:`KafkaClient.partition_count` and wait with
+    :meth:`KafkaClient.end_offsets`."""
     try:
         tp = TopicPartition(topic, partition)
         return c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False)
     except KafkaException as exc:
-        if error_code(exc) in _TRANSIENT | _NOT_FOUND:
+        code = error_code(exc)
+        if code in _TRANSIENT | _NOT_FOUND or (
+            code == KafkaError._TIMED_OUT and _answers(c, topic)
+        ):
             return None
         what = f"reading the offsets of topic {topic!r} partition {partition}"
         raise translate(exc, what, kafka) from None
+
+
+def _answers(c: Consumer, topic: str) -> bool:
+    """Whether the cluster answers a metadata request for ``topic`` within 2 s: after a
+    timeout, a partition whose leader died rather than a cluster out of reach."""
+    try:
+        c.list_topics(topic, timeout=2.0)
+    except KafkaException:
+        return False
+    return True
 
 
 def read_chunks(
