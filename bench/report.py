@@ -392,8 +392,8 @@ def records_table(work: Path) -> str:
     def med(s: dict, name: str) -> str:
         return _seconds(s[name]["median_seconds"]) if name in s else "not run"
 
-    def ratio(s: dict, name: str, fmt: str = ".2f", suffix: str = "") -> str:
-        return f"{s[name]:{fmt}}{suffix}" if name in s else "not run"
+    def ratio(s: dict, name: str, suffix: str = "") -> str:
+        return f"{s[name]:.2f}{suffix}" if name in s else "not run"
 
     for size, s in sorted(report["sizes"].items(), key=lambda kv: int(kv[0])):
         lines.append(
@@ -440,8 +440,14 @@ def queue_table(work: Path) -> str:
 
 
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
-# Tables from the other benchmarks' files in the work folder, written where README has markers.
-WORK_TABLES = ("round3", "jvm", "records", "queue")
+# Tables from the other benchmarks' files in the work folder (work, results, memory), written
+# where README has their markers.
+WORK_TABLES = {
+    "round3": round_three_table,
+    "jvm": lambda work, _results, _memory: jvm_table(work),
+    "records": lambda work, _results, _memory: records_table(work),
+    "queue": lambda work, _results, _memory: queue_table(work),
+}
 
 
 def _replace(readme: str, name: str, table: str) -> str:
@@ -463,16 +469,9 @@ def render(readme: str, report: dict, memory: dict | None = None, work: Path | N
         table = make(memory if name == "memory" and memory is not None else report)
         readme = _replace(readme, name, table)
     if work is not None:
-        for name in WORK_TABLES:
-            if f"<!-- bench:{name}:start -->" not in readme:
-                continue
-            if name == "round3":
-                table = round_three_table(work, report, memory)
-            else:
-                table = {"jvm": jvm_table, "records": records_table, "queue": queue_table}[name](
-                    work
-                )
-            readme = _replace(readme, name, table)
+        for name, make_from in WORK_TABLES.items():
+            if f"<!-- bench:{name}:start -->" in readme:
+                readme = _replace(readme, name, make_from(work, report, memory))
     return readme
 
 
