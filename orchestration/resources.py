@@ -15,6 +15,10 @@ from orchestration.shuffle.kafka import KafkaClient
 class KafkaResource(ConfigurableResource):
     """Connection settings of the Kafka cluster that holds the shuffle topics.
 
+    The settings of a Spark ``format("kafka")`` job work too, in the Java client's names
+    (a JAAS line in ``sasl_jaas_config``, the rest in ``extra``); the Python path translates
+    them for librdkafka (:mod:`orchestration.shuffle.core.kafka_config`).
+
     Example::
 
         KafkaResource(
@@ -23,6 +27,14 @@ class KafkaResource(ConfigurableResource):
             sasl_mechanism="SCRAM-SHA-512",
             sasl_username=EnvVar("KAFKA_USER"),
             sasl_password=EnvVar("KAFKA_PASSWORD"),
+        )
+        # or, as a Spark job has them:
+        KafkaResource(
+            bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS"),
+            security_protocol="SASL_SSL",
+            sasl_mechanism="PLAIN",
+            sasl_jaas_config=EnvVar("KAFKA_JAAS_CONFIG"),
+            extra={"ssl.truststore.location": "/etc/kafka/ca.pem", "ssl.truststore.type": "PEM"},
         )
     """
 
@@ -35,14 +47,22 @@ class KafkaResource(ConfigurableResource):
     ssl_ca_location: str | None = Field(
         default=None, description="PEM file of the CA that signed the brokers' certificates"
     )
+    # A secret too: the JAAS line holds the password.
+    sasl_jaas_config: str | None = Field(
+        default=None,
+        repr=False,
+        description="The Java client's sasl.jaas.config (PlainLoginModule, ScramLoginModule)",
+    )
     extra: dict[str, str] = Field(
         default_factory=dict,
         repr=False,
-        description="Any other librdkafka settings, by their dotted names.",
+        description="Any other settings, by their dotted names: librdkafka's or the Java "
+        "client's (as Spark's kafka.* options have them, without the prefix).",
     )
 
     def config(self) -> dict[str, Any]:
-        """The librdkafka config dict for this cluster."""
+        """The settings of this cluster, by their dotted names (as given: the clients made
+        from them translate the Java client's names)."""
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
         optional = {
             "security.protocol": self.security_protocol,
@@ -50,6 +70,7 @@ class KafkaResource(ConfigurableResource):
             "sasl.username": self.sasl_username,
             "sasl.password": self.sasl_password,
             "ssl.ca.location": self.ssl_ca_location,
+            "sasl.jaas.config": self.sasl_jaas_config,
         }
         conf.update({k: v for k, v in optional.items() if v})
         conf.update(self.extra)

@@ -28,6 +28,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from orchestration.shuffle.core.kafka_config import CONSUMER_ONLY, librdkafka_config, redact
 from orchestration.shuffle.errors import (
     ShuffleConnectionError,
     ShuffleError,
@@ -62,8 +63,10 @@ _AUTH = {
 
 
 KafkaSettings = Union["KafkaClient", Mapping[str, Any]]
-"""What a public function's ``kafka=`` accepts: a :class:`KafkaClient`, or a dict of
-librdkafka settings by their dotted names (``{"bootstrap.servers": "host:9092"}``)."""
+"""What a public function's ``kafka=`` accepts: a :class:`KafkaClient`, or a dict of Kafka
+settings by their dotted names (``{"bootstrap.servers": "host:9092"}``): librdkafka's, or the
+Java client's as a Spark ``format("kafka")`` job has them without the ``kafka.`` prefix
+(:mod:`orchestration.shuffle.core.kafka_config` says which are translated and which refused)."""
 
 
 class KafkaClient:
@@ -74,6 +77,12 @@ class KafkaClient:
     makes are closed by whoever asked for them (``with kafka.consumer() as c:``). Errors are
     the engine's (:class:`~orchestration.shuffle.errors.ShuffleError` subclasses) and name
     the cluster, topic and partition.
+
+    ``settings`` are kept as given, in librdkafka's names or the Java client's (Spark's
+    ``kafka.*`` options without the prefix): the JVM read path hands them to the Java
+    client unchanged, and the clients made here get them translated for librdkafka
+    (:func:`~orchestration.shuffle.core.kafka_config.librdkafka_config`), which also refuses
+    at once what librdkafka cannot use.
 
     Example::
 
@@ -86,7 +95,7 @@ class KafkaClient:
                 ...
     """
 
-    __slots__ = ("settings",)
+    __slots__ = ("settings", "_rdkafka")
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         if isinstance(settings, KafkaClient):
@@ -101,6 +110,7 @@ class KafkaClient:
         # their own timeout; with it, the first failure surfaces quickly.
         conf.setdefault("socket.connection.setup.timeout.ms", int(CONNECT_TIMEOUT_S * 1000))
         self.settings: dict[str, Any] = conf
+        self._rdkafka = librdkafka_config(conf)
 
     @classmethod
     def of(cls, kafka: KafkaSettings | None) -> KafkaClient:
@@ -129,26 +139,52 @@ class KafkaClient:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.settings = state["settings"]
+        self._rdkafka = librdkafka_config(self.settings)
 
     def config(self, **overrides: Any) -> dict[str, Any]:
-        """A copy of the settings with ``overrides`` applied (librdkafka validates them)."""
-        return {**self.settings, **overrides}
+        """The settings in librdkafka's names with ``overrides`` applied (librdkafka validates
+        them)."""
+        return {**self._rdkafka, **overrides}
 
     def producer(self, **overrides: Any) -> Producer:
         """A producer of this cluster with ``overrides`` applied; the caller flushes it."""
-        return Producer(self.config(**overrides))
+        return self._make(Producer, _not_consuming(self.config(**overrides), overrides))
 
     def admin(self) -> AdminClient:
         """A new admin client of this cluster (metadata requests reuse a kept one)."""
-        return AdminClient(self.config())
+        return self._make(AdminClient, _not_consuming(self.config(), {}))
+
+    def _make(self, kind: Any, conf: dict[str, Any]) -> Any:
+        """A librdkafka client of ``kind``; settings it refuses become an option error."""
+        try:
+            return kind(conf)
+        except KafkaException as exc:
+            if error_code(exc) != KafkaError._INVALID_ARG:
+                raise
+            reason = redact(exc.args[0].str(), self.settings)
+            if "No such configuration property" in reason:
+                reason += (
+                    ": a Java client setting without a librdkafka equivalent cannot be used on "
+                    "the Python path (see orchestration.shuffle.core.kafka_config)"
+                )
+            raise ShuffleOptionError(
+                f"kafka settings refused by librdkafka, the Python path's Kafka client: {reason}"
+            ) from None
 
     def consumer(self, **overrides: Any) -> Consumer:
-        """A consumer for assigned (not subscribed) reads: no group offsets are committed."""
-        return Consumer(
+        """A consumer for assigned (not subscribed) reads: no group offsets are committed.
+
+        Its group is the settings' ``group.id`` (Spark's ``kafka.group.id``) when given:
+        librdkafka looks the group's coordinator up even for assigned reads, and a cluster
+        with ACLs may let a user READ that group only."""
+        return self._make(
+            Consumer,
             self.config(
                 **{
                     # Reads are planned by offsets, never by a group's position.
-                    "group.id": overrides.pop("group.id", READER_GROUP),
+                    "group.id": overrides.pop(
+                        "group.id", self._rdkafka.get("group.id") or READER_GROUP
+                    ),
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                     "auto.offset.reset": "error",
@@ -172,7 +208,7 @@ class KafkaClient:
                     "fetch.wait.max.ms": 1,
                     **overrides,
                 }
-            )
+            ),
         )
 
     def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
@@ -315,6 +351,13 @@ class KafkaClient:
         return True
 
 
+def _not_consuming(conf: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` for a producer or an admin client: without the consumer's settings a user's
+    ``kafka.group.id`` brings (librdkafka warns of each on every such client), unless asked
+    for."""
+    return {k: v for k, v in conf.items() if k not in CONSUMER_ONLY or k in overrides}
+
+
 def error_code(exc: BaseException) -> int | None:
     """The ``KafkaError`` code that ``exc`` carries, or None when it carries none."""
     err = exc.args[0] if exc.args else None
@@ -408,11 +451,10 @@ def _admin(kafka: KafkaClient) -> _Admin:
             log = _ClientLog()
             # Asking for a topic that does not exist must not create it, whatever the
             # brokers' auto.create.topics.enable says (an admin client's default allows it).
-            client = AdminClient(
-                kafka.config(
-                    error_cb=errors.append, logger=log.logger, **{"allow.auto.create.topics": False}
-                )
+            conf = kafka.config(
+                error_cb=errors.append, logger=log.logger, **{"allow.auto.create.topics": False}
             )
+            client = kafka._make(AdminClient, _not_consuming(conf, {}))
             admin = _Admin(key, client, errors, log, threading.Lock())
             _ADMINS[key] = admin
             while len(_ADMINS) > _ADMINS_KEPT:
