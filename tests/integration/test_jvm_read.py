@@ -95,7 +95,7 @@ def exchanges(df) -> list[str]:
 def test_session_has_the_jvm_path(jspark, kafka_conf):
     assert jvm_available(jspark)
     conf = jvm_spark_conf(kafka=kafka_conf, catalog="shuffle")
-    assert conf["spark.sql.catalog.shuffle"] == "kafkashuffle.jvm.ShuffleCatalog"
+    assert conf["spark.sql.catalog.shuffle"] == "io.kafkashuffle.spark.ShuffleCatalog"
     assert (
         conf["spark.sql.catalog.shuffle.kafka.bootstrap.servers"] == kafka_conf["bootstrap.servers"]
     )
@@ -443,7 +443,7 @@ STREAM_VECTORS = json.loads(stream_plans.FILE.read_text())
 def test_jvm_planner_matches_every_read_plan_vector(jspark):
     # The same checked-in vectors the Python planner is held to (tests/unit): commit-log
     # records in, splits or the error out.
-    planner = jspark._jvm.kafkashuffle.jvm.ReadPlanner
+    planner = jspark._jvm.io.kafkashuffle.spark.ReadPlanner
     for v in VECTORS:
         got = json.loads(
             planner.planVector(v["topic"], json.dumps(v["records"]), json.dumps(v["options"]))
@@ -454,7 +454,7 @@ def test_jvm_planner_matches_every_read_plan_vector(jspark):
 def test_jvm_stream_matches_every_stream_plan_vector(jspark):
     # The streaming rules, held to the vectors the Python stream reader is (tests/unit):
     # commit-log records in, the initial offset and each micro-batch of two runs out.
-    stream = jspark._jvm.kafkashuffle.jvm.ShuffleStream
+    stream = jspark._jvm.io.kafkashuffle.spark.ShuffleStream
     for v in STREAM_VECTORS:
         got = json.loads(
             stream.streamVector(

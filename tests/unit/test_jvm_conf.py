@@ -26,7 +26,7 @@ def test_jars_catalog_kafka_and_planner_settings(built):
     assert conf["spark.jars"] == (
         f"{built / 'kafka-shuffle-jvm.jar'},{built / 'kafka-clients-3.9.2.jar'}"
     )
-    assert conf["spark.sql.catalog.shuffles"] == "kafkashuffle.jvm.ShuffleCatalog"
+    assert conf["spark.sql.catalog.shuffles"] == "io.kafkashuffle.spark.ShuffleCatalog"
     assert conf["spark.sql.catalog.shuffles.kafka.bootstrap.servers"] == "b1:9092,b2:9092"
     assert conf["spark.sql.catalog.shuffles.kafka.security.protocol"] == "SASL_SSL"
     # Spark redacts settings whose names say "password" in its UI and logs.
@@ -70,7 +70,7 @@ def test_spark_resource_builds_its_session_for_the_jvm_path(built, no_session):
         str(built / "kafka-shuffle-jvm.jar"),
         str(built / "kafka-clients-3.9.2.jar"),
     ]
-    assert conf["spark.sql.catalog.shuffle"] == "kafkashuffle.jvm.ShuffleCatalog"
+    assert conf["spark.sql.catalog.shuffle"] == "io.kafkashuffle.spark.ShuffleCatalog"
     assert conf["spark.sql.catalog.shuffle.kafka.sasl.password"] == "secret"
     # The password is read from the kafka resource when the session starts, not configured.
     assert "secret" not in str(res.spark_config)

@@ -6,7 +6,7 @@ null for a delete), a read's string options, and what the Python planner
 them: the splits as ``SplitPlan.to_json`` writes them, or the error's class and message.
 ``tests/unit/test_read_plan_vectors.py`` checks the Python planner against the file and the
 file against :func:`cases`; ``tests/integration/test_jvm_read.py`` checks the JVM planner
-(``kafkashuffle.jvm.ReadPlanner``) against the same file.
+(``io.kafkashuffle.spark.ReadPlanner``) against the same file.
 
 After a deliberate change of the read rules, write the file again and review its diff::
 

@@ -11,7 +11,7 @@ case instead of Kafka) makes of them: the initial offset, then each micro-batch 
 the runs ``latestOffset`` admitted and the splits ``partitions`` planned; an option error
 is its class and message. ``tests/unit/test_stream_plan_vectors.py`` checks the Python reader
 against the file and ``tests/integration/test_jvm_read.py`` the JVM one
-(``kafkashuffle.jvm.ShuffleStream``).
+(``io.kafkashuffle.spark.ShuffleStream``).
 
 After a deliberate change of the streaming rules, write the file again and review its diff::
 

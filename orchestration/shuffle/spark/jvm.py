@@ -36,10 +36,10 @@ from orchestration.shuffle.kafka.client import KafkaClient, KafkaSettings
 from orchestration.shuffle.spark.session import is_connect
 
 SOURCE = "kafka-shuffle-jvm"
-CATALOG_CLASS = "kafkashuffle.jvm.ShuffleCatalog"
+CATALOG_CLASS = "io.kafkashuffle.spark.ShuffleCatalog"
 # The catalog name jvm_spark_conf gives by default.
 DEFAULT_CATALOG = "shuffle"
-PROVIDER_CLASS = "kafkashuffle.jvm.ShuffleTableProvider"
+PROVIDER_CLASS = "io.kafkashuffle.spark.ShuffleTableProvider"
 JARS_DIR = Path(__file__).resolve().parent / "jars"
 JAR_NAME = "kafka-shuffle-jvm.jar"
 

@@ -228,8 +228,8 @@ def _balanced(spark: Any, options: dict[str, str]) -> dict[str, str]:
     return {**options, names["plan"]: json.dumps([s.to_json() for s in balanced])}
 
 
-# The table class of a read on the JVM path (jvm/: kafkashuffle.jvm.ShuffleTable).
-JVM_TABLE_CLASS = "kafkashuffle.jvm.ShuffleTable"
+# The table class of a read on the JVM path (jvm/: io.kafkashuffle.spark.ShuffleTable).
+JVM_TABLE_CLASS = "io.kafkashuffle.spark.ShuffleTable"
 
 # Options of a plain shuffle read that change what it returns: such a read is no row scan.
 _RESULT_OPTIONS = ("aggregate", "per_key", "per_key_schema", "pass_rows")

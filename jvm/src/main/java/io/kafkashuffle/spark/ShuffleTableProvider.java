@@ -1,4 +1,4 @@
-package kafkashuffle.jvm;
+package io.kafkashuffle.spark;
 
 import java.util.Map;
 import org.apache.spark.sql.connector.catalog.Identifier;

@@ -1,4 +1,4 @@
-package kafkashuffle.jvm;
+package io.kafkashuffle.spark;
 
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -118,7 +118,7 @@ final class PartitionFunction implements UnboundFunction {
 
     @Override
     public String canonicalName() {
-      return "kafkashuffle." + name();
+      return "io.kafkashuffle.spark." + name();
     }
 
     @Override

@@ -1,4 +1,4 @@
-package kafkashuffle.jvm;
+package io.kafkashuffle.spark;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;

@@ -1,4 +1,4 @@
-package kafkashuffle.jvm;
+package io.kafkashuffle.spark;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;

@@ -1,4 +1,4 @@
-package kafkashuffle.jvm;
+package io.kafkashuffle.spark;
 
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
@@ -30,7 +30,7 @@ import scala.jdk.javaapi.CollectionConverters;
 /**
  * A catalog whose tables are shuffle topics and whose functions compute where a key lives.
  *
- * <p>Configured as {@code spark.sql.catalog.shuffle=kafkashuffle.jvm.ShuffleCatalog} with
+ * <p>Configured as {@code spark.sql.catalog.shuffle=io.kafkashuffle.spark.ShuffleCatalog} with
  * {@code spark.sql.catalog.shuffle.kafka.bootstrap.servers=...} (and any other {@code kafka.*}
  * setting, librdkafka-style as the Python side takes them). {@code spark.table("shuffle.`t`")}
  * is the shuffle {@code t} (its layout read from the commit log {@code t__commits});

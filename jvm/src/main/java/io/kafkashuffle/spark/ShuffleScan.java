@@ -1,4 +1,4 @@
-package kafkashuffle.jvm;
+package io.kafkashuffle.spark;
 
 import java.util.ArrayList;
 import java.util.List;

@@ -1,4 +1,4 @@
-package kafkashuffle.jvm;
+package io.kafkashuffle.spark;
 
 import java.io.Serializable;
 import java.util.HashMap;

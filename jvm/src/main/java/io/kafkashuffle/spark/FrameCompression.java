@@ -1,4 +1,4 @@
-package kafkashuffle.jvm;
+package io.kafkashuffle.spark;
 
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;

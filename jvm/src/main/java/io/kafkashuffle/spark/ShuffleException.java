@@ -1,4 +1,4 @@
-package kafkashuffle.jvm;
+package io.kafkashuffle.spark;
 
 /**
  * A shuffle read failed; the message names the topic, partition, offset or option at fault.
