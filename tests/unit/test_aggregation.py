@@ -172,3 +172,23 @@ def test_reserved_prefix_is_refused():
 def test_reads_only_the_columns_it_aggregates():
     aggs = agg.parse({"x_mean": ("x", "mean"), "rows": ("*", "count")}, SCHEMA, ["k", "g"])
     assert agg.PartialAggregator(["k", "g"], aggs, SCHEMA).columns() == ["k", "g", "x"]
+
+
+def test_float_keys_and_max_follow_spark():
+    # As Spark's groupBy: -0.0 and 0.0 are one key shown as 0.0, NaNs are one key, and a
+    # max over a NaN is NaN (Spark orders NaN above every number); min skips it.
+    schema = pa.schema([("k", pa.float64()), ("x", pa.float64())])
+    nan_bits = pa.array([0x7FF8000000000001], pa.uint64()).view(pa.float64())[0].as_py()
+    table = pa.table(
+        {"k": [-0.0, 0.0, float("nan"), nan_bits, 2.0], "x": [1.0, float("nan"), 3.0, 4.0, 5.0]},
+        schema=schema,
+    )
+    aggs = agg.parse({"n": ("*", "count"), "hi": ("x", "max"), "lo": ("x", "min")}, schema, ["k"])
+    partial = agg.PartialAggregator(["k"], aggs, schema)
+    for batch in table.to_batches(max_chunksize=2):
+        partial.add(batch)
+    rows = sorted(partial.finish().to_pylist(), key=lambda r: (r["k"] != r["k"], r["k"]))
+    assert [r["n"] for r in rows] == [2, 1, 2]
+    assert str(rows[0]["k"]) == "0.0" and rows[1]["k"] == 2.0 and rows[2]["k"] != rows[2]["k"]
+    assert rows[0]["hi"] != rows[0]["hi"] and rows[0]["lo"] == 1.0
+    assert rows[2]["hi"] == 4.0 and rows[2]["lo"] == 3.0

@@ -18,10 +18,11 @@ partition of 940k rows (12.5k keys): 16 per-frame ``group_by`` calls plus merges
 Functions (``{output name: (column, function)}``):
 
 - ``count``: non-null values of the column; ``("*", "count")`` counts rows.
-- ``sum``, ``min``, ``max``: nulls skipped; null when a key has no value.
+- ``sum``, ``min``, ``max``: nulls skipped; null when a key has no value; a floating-point
+  ``max`` is NaN when a key has a NaN (Spark orders NaN above every number).
 - ``mean``: sum / count of non-null values as a double; null when a key has no value.
 
-Pure: imports pyarrow only.
+Pure: imports pyarrow, and the key normalization of :mod:`orchestration.shuffle.core.perkey`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from orchestration.shuffle.core.perkey import spark_key
 from orchestration.shuffle.errors import ShuffleOptionError
 
 FUNCTIONS = ("count", "sum", "min", "max", "mean")
@@ -43,6 +45,8 @@ CHUNK_ROWS = 1_048_576
 # Partial rows held before they are merged: bounds memory between merges.
 MERGE_AT_ROWS = 262_144
 _INTERNAL = "__agg_"
+# Partial functions that sum a prepared input column, and how that input is prepared.
+_PREPARED = {"sum_double": "double", "count_nan": "nan"}
 
 
 @dataclass(frozen=True)
@@ -51,12 +55,16 @@ class Aggregation:
     column: str
     function: str
 
-    def partials(self) -> list[tuple[str, str]]:
+    def partials(self, schema: pa.Schema) -> list[tuple[str, str]]:
         """(column, Arrow function) pairs computed per frame."""
         if self.column == ALL_ROWS:
             return [(ALL_ROWS, "count_all")]
         if self.function == "mean":
             return [(self.column, "sum_double"), (self.column, "count")]
+        if self.function == "max" and pa.types.is_floating(schema.field(self.column).type):
+            # Spark orders NaN above every number, so a key's max is NaN once it has one;
+            # Arrow's max skips NaN. The NaNs are counted beside it.
+            return [(self.column, "max"), (self.column, "count_nan")]
         return [(self.column, self.function)]
 
 
@@ -155,26 +163,27 @@ class PartialAggregator:
             raise ShuffleOptionError(
                 f"aggregations: column name(s) {clash} use the reserved prefix {_INTERNAL!r}"
             )
-        self._inputs: dict[tuple[str, bool], str] = {}  # (column, as double) -> input name
+        # (column, how it is prepared: as it is, as double, as 1 where NaN) -> input name
+        self._inputs: dict[tuple[str, str], str] = {}
         names: dict[tuple[str, str], str] = {}  # (column, partial function) -> partial name
         for a in self.aggs:
-            for column, function in a.partials():
+            for column, function in a.partials(schema):
                 if column != ALL_ROWS:
-                    as_double = function == "sum_double"
                     self._inputs.setdefault(
-                        (column, as_double), f"{_INTERNAL}in{len(self._inputs)}"
+                        (column, _PREPARED.get(function, "value")),
+                        f"{_INTERNAL}in{len(self._inputs)}",
                     )
                 names.setdefault((column, function), f"{_INTERNAL}p{len(names)}")
         self._partial_names = names
         self._frame_specs = []
         for (column, function), name in names.items():
-            if function == "sum_double":
-                self._frame_specs.append((self._inputs[(column, True)], "sum", name))
-            elif column == ALL_ROWS:
+            if column == ALL_ROWS:
                 self._frame_specs.append((ALL_ROWS, function, name))
+            elif function in _PREPARED:
+                self._frame_specs.append((self._inputs[(column, _PREPARED[function])], "sum", name))
             else:
-                self._frame_specs.append((self._inputs[(column, False)], function, name))
-        merge_of = {"count": "sum", "count_all": "sum", "sum_double": "sum"}
+                self._frame_specs.append((self._inputs[(column, "value")], function, name))
+        merge_of = {"count": "sum", "count_all": "sum", "sum_double": "sum", "count_nan": "sum"}
         self._merge_specs = [(n, merge_of.get(f, f), n) for (_, f), n in names.items()]
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -215,11 +224,17 @@ class PartialAggregator:
 
     def _prepare(self, table: pa.Table | pa.RecordBatch) -> pa.Table:
         """The key columns and the aggregated columns under their internal names (a column
-        whose mean is asked for also as double, the type of its partial sum)."""
-        columns = [table.column(k) for k in self.key]
-        for column, as_double in self._inputs:
+        whose mean is asked for also as double, the type of its partial sum). Key values are
+        normalized as Spark's ``groupBy`` does (-0.0 is 0.0, one NaN), which is also the key
+        value a group then shows."""
+        columns: list[pa.Array | pa.ChunkedArray] = [spark_key(table.column(k)) for k in self.key]
+        for column, prepared in self._inputs:
             values = table.column(column)
-            columns.append(pc.cast(values, pa.float64()) if as_double else values)
+            if prepared == "double":
+                values = pc.cast(values, pa.float64())
+            elif prepared == "nan":
+                values = pc.cast(pc.fill_null(pc.is_nan(values), False), pa.int64())
+            columns.append(values)
         return pa.table(columns, names=[*self.key, *self._inputs.values()])
 
     def _merge(self) -> None:
@@ -243,7 +258,7 @@ class PartialAggregator:
         columns = [merged.column(k) for k in self.key]
         names = list(self.key)
         for a in self.aggs:
-            parts = [self._partial_names[p] for p in a.partials()]
+            parts = [self._partial_names[p] for p in a.partials(self.schema)]
             if a.function == "mean":
                 total, count = merged.column(parts[0]), merged.column(parts[1])
                 value = pc.if_else(
@@ -251,6 +266,9 @@ class PartialAggregator:
                     pa.scalar(None, pa.float64()),
                     pc.divide(total, pc.cast(count, pa.float64())),
                 )
+            elif len(parts) == 2:  # a floating-point max and its NaN count
+                top, nans = merged.column(parts[0]), merged.column(parts[1])
+                value = pc.if_else(pc.greater(nans, 0), pa.scalar(float("nan"), top.type), top)
             else:
                 value = merged.column(parts[0])
             columns.append(value)

@@ -10,6 +10,11 @@ encoded (a hash pass; nulls get an id of their own, so null keys form one group,
 ``groupBy``), the ids of several key columns are combined into one, and rows are ordered by
 that id and then by ``order_by`` (ascending, nulls first, as Spark's ``sortWithinPartitions``
 orders them). Sorting integers instead of strings is what makes this cheap.
+
+Keys are compared as Spark's ``groupBy`` compares them, not as Arrow's hash kernels do:
+Spark normalizes floating-point grouping keys (``-0.0`` is ``0.0``, every NaN is one NaN),
+while Arrow hashes a float by its bits, so ``-0.0`` and ``0.0``, or two NaNs of different
+payloads, would be two groups. :func:`spark_key` normalizes a key column first.
 """
 
 from __future__ import annotations
@@ -27,16 +32,42 @@ EMIT_EVERY = 4096
 _GROUP_ID = "__group_id"
 
 
+def spark_key(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A key column with its floating-point values as Spark normalizes grouping keys:
+    ``-0.0`` as ``0.0`` and every NaN as the one canonical NaN. Other types are returned as
+    they are (one chunk). Equal Spark keys then have equal bits.
+
+    Example::
+
+        spark_key(pa.array([-0.0, 0.0])).to_pylist()   # [0.0, 0.0]
+    """
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_floating(arr.type) or len(arr) == 0:
+        return arr
+    # Adding +0.0 turns -0.0 into +0.0 (IEEE round-to-nearest) and leaves every other value.
+    arr = pc.add(arr, pa.scalar(0.0, arr.type))
+    if pc.any(pc.is_nan(arr)).as_py():
+        arr = pc.if_else(pc.is_nan(arr), pa.scalar(float("nan"), arr.type), arr)
+    return arr
+
+
+def comparable_key(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """:func:`spark_key`, with a floating-point column viewed as integers of the same bits,
+    so that Arrow's ``equal`` and ``not_equal`` find NaN equal to NaN, as Spark's grouping
+    does."""
+    arr = spark_key(column)
+    if pa.types.is_floating(arr.type):
+        return arr.view(pa.int64() if arr.type.bit_width == 64 else pa.int32())
+    return arr
+
+
 def group_ids(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """One int64 id per row, equal for rows with equal keys (null equals null)."""
+    """One int64 id per row, equal for rows with equal keys as Spark's ``groupBy`` finds
+    them (null equals null; -0.0 equals 0.0; NaN equals NaN)."""
     ids: np.ndarray | None = None
     span = 1
     for k in keys:
-        column = table.column(k)
-        encoded = pc.dictionary_encode(
-            column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column,
-            null_encoding="encode",
-        )
+        encoded = pc.dictionary_encode(spark_key(table.column(k)), null_encoding="encode")
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         size = max(len(encoded.dictionary), 1)
         if ids is None:

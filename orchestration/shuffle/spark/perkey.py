@@ -38,7 +38,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from orchestration.shuffle.core.commitlog import schema_to_b64
-from orchestration.shuffle.core.perkey import KeyFunction
+from orchestration.shuffle.core.perkey import KeyFunction, comparable_key
 from orchestration.shuffle.errors import ShuffleKeyError, ShuffleOptionError
 from orchestration.shuffle.spark.session import explain_text, is_connect
 
@@ -349,14 +349,18 @@ class GroupRunner:
             yield from self._emit(pa.Table.from_batches(pending), np.array([0]))
 
     def _same_key(self, before: pa.RecordBatch, after: pa.RecordBatch) -> bool:
-        n = before.num_rows - 1
-        return all(before.column(k)[n].as_py() == after.column(k)[0].as_py() for k in self.keys)
+        edge = pa.Table.from_batches(
+            [before.slice(before.num_rows - 1), after.slice(0, 1)]
+        ).combine_chunks()
+        return len(self._group_starts(edge)) == 1
 
-    def _group_starts(self, batch: pa.RecordBatch) -> np.ndarray:
+    def _group_starts(self, batch: pa.RecordBatch | pa.Table) -> np.ndarray:
         n = batch.num_rows
         change = np.zeros(max(n - 1, 0), dtype=bool)
         for k in self.keys:
-            after, before = batch.column(k).slice(1), batch.column(k).slice(0, n - 1)
+            # Compared as groupBy compares keys: -0.0 equals 0.0 and NaN equals NaN.
+            column = comparable_key(batch.column(k))
+            after, before = column.slice(1), column.slice(0, n - 1)
             # Null equals null here, as in groupBy: nulls form one group.
             one_null = pc.xor(pc.is_null(after), pc.is_null(before))
             differs = pc.fill_null(pc.not_equal(after, before), one_null)

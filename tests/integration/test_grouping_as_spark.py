@@ -1,0 +1,247 @@
+"""Per-key work and in-reader aggregation group exactly as Spark's ``groupBy`` does.
+
+A property test over generated rows: keys of every type the writer hashes, drawn from small
+pools full of the values Spark treats specially when it groups (``-0.0`` and ``0.0``, NaNs
+of several bit patterns, infinities, the ends of each integer range, empty and long strings,
+bytes that are not UTF-8), so that every pool value repeats. Each shuffle is written (from
+rows, and for floating-point keys also from Parquet through the columnar writer), then:
+
+- ``aggregate_shuffle`` is compared with ``groupBy(key).agg(...)`` over the same rows;
+- ``apply_per_key`` (in the reader, and over a filtered read, which sorts and cuts) with
+  ``groupBy(key).applyInPandas(...)``;
+- Spark's own ``groupBy`` over the JVM read (which has no Exchange) with the same over the
+  rows.
+
+Results are compared as Spark compares keys: -0.0 as 0.0 and every NaN as one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import struct
+import uuid
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import functions as F
+
+from orchestration.shuffle import (
+    ShuffleSpec,
+    aggregate_shuffle,
+    apply_per_key,
+    read_shuffle,
+    write_shuffle,
+)
+from tests.conftest import jvm_read_off, jvm_read_on
+
+pytestmark = pytest.mark.integration
+
+ROWS = 600
+
+
+def _f64(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+def _f32(bits: int) -> np.float32:
+    return np.frombuffer(struct.pack("<I", bits), dtype=np.float32)[0]
+
+
+# Pools of key values per Arrow type; Spark's type for each follows from Arrow's.
+F64 = [
+    0.0,
+    -0.0,
+    math.nan,
+    _f64(0x7FF8000000000001),
+    _f64(0xFFF8000000000000),
+    math.inf,
+    -math.inf,
+    1.5,
+    -1.5,
+    5e-324,
+    1.7976931348623157e308,
+]
+F32 = [
+    np.float32(0.0),
+    np.float32(-0.0),
+    np.float32(math.nan),
+    _f32(0x7FC00001),
+    _f32(0xFFC00000),
+    np.float32(math.inf),
+    np.float32(-2.5),
+]
+POOLS: dict[str, tuple[pa.DataType, list]] = {
+    "f64": (pa.float64(), F64),
+    "f32": (pa.float32(), F32),
+    "b": (pa.bool_(), [True, False]),
+    "i8": (pa.int8(), [-128, 0, 127]),
+    "i16": (pa.int16(), [-32768, 0, 32767]),
+    "i32": (pa.int32(), [-(2**31), -1, 0, 2**31 - 1]),
+    "i64": (pa.int64(), [-(2**63), 0, 2**63 - 1]),
+    "d": (pa.date32(), [dt.date(1, 1, 1), dt.date(1970, 1, 1), dt.date(9999, 12, 31)]),
+    "ts": (
+        pa.timestamp("us", tz="UTC"),
+        [dt.datetime(1900, 1, 1, tzinfo=dt.UTC), dt.datetime(2024, 2, 29, 23, 59, tzinfo=dt.UTC)],
+    ),
+    "s": (pa.string(), ["", "a", "é", "x" * 5000, "A"]),
+    "bin": (pa.binary(), [b"", b"\xff\xfe", b"\x00", b"\xc3\x28"]),
+    "dec": (
+        pa.decimal128(10, 2),
+        [decimal.Decimal("0.00"), decimal.Decimal("-0.01"), decimal.Decimal("99999999.99")],
+    ),
+}
+
+# Key sets: each pool's special values are grouped alone or beside a few other columns.
+KEYS = [("f64",), ("f32", "b", "i8"), ("s", "bin", "i64", "d"), ("i16", "i32", "dec", "ts", "f64")]
+
+
+def generated(keys: tuple[str, ...], seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    columns, names = [], []
+    for k in keys:
+        t, pool = POOLS[k]
+        picks = rng.integers(0, len(pool), ROWS)
+        if pa.types.is_floating(t):
+            dtype = np.float64 if t == pa.float64() else np.float32
+            # Built from the values' bits so that NaN payloads survive.
+            columns.append(pa.array(np.array(pool, dtype=dtype)[picks], type=t))
+        else:
+            columns.append(pa.array([pool[i] for i in picks], type=t))
+        names.append(k)
+    v = rng.integers(-1000, 1000, ROWS)
+    x = rng.normal(size=ROWS)
+    x[rng.random(ROWS) < 0.05] = math.nan
+    start = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+    ts = [start + dt.timedelta(seconds=int(s)) for s in rng.integers(0, 86_400, ROWS)]
+    columns += [pa.array(v, pa.int64()), pa.array(x), pa.array(ts, pa.timestamp("us", tz="UTC"))]
+    names += ["v", "x", "event"]
+    return pa.table(columns, names=names)
+
+
+def canonical(value):
+    """A value as Spark's grouping compares it, made hashable and comparable."""
+    if isinstance(value, float | np.floating):
+        if math.isnan(value):
+            return ("nan",)
+        return ("num", float(value) + 0.0)
+    if isinstance(value, bytes | bytearray):
+        return ("bytes", bytes(value))
+    if isinstance(value, pd.Timestamp):
+        return ("ts", value.to_pydatetime().astimezone(dt.UTC))
+    if isinstance(value, dt.datetime):
+        return ("ts", value.astimezone(dt.UTC) if value.tzinfo else value)
+    return ("v", value)
+
+
+def rows_of(df, columns) -> list[tuple]:
+    out = [tuple(canonical(r[c]) for c in columns) for r in df.select(*columns).collect()]
+    return sorted(out, key=repr)
+
+
+@pytest.fixture(scope="module", params=KEYS, ids=["+".join(k) for k in KEYS])
+def written(request, spark, kafka_conf, tmp_path_factory):
+    """Each key set's rows, written once for the module's three comparisons."""
+    keys = request.param
+    tmp_path = tmp_path_factory.mktemp("grouping")
+
+    def unique(prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+    table = generated(keys, seed=len(keys) * 7919)
+    # From Arrow, not pandas: pandas would turn every NaN into a null.
+    source = spark.createDataFrame(table)
+    topic = unique("grp")
+    spec = ShuffleSpec(
+        topic=topic, key=keys, num_partitions=3, max_parallelism=24, event_time="event"
+    )
+    res = write_shuffle(source, spec, kafka=kafka_conf, window="w")
+    assert res.rows == ROWS
+    topics = {"rows": topic}
+    if any(pa.types.is_floating(POOLS[k][0]) for k in keys):
+        path = tmp_path / "src.parquet"
+        pq.write_table(table, path)
+        columnar_topic = unique("grp-col")
+        res = write_shuffle(
+            spark.read.parquet(str(path)),
+            ShuffleSpec(
+                topic=columnar_topic,
+                key=keys,
+                num_partitions=3,
+                max_parallelism=24,
+                event_time="event",
+            ),
+            kafka=kafka_conf,
+            window="w",
+        )
+        assert res.path == "columnar" and res.rows == ROWS
+        topics["columnar"] = columnar_topic
+    return keys, source, topics
+
+
+AGGS = {
+    "n": ("*", "count"),
+    "total": ("v", "sum"),
+    "lo": ("x", "min"),
+    "hi": ("x", "max"),
+    "avg": ("v", "mean"),
+    "xs": ("x", "count"),
+}
+
+
+def test_aggregation_groups_as_group_by(spark, kafka_conf, written):
+    keys, source, topics = written
+    expected = source.groupBy(*keys).agg(
+        F.count("*").alias("n"),
+        F.sum("v").alias("total"),
+        F.min("x").alias("lo"),
+        F.max("x").alias("hi"),
+        F.avg("v").alias("avg"),
+        F.count("x").alias("xs"),
+    )
+    columns = [*keys, *AGGS]
+    want = rows_of(expected, columns)
+    for path, topic in topics.items():
+        got = aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations=AGGS)
+        assert rows_of(got, columns) == want, f"{path}: aggregate_shuffle differs from groupBy"
+
+
+def test_per_key_work_groups_as_apply_in_pandas(spark, kafka_conf, written):
+    keys, source, topics = written
+    schema = ", ".join(
+        [f"{f.name} {f.dataType.simpleString()}" for f in source.schema if f.name in keys]
+        + ["rows long", "total long"]
+    )
+
+    def summary(pdf: pd.DataFrame) -> pd.DataFrame:
+        head = pdf.iloc[:1][list(keys)].reset_index(drop=True)
+        return head.assign(rows=len(pdf), total=int(pdf["v"].sum()))
+
+    expected = source.groupBy(*keys).applyInPandas(summary, schema)
+    columns = [*keys, "rows", "total"]
+    want = rows_of(expected, columns)
+    assert len(want) < ROWS  # the pools repeat: groups hold several rows
+    for path, topic in topics.items():
+        read = read_shuffle(spark, topic, kafka=kafka_conf, engine="python")
+        in_reader = apply_per_key(read, keys, summary, schema)
+        assert rows_of(in_reader, columns) == want, f"{path}: in the reader"
+        # A filtered read is sorted by Spark and cut at key boundaries instead.
+        cut = apply_per_key(read.filter(F.col("v") > -10_000), keys, summary, schema)
+        assert rows_of(cut, columns) == want, f"{path}: sorted and cut"
+
+
+def test_group_by_over_the_jvm_read_as_over_the_rows(spark, kafka_conf, written):
+    keys, source, topics = written
+    want = rows_of(source.groupBy(*keys).agg(F.count("*").alias("n")), [*keys, "n"])
+    settings = jvm_read_on(spark, kafka_conf)
+    try:
+        for path, topic in topics.items():
+            read = read_shuffle(spark, topic, kafka=kafka_conf, engine="jvm")
+            counted = read.groupBy(*keys).agg(F.count("*").alias("n"))
+            assert rows_of(counted, [*keys, "n"]) == want, f"{path}: groupBy over the JVM read"
+    finally:
+        jvm_read_off(spark, settings)
