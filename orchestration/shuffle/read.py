@@ -11,8 +11,9 @@ whatever the entry: :func:`plan_shuffle_read`, :func:`read_shuffle` and
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Unpack
 
@@ -28,6 +29,7 @@ from orchestration.shuffle.core.commitlog import (
     to_micros,
 )
 from orchestration.shuffle.core.metrics import BatchMetrics, offsets_behind, progress_metrics
+from orchestration.shuffle.core.optiondefs import check_keywords
 from orchestration.shuffle.core.reader import (
     AUTO,
     ReadOptions,
@@ -206,6 +208,17 @@ class ShuffleRead:
         return self._load(replace(self.options, with_metadata=False), splits, aggs)
 
 
+def _check_selection(function: Callable[..., Any], selection: Mapping[str, Any]) -> None:
+    """Refuses keywords ``function`` does not take: Python checks named parameters, but
+    ``**selection`` would take any, so a misspelled ``window=`` would read every window."""
+    named = [
+        p.name
+        for p in inspect.signature(function).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    check_keywords(function.__name__, selection, [*ReadSelection.__annotations__, *named])
+
+
 def plan_shuffle_read(
     spark: SparkSession,
     topic: str,
@@ -216,6 +229,7 @@ def plan_shuffle_read(
 ) -> ShuffleRead:
     """Plans a read of a shuffle's committed runs from its commit log; the
     :class:`ShuffleRead` returned reads them (arguments as for :func:`read_shuffle`)."""
+    _check_selection(plan_shuffle_read, selection)
     client = KafkaClient.of(kafka)
     options = ReadOptions.select(**selection)
     if log is None:
@@ -269,6 +283,7 @@ def read_shuffle(
         ShuffleWindowNotFoundError: A window or run named has no committed run; for one
             that retention expired, the message says which run, when and why.
     """
+    _check_selection(read_shuffle, selection)
     read = plan_shuffle_read(spark, topic, kafka=kafka, log=log, **selection)
     return read.dataframe(with_metadata=with_metadata, engine=engine)
 
@@ -305,6 +320,7 @@ def aggregate_shuffle(
     Returns:
         One row per key: the key columns, then one column per aggregation, in order.
     """
+    _check_selection(aggregate_shuffle, selection)
     read = plan_shuffle_read(spark, topic, kafka=kafka, log=log, **selection)
     return read.aggregate(aggregations)
 

@@ -55,9 +55,9 @@ def test_positions_parse_and_name_the_option():
         parse(subscribe="a", startingOffsets="committed")
     with pytest.raises(ShuffleOptionError, match="kafka.group.id"):
         parse(subscribe="a", commitOffsets="true")
-    with pytest.raises(ShuffleOptionError, match="batch reads only"):
+    with pytest.raises(ShuffleOptionError, match="'endingOffsets' applies to batch reads only"):
         parse(streaming=True, subscribe="a", endingOffsets="latest")
-    with pytest.raises(ShuffleOptionError, match="streams only"):
+    with pytest.raises(ShuffleOptionError, match="'maxOffsetsPerTrigger' applies to streaming"):
         parse(subscribe="a", maxOffsetsPerTrigger="10")
     with pytest.raises(ShuffleOptionError, match="offsetResetStrategy"):
         parse(subscribe="a", offsetResetStrategy="sometimes")
@@ -88,6 +88,18 @@ def test_resolve_committed_with_each_reset_strategy():
         resolve(c, B, committed=committed, reset="none")
 
 
+def test_resolve_a_timestamp_without_a_record_by_strategy():
+    by_time = {("a", 0): 42, ("a", 1): -1}
+    at = Position("timestamp", timestamp=7)
+    assert resolve(at, B, by_time=by_time, no_match="latest")[("a", 1)] == 50
+    with pytest.raises(ShuffleOptionError, match=r"partition\(s\) a-1 \(startingOffsetsBy"):
+        resolve(at, B, by_time=by_time, no_match="error")
+    assert parse(subscribe="a").no_match == "latest"
+    assert parse(subscribe="a", startingOffsetsByTimestampStrategy="ERROR").no_match == "error"
+    with pytest.raises(ShuffleOptionError, match="'latest' or 'error', got 'never'"):
+        parse(subscribe="a", startingOffsetsByTimestampStrategy="never")
+
+
 def test_rate_limit_shares_by_lag():
     start = {("a", 0): 0, ("a", 1): 0}
     latest = {("a", 0): 300, ("a", 1): 100}
@@ -107,6 +119,22 @@ def test_split_to_min_partitions():
         mine = [r for r in pieces if r.partition == p]
         assert mine[0].start == ranges[p].start and mine[-1].end == ranges[p].end
         assert all(x.end == y.start for x, y in zip(mine, mine[1:], strict=False))
+
+
+def test_split_to_max_records_then_min_partitions():
+    ranges = [Range("a", 0, 0, 100), Range("a", 1, 10, 20)]
+    pieces = split(ranges, None, 30)
+    assert [(r.partition, r.start, r.end) for r in pieces] == [
+        (0, 0, 25),
+        (0, 25, 50),
+        (0, 50, 75),
+        (0, 75, 100),
+        (1, 10, 20),
+    ]
+    more = split(ranges, 8, 30)
+    assert len(more) >= 8 and all(r.end - r.start <= 30 for r in more)
+    assert sum(r.end - r.start for r in more) == 110
+    assert parse(subscribe="a", maxRecordsPerPartition="30").max_records_per_partition == 30
 
 
 def test_offsets_json_round_trip():

@@ -32,7 +32,8 @@ from typing import TypedDict, Unpack
 
 from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog, to_micros
 from orchestration.shuffle.core.keygroups import key_group_range, split_range
-from orchestration.shuffle.core.options import Options
+from orchestration.shuffle.core.optiondefs import check_keywords
+from orchestration.shuffle.core.options import AUTO, Options
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWindowNotFoundError
 
 
@@ -118,7 +119,6 @@ def segments_by_partition(commits: Sequence[Commit], num_partitions: int) -> lis
     return out
 
 
-AUTO = "auto"
 # Rows a task of an "auto" read is given at least (when the read has that many).
 AUTO_TASK_ROWS = 500_000
 
@@ -310,7 +310,9 @@ class ReadOptions:
     @classmethod
     def select(cls, **selection: Unpack[ReadSelection]) -> ReadOptions:
         """The options that the public functions' keyword arguments give; ``parallelism``
-        not given is ``"auto"`` (a small read in few tasks), None one task per partition."""
+        not given is ``"auto"`` (a small read in few tasks), None one task per partition.
+        Keywords that :class:`ReadSelection` does not declare are refused."""
+        check_keywords("ReadOptions.select", selection, ReadSelection.__annotations__)
         windows = selection.get("windows")
         runs = selection.get("runs")
         start, end = selection.get("event_time_range") or (None, None)
@@ -327,17 +329,12 @@ class ReadOptions:
         """The options of a data source's string options (errors name the option)."""
         windows = opts.json_list("windows")
         runs = opts.json_list("runs")
-        parallelism: int | str | None = (
-            AUTO
-            if (opts.text("parallelism") or "").lower() == AUTO
-            else opts.integer("parallelism", minimum=1)
-        )
         return cls(
             windows=None if windows is None else tuple(windows),
             runs=None if runs is None else tuple(runs),
-            event_time_start=opts.integer("event_time_start", minimum=-(2**63)),
-            event_time_end=opts.integer("event_time_end", minimum=-(2**63)),
-            parallelism=parallelism,
+            event_time_start=opts.integer("event_time_start"),
+            event_time_end=opts.integer("event_time_end"),
+            parallelism=opts.int_or_auto("parallelism"),
             with_metadata=opts.flag("with_metadata"),
         )
 

@@ -1,19 +1,12 @@
 """``kafka-records`` without I/O: its options, start and end positions, rate limits, splits
 and data-loss rules. Pure Python.
 
-Option names and formats follow Spark's own ``kafka`` source where it has them:
-
-- what to read (exactly one): ``subscribe`` (comma-separated topics), ``subscribePattern``
-  (a regular expression), ``assign`` (JSON ``{"topicA": [0, 1]}``); ``topic`` is an alias of
-  ``subscribe``;
-- ``startingOffsets``: ``earliest``, ``latest``, ``committed`` (the group ``kafka.group.id``'s
-  offsets, ``offsetResetStrategy`` for partitions without one) or JSON
-  ``{"topicA": {"0": 23, "1": -2}}`` (-2 = earliest, -1 = latest); ``startingTimestamp``
-  (epoch ms, every partition) or ``startingOffsetsByTimestamp`` (JSON, per partition);
-- batch reads only: ``endingOffsets`` (``latest`` or JSON, -1 = latest), ``endingTimestamp``,
-  ``endingOffsetsByTimestamp``;
-- ``maxOffsetsPerTrigger`` (streaming), ``minPartitions``, ``failOnDataLoss`` (default
-  true), ``includeHeaders`` (default false), ``commitOffsets`` (default false).
+Option names and formats follow Spark's own ``kafka`` source where it has them; the
+options, their defaults and whether batch reads or streams take them are declared in
+:data:`~orchestration.shuffle.core.optiondefs.RECORDS` (README's option table is written
+from it), which also refuses the options of Spark's source that this one does not
+implement. Beyond Spark's: ``startingOffsets=committed`` with ``offsetResetStrategy``, and
+``commitOffsets``.
 """
 
 from __future__ import annotations
@@ -25,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from orchestration.shuffle.core.metrics import METRICS_KEY
+from orchestration.shuffle.core.optiondefs import BATCH, RECORDS, STREAM
 from orchestration.shuffle.core.options import Options
 from orchestration.shuffle.errors import ShuffleOptionError
 
@@ -68,9 +62,12 @@ class RecordsOptions:
     reset: str = "earliest"
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     commit_offsets: bool = False
+    # Where no record is at or after a starting timestamp: "latest" or "error".
+    no_match: str = "latest"
 
     @property
     def group(self) -> str | None:
@@ -86,7 +83,7 @@ class RecordsOptions:
         return group
 
 
-def _json(opts: Options, name: str, raw: str) -> dict:
+def _json(name: str, raw: str) -> dict:
     try:
         parsed = json.loads(raw)
     except ValueError:
@@ -96,9 +93,9 @@ def _json(opts: Options, name: str, raw: str) -> dict:
     return parsed
 
 
-def _per_partition(opts: Options, name: str, raw: str) -> TopicOffsets:
+def _per_partition(name: str, raw: str) -> TopicOffsets:
     out: TopicOffsets = {}
-    for topic, parts in _json(opts, name, raw).items():
+    for topic, parts in _json(name, raw).items():
         if not isinstance(parts, dict):
             raise ShuffleOptionError(
                 f'{OWNER}: option {name!r} must look like {{"topic": {{"0": 23}}}}, got {raw!r}'
@@ -113,21 +110,21 @@ def _per_partition(opts: Options, name: str, raw: str) -> TopicOffsets:
 
 
 def _position(
-    opts: Options, offsets: str, timestamp: str, by_timestamp: str, default: str, allowed
+    opts: Options, offsets: str, timestamp: str, by_timestamp: str, allowed: tuple[str, ...]
 ) -> Position:
-    given = [n for n in (offsets, timestamp, by_timestamp) if opts.text(n) is not None]
+    given = [n for n in (offsets, timestamp, by_timestamp) if opts.given(n)]
     if len(given) > 1:
         raise ShuffleOptionError(f"{OWNER}: options {given} cannot be combined; give one")
-    if opts.text(timestamp) is not None:
+    if opts.given(timestamp):
         return Position("timestamp", timestamp=opts.integer(timestamp))
-    by_time = opts.text(by_timestamp)
+    by_time = opts.raw(by_timestamp)
     if by_time is not None:
-        return Position("timestamps", _per_partition(opts, by_timestamp, by_time))
-    raw = (opts.text(offsets) or default).strip()
+        return Position("timestamps", _per_partition(by_timestamp, by_time))
+    raw = (opts.text(offsets) or "").strip()
     if raw.lower() in allowed:
         return Position(raw.lower())
     if raw.startswith("{"):
-        return Position("offsets", _per_partition(opts, offsets, raw))
+        return Position("offsets", _per_partition(offsets, raw))
     raise ShuffleOptionError(
         f"{OWNER}: option {offsets!r} must be {', '.join(allowed)} or a JSON object "
         f'{{"topic": {{"partition": offset}}}}, got {raw!r}'
@@ -135,17 +132,19 @@ def _position(
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> RecordsOptions:
-    """Parses and checks ``kafka-records`` options; errors name the option."""
-    opts = Options(options, OWNER)
+    """Parses and checks ``kafka-records`` options; errors name the option, and an option
+    the source does not take (:data:`~orchestration.shuffle.core.optiondefs.RECORDS`) is
+    refused."""
+    opts = Options(options, RECORDS, mode=STREAM if streaming else BATCH)
     kafka = opts.kafka()
-    chosen = [n for n in ("subscribe", "subscribePattern", "assign", "topic") if opts.text(n)]
+    chosen = [n for n in ("subscribe", "subscribePattern", "assign", "topic") if opts.given(n)]
     if len(chosen) != 1:
         raise ShuffleOptionError(
             f"{OWNER}: give exactly one of 'subscribe', 'subscribePattern' or 'assign' "
             f"(got {chosen or 'none'})"
         )
     name = chosen[0]
-    value = opts.text(name) or ""
+    value = opts.raw(name) or ""
     if name in ("subscribe", "topic"):
         topics = tuple(t.strip() for t in value.split(",") if t.strip())
         if not topics:
@@ -160,7 +159,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RecordsOpti
             ) from None
         subscription = Subscription(pattern=value)
     else:
-        parsed = _json(opts, "assign", value)
+        parsed = _json("assign", value)
         try:
             pairs = tuple(sorted((str(t), int(p)) for t, parts in parsed.items() for p in parts))
         except (TypeError, ValueError):
@@ -173,23 +172,18 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RecordsOpti
         "startingOffsets",
         "startingTimestamp",
         "startingOffsetsByTimestamp",
-        "latest" if streaming else "earliest",
         ("earliest", "latest", "committed"),
     )
     if starting.kind == "committed" and not kafka.get("group.id"):
         raise ShuffleOptionError(
             f"{OWNER}: startingOffsets='committed' needs option 'kafka.group.id'"
         )
-    ending_names = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
     if streaming:
-        given = [n for n in ending_names if opts.text(n) is not None]
-        if given:
-            raise ShuffleOptionError(f"{OWNER}: {given} apply to batch reads only")
-        ending = Position("latest")
+        ending = Position("latest")  # the table refuses ending options on streams
     else:
-        ending = _position(opts, *ending_names, "latest", ("latest",))
-        if opts.text("maxOffsetsPerTrigger") is not None:
-            raise ShuffleOptionError(f"{OWNER}: 'maxOffsetsPerTrigger' applies to streams only")
+        ending = _position(
+            opts, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", ("latest",)
+        )
     commit = opts.flag("commitOffsets")
     if commit and not kafka.get("group.id"):
         raise ShuffleOptionError(f"{OWNER}: commitOffsets=true needs option 'kafka.group.id'")
@@ -198,12 +192,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RecordsOpti
         subscription=subscription,
         starting=starting,
         ending=ending,
-        reset=opts.choice("offsetResetStrategy", ("earliest", "latest", "none"), "earliest"),
-        max_offsets_per_trigger=opts.integer("maxOffsetsPerTrigger", minimum=1),
-        min_partitions=opts.integer("minPartitions", minimum=1),
-        fail_on_data_loss=opts.flag("failOnDataLoss", default=True),
+        reset=opts.choice("offsetResetStrategy"),
+        max_offsets_per_trigger=opts.integer("maxOffsetsPerTrigger"),
+        min_partitions=opts.integer("minPartitions"),
+        max_records_per_partition=opts.integer("maxRecordsPerPartition"),
+        fail_on_data_loss=opts.flag("failOnDataLoss"),
         include_headers=opts.flag("includeHeaders"),
         commit_offsets=commit,
+        no_match=opts.choice("startingOffsetsByTimestampStrategy"),
     )
 
 
@@ -215,12 +211,15 @@ def resolve(
     by_time: Mapping[tuple[str, int], int] | None = None,
     reset: str = "earliest",
     option: str = "startingOffsets",
+    no_match: str = "latest",
 ) -> dict[tuple[str, int], int]:
     """Concrete offsets of ``position`` for each partition, given their (low, high) offsets,
     the group's committed offsets and the offsets found for the timestamps (-1: none, the
-    end). Offsets are clamped to ``[low, high]``."""
+    end; with ``no_match="error"`` an error naming those partitions). Offsets are clamped to
+    ``[low, high]``."""
     out: dict[tuple[str, int], int] = {}
     missing = []
+    unmatched = []
     for tp, (low, high) in bounds.items():
         if position.kind == "earliest":
             off = low
@@ -237,6 +236,8 @@ def resolve(
                 off = got
         elif position.kind in ("timestamp", "timestamps"):
             found = (by_time or {}).get(tp)
+            if found is not None and found < 0 and no_match == "error":
+                unmatched.append(tp)
             off = high if found is None or found < 0 else found
         else:
             given = position.values.get(tp[0], {}).get(tp[1])
@@ -247,6 +248,12 @@ def resolve(
         raise ShuffleOptionError(
             f"{OWNER}: {option}='committed' with offsetResetStrategy='none': the group has no "
             f"committed offset for partition(s) {names}"
+        )
+    if unmatched:
+        names = ", ".join(f"{t}-{p}" for t, p in sorted(unmatched))
+        raise ShuffleOptionError(
+            f"{OWNER}: no record at or after the {option} timestamp in partition(s) {names} "
+            "(startingOffsetsByTimestampStrategy='error'; 'latest' starts them at their end)"
         )
     return out
 
@@ -277,19 +284,29 @@ class Range:
     end: int  # exclusive
 
 
-def split(ranges: list[Range], min_partitions: int | None) -> list[Range]:
-    """Splits the largest ranges so that there are at least ``min_partitions`` pieces."""
+def split(
+    ranges: list[Range], min_partitions: int | None, max_records: int | None = None
+) -> list[Range]:
+    """Splits ranges into pieces of at most ``max_records`` records each, then the largest
+    further so that there are at least ``min_partitions`` pieces (as Spark's source does
+    with ``maxRecordsPerPartition`` and ``minPartitions``)."""
     ranges = [r for r in ranges if r.end > r.start]
+    if max_records:
+        ranges = [p for r in ranges for p in _pieces(r, -(-(r.end - r.start) // max_records))]
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.end - r.start for r in ranges)
     out = []
     for r in ranges:
         size = r.end - r.start
-        pieces = max(1, min(size, round(min_partitions * size / total)))
-        bounds = [r.start + size * i // pieces for i in range(pieces + 1)]
-        out += [Range(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+        out += _pieces(r, max(1, min(size, round(min_partitions * size / total))))
     return out
+
+
+def _pieces(r: Range, pieces: int) -> list[Range]:
+    size = r.end - r.start
+    bounds = [r.start + size * i // pieces for i in range(pieces + 1)]
+    return [Range(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def offsets_to_json(offsets: Mapping[tuple[str, int], int]) -> dict:

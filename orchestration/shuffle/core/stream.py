@@ -64,10 +64,10 @@ class StreamOptions:
     def parse(cls, opts: Options) -> StreamOptions:
         """The options of a data source's string options (errors name the option)."""
         return cls(
-            starting_offsets=opts.choice("startingOffsets", (EARLIEST, LATEST), EARLIEST),
+            starting_offsets=opts.choice("startingOffsets"),
             starting_timestamp_ms=opts.integer("startingTimestamp"),
-            max_runs_per_trigger=opts.integer("maxRunsPerTrigger", minimum=1),
-            max_rows_per_trigger=opts.integer("maxRowsPerTrigger", minimum=1),
+            max_runs_per_trigger=opts.integer("maxRunsPerTrigger"),
+            max_rows_per_trigger=opts.integer("maxRowsPerTrigger"),
         )
 
     def to_options(self) -> dict[str, str]:

@@ -283,7 +283,9 @@ def shuffle_scan_options(df: DataFrame) -> dict[str, str] | None:
     lowered = {k.lower() for k in options}
     if "topic" not in lowered or any(o.lower() in lowered for o in _RESULT_OPTIONS):
         return None
-    return options
+    # The catalog a JVM read went through: the Python source reads the same plan without one
+    # (and refuses an option it does not take).
+    return {k: v for k, v in options.items() if k.lower() != "catalog"}
 
 
 def _simple_name(obj: Any) -> str:

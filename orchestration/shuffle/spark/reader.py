@@ -7,10 +7,12 @@ committed subtask attempts only, merges the producers' watermarks per partition 
 regression is an error), and checks each committed attempt's END frame against what it
 read, so a lost or extra frame cannot go unnoticed.
 
-Options (:class:`SourceOptions`): ``topic`` and ``kafka.*`` (librdkafka settings), the read
-options of :class:`~orchestration.shuffle.core.reader.ReadOptions` (``windows``, ``runs``,
-``event_time_start``, ``event_time_end``, ``parallelism``, ``with_metadata``) and, for
-streaming reads, those of :class:`~orchestration.shuffle.core.stream.StreamOptions`.
+Options (:class:`SourceOptions`, declared in
+:data:`~orchestration.shuffle.core.optiondefs.SHUFFLE`, which refuses any other):
+``topic`` and ``kafka.*`` (librdkafka settings), the read options of
+:class:`~orchestration.shuffle.core.reader.ReadOptions` (``windows``, ``runs``, the
+event-time range, ``parallelism``, ``with_metadata``) and, for streaming reads, those of
+:class:`~orchestration.shuffle.core.stream.StreamOptions`.
 ``plan_shuffle_read`` plans on the driver and hands the plan over (options ``layout`` and
 ``plan``, see :func:`source_options`); used directly, the source reads the commit log
 itself. ``aggregate`` (JSON ``{"name": ["column", "function"]}``, see
@@ -43,6 +45,7 @@ from orchestration.shuffle.core import aggregation as agg
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core import perkey as grouping
 from orchestration.shuffle.core.commitlog import Layout, ShuffleLog, schema_from_b64
+from orchestration.shuffle.core.optiondefs import BATCH, SHUFFLE, STREAM
 from orchestration.shuffle.core.options import Options, kafka_to_options
 from orchestration.shuffle.core.reader import (
     PartitionRead,
@@ -142,13 +145,17 @@ class SourceOptions:
     """
 
     def __init__(self, options: Mapping[str, str]):
-        opts = Options(options, SOURCE)
-        self.topic = opts.text("topic", required=True)
+        opts = Options(options, SHUFFLE)
+        self._names = [str(k) for k in options]
+        self.topic = opts.require("topic")
         self.kafka = KafkaClient(opts.kafka())
         self.read = ReadOptions.parse(opts)
-        self.stream = StreamOptions.parse(opts)
-        layout = opts.text("layout")
-        plan = opts.text("plan")
+        # Parsed when a stream asks for them, after the stream-only options were checked
+        # against the kind of read (a batch read refuses them by name).
+        self._stream_given = {k: v for k, v in options.items() if _is_stream_option(str(k))}
+        self._stream: StreamOptions | None = None
+        layout = opts.raw("layout")
+        plan = opts.raw("plan")
         self._plans: list[SplitPlan] | None = None
         self._log: ShuffleLog | None = None
         if layout and plan:
@@ -159,7 +166,7 @@ class SourceOptions:
             self._log = read_log(self.kafka, self.topic)
             self.layout = self._log.require_layout()
         self.aggregate: tuple[agg.Aggregation, ...] = ()
-        aggregate = opts.text("aggregate")
+        aggregate = opts.raw("aggregate")
         if aggregate:
             if self.read.with_metadata:
                 raise ShuffleOptionError(
@@ -169,15 +176,15 @@ class SourceOptions:
                 aggregate, output_schema(self.layout, False), self.layout.key
             )
         # Unpickled by the task that reads (the function may only import there).
-        self.per_key = opts.text("per_key")
+        self.per_key = opts.raw("per_key")
         self.per_key_schema: pa.Schema | None = None
-        self.pass_rows = opts.integer("pass_rows", default=DEFAULT_PASS_ROWS, minimum=1)
+        self.pass_rows = opts.require_integer("pass_rows")
         if self.per_key:
             if self.aggregate:
                 raise ShuffleOptionError(
                     f"{SOURCE}: options 'aggregate' and 'per_key' cannot be combined"
                 )
-            schema = opts.text("per_key_schema", required=True)
+            schema = opts.require("per_key_schema")
             try:
                 self.per_key_schema = schema_from_b64(schema)
             except (ValueError, pa.ArrowInvalid):
@@ -185,6 +192,18 @@ class SourceOptions:
                     f"{SOURCE}: option 'per_key_schema' is not a base64 Arrow schema"
                 ) from None
         self._key_function: grouping.KeyFunction | None = None
+
+    def check_mode(self, mode: str) -> None:
+        """Refuses the options that a ``mode`` read (``"batch"`` or ``"stream"``) does not
+        take, by name (the kind of read is known only once Spark asks for a reader)."""
+        SHUFFLE.check(self._names, mode)
+
+    @property
+    def stream(self) -> StreamOptions:
+        """The streaming options (defaults for a batch read, which refuses them given)."""
+        if self._stream is None:
+            self._stream = StreamOptions.parse(Options(self._stream_given, SHUFFLE, STREAM))
+        return self._stream
 
     def key_function(self) -> grouping.KeyFunction:
         """The per-key function of option ``per_key``."""
@@ -212,9 +231,9 @@ class SourceOptions:
         return self._plans
 
 
-# Rows one pass of per-key work holds by default (about 120 MiB of Arrow at 60 bytes a row,
-# and as much again once converted to pandas).
-DEFAULT_PASS_ROWS = 2_000_000
+def _is_stream_option(name: str) -> bool:
+    lowered = name.lower()
+    return any(d.name.lower() == lowered and d.modes == (STREAM,) for d in SHUFFLE.options)
 
 
 @functools.cache
@@ -466,9 +485,13 @@ class ShuffleDataSource(DataSource):
         return from_arrow_schema(schema)
 
     def reader(self, schema: StructType) -> ShuffleReader:
-        return ShuffleReader(self._source_options())
+        opts = self._source_options()
+        opts.check_mode(BATCH)
+        return ShuffleReader(opts)
 
     def streamReader(self, schema: StructType) -> ShuffleStreamReader:
         from orchestration.shuffle.spark.stream import ShuffleStreamReader
 
-        return ShuffleStreamReader(self._source_options())
+        opts = self._source_options()
+        opts.check_mode(STREAM)
+        return ShuffleStreamReader(opts)

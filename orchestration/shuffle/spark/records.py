@@ -47,6 +47,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from orchestration.shuffle.core.metrics import METRICS_KEY
+from orchestration.shuffle.core.optiondefs import RECORDS
+from orchestration.shuffle.core.options import Options
 from orchestration.shuffle.core.records import (
     OWNER,
     Range,
@@ -207,6 +209,7 @@ def positions(
         by_time=offsets_for_times(kafka, _times(position, tps)),
         reset=opts.reset,
         option=option,
+        no_match=opts.no_match if option == "startingOffsets" else "latest",
     )
 
 
@@ -347,7 +350,7 @@ def _commit_quietly(
 
 def _partitions(opts: RecordsOptions, start: Mapping[TP, int], end: Mapping[TP, int]) -> list:
     ranges = [Range(t, p, start.get((t, p), 0), e) for (t, p), e in sorted(end.items())]
-    pieces = split(ranges, opts.min_partitions)
+    pieces = split(ranges, opts.min_partitions, opts.max_records_per_partition)
     last = {(r.topic, r.partition): r.end for r in ranges}
     return [
         RangePartition(r.topic, r.partition, r.start, r.end, last[(r.topic, r.partition)] == r.end)
@@ -472,7 +475,7 @@ class KafkaRecordsDataSource(DataSource):
         return "kafka-records"
 
     def schema(self) -> str:
-        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        include = Options(self.options, RECORDS).flag("includeHeaders")
         return RECORDS_SCHEMA + (HEADERS_DDL if include else "")
 
     def reader(self, schema) -> KafkaRecordsReader:
