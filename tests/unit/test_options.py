@@ -352,3 +352,10 @@ def test_stream_options_round_trip_and_errors():
         StreamOptions.parse(Options({"startingOffsets": "yesterday"}, SHUFFLE))
     with pytest.raises(ShuffleOptionError, match="'maxRunsPerTrigger' must be an integer >= 1"):
         StreamOptions.parse(Options({"maxRunsPerTrigger": "0"}, SHUFFLE))
+
+
+def test_readme_states_the_option_tables():
+    from devstack.optiondocs import stale
+
+    # `python -m devstack.optiondocs --write` writes them again from the definitions.
+    assert stale() == []
