@@ -8,9 +8,16 @@ Names are imported on first use, so that importing the engine's pure modules doe
 Dagster, Spark or Kafka.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
 from typing import TYPE_CHECKING
 
 from orchestration.shuffle.core.exports import lazy_exports
+
+try:
+    __version__ = _distribution_version("kafka-shuffle")
+except PackageNotFoundError:  # a source tree on the path that was never installed
+    __version__ = "0+unknown"
 
 _EXPORTS = {
     "KafkaResource": "resources",
