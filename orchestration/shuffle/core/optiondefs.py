@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -547,8 +548,8 @@ RECORDS = OptionTable(
         Refused("maxTriggerDelay", _RECORDS_TRIGGER),
         Refused(
             "groupIdPrefix",
-            "reads assign partitions and join no group; 'kafka.group.id' names the group of "
-            "startingOffsets='committed' and commitOffsets",
+            "reads assign partitions and join no group ('kafka.group.id' names the group whose "
+            "offsets startingOffsets=committed reads and commitOffsets writes)",
         ),
         *_SPARK_CLIENT,
         *RECORDS_PATHS,
@@ -583,7 +584,7 @@ SHUFFLE_JVM = OptionTable(
         OptionDef(
             "with_metadata",
             BOOLEAN,
-            _WITH_METADATA + " A catalog table: read `<catalog>.with_metadata.`<topic>`` instead.",
+            _WITH_METADATA + " A catalog table has them in its namespace `with_metadata` instead.",
             default="false",
             modes=(BATCH,),
         ),
@@ -613,9 +614,9 @@ SHUFFLE_JVM = OptionTable(
         *SHUFFLE_PATHS,
     ),
     summary=(
-        '`spark.read.format("kafka-shuffle-jvm")` (batch) and the catalog\'s tables: '
-        '`spark.read.table("shuffle.`<topic>`")`, SQL, and '
-        '`spark.readStream.table("shuffle.`<topic>`")` (streaming).'
+        '`spark.read.format("kafka-shuffle-jvm")` (batch) and the tables of the catalog '
+        "`shuffle` (`jvm_spark_conf`): `spark.read.table`, SQL, and `spark.readStream.table` "
+        "(streaming), where `read_shuffle` and `read_shuffle_stream` take the JVM path."
     ),
 )
 
@@ -662,3 +663,66 @@ def table(source: str) -> OptionTable:
         return TABLES[source]
     except KeyError:
         raise KeyError(f"no option table for data source {source!r}") from None
+
+
+# --- README's option tables -------------------------------------------------------------
+
+_TYPES = {MILLIS: "epoch ms", POSITION: "keyword or JSON object", PARALLELISM: "integer or `auto`"}
+
+
+def _code(text: str) -> str:
+    """Names quoted 'so' in messages, as markdown code."""
+    return re.sub(r"'([^' ]+)'", r"`\1`", text)
+
+
+def _type(d: OptionDef) -> str:
+    if d.type == CHOICE:
+        return " or ".join(f"`{c}`" for c in d.choices)
+    if d.type == INTEGER and d.minimum is not None and d.minimum > -(2**63):
+        return f"integer >= {d.minimum}"
+    return _TYPES.get(d.type, d.type)
+
+
+def _default(d: OptionDef) -> str:
+    if d.required:
+        return "required"
+    if d.default is None:
+        return ""
+    if d.stream_default is not None:
+        return f"`{d.default}` (streams: `{d.stream_default}`)"
+    return f"`{d.default}`"
+
+
+def markdown(table: OptionTable) -> list[str]:
+    """README's option table of ``table``, as markdown lines: what it takes, then what it
+    refuses and why."""
+    yes = {True: "yes", False: ""}
+    lines = [
+        table.summary,
+        "",
+        "| option | type | default | batch | stream | what it does |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d in table.options:
+        what = d.description + (f" Set by `{d.set_by}`." if d.set_by else "")
+        modes = [m in d.modes and m in table.modes for m in MODES]
+        lines.append(
+            f"| `{d.name}` | {_type(d)} | {_default(d)} | {yes[modes[0]]} | {yes[modes[1]]} "
+            f"| {what} |"
+        )
+    lines.append(
+        f"| `{KAFKA_OPTION_PREFIX}*` | string | | yes | {yes[STREAM in table.modes]} | Kafka "
+        "client settings, without the prefix (`kafka.bootstrap.servers` is required; see "
+        "*Kafka settings in Spark's names*). Not checked here. |"
+    )
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for r in table.refused:
+        groups.setdefault((r.spark_kafka, r.reason), []).append(r.name)
+    if groups or table.renamed:
+        lines += ["", "| refused | why, or what instead |", "|---|---|"]
+    for (spark_kafka, reason), names in groups.items():
+        of = " (Spark's `kafka` source)" if spark_kafka else ""
+        lines.append(f"| {', '.join(f'`{n}`' for n in names)}{of} | {_code(reason)} |")
+    for n in table.renamed:
+        lines.append(f"| `{n.name}` | renamed `{n.new}`: {_code(n.reason)} |")
+    return lines
