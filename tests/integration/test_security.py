@@ -15,9 +15,11 @@ from jobs.definitions import KAFKA_SECURITY_ENV, kafka_resource
 from orchestration.shuffle import (
     ShuffleConnectionError,
     ShuffleError,
+    ShuffleOptionError,
     ShuffleSpec,
     aggregate_shuffle,
     grant_shuffle_access,
+    read_records,
     read_shuffle,
     shuffle_commits_since,
     write_shuffle,
@@ -196,3 +198,76 @@ def test_dagster_project_through_env_vars_never_shows_the_password(
             assert password not in json.dumps(run.run_config, default=str)
             assert password not in str(run.tags)
     assert json.loads((out / f"{D1}.json").read_text())
+
+
+def spark_style(conf: dict[str, str]) -> dict[str, str]:
+    """A user's settings as a Spark ``format("kafka")`` job has them (``kafka.`` taken off):
+    the Java client's names only, no librdkafka spelling."""
+    login = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{conf["sasl.username"]}" password="{conf["sasl.password"]}";'
+    )
+    return {
+        "bootstrap.servers": conf["bootstrap.servers"],
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": conf["sasl.mechanism"],
+        "sasl.jaas.config": login,
+        "ssl.truststore.location": conf["ssl.ca.location"],
+        "ssl.truststore.type": "PEM",
+        "ssl.endpoint.identification.algorithm": "",
+        "client.id": "spark-etl",
+    }
+
+
+def test_spark_style_settings_write_and_read_on_both_paths(spark, kafka_conf, users, unique):
+    admin, producer, consumer = (spark_style(users[u]) for u in ("admin", "producer", "consumer"))
+    topic = unique("spark-names")
+    grant_shuffle_access(topic, kafka=admin, writers=["User:producer"], readers=["User:consumer"])
+    res = write_shuffle(rows(spark), spec_for(topic), kafka=producer, window="d1")
+    assert res.rows == 3000
+    records = {"subscribe": topic, **{f"kafka.{k}": v for k, v in consumer.items()}}
+    on_python = read_shuffle(spark, topic, kafka=consumer, engine="python")
+    assert on_python.count() == 3000
+    python_records = read_records(spark, records, engine="python")
+    frames = python_records.count()
+    assert frames > 0
+    # Built for the plaintext cluster first, as a session's catalog may be; it follows the
+    # Java client's settings given next, which the JVM path uses as they are.
+    jvm_read_off(spark, jvm_read_on(spark, kafka_conf))
+    keys = jvm_read_on(spark, consumer)
+    try:
+        assert (
+            spark.conf.get("spark.sql.catalog.shuffle.kafka.sasl.jaas.config")
+            == (consumer["sasl.jaas.config"])
+        )
+        on_jvm = read_shuffle(spark, topic, kafka=consumer, engine="jvm")
+        assert on_jvm.count() == 3000
+        assert sorted(on_jvm.collect()) == sorted(on_python.collect())
+        jvm_records = read_records(spark, records, engine="jvm")
+        assert jvm_records.count() == frames
+        plans = [explained(df) for df in (on_python, python_records, on_jvm, jvm_records)]
+    finally:
+        jvm_read_off(spark, keys)
+    for user in users.values():
+        assert all(user["sasl.password"] not in plan for plan in plans)
+    # The reader may not write, in these names too; the error shows no password.
+    text = refused_quickly(
+        lambda: write_shuffle(rows(spark, 10), spec_for(topic), kafka=consumer, window="d2"),
+        "not authorized",
+    )
+    assert users["consumer"]["sasl.password"] not in text
+
+
+def test_spark_style_settings_librdkafka_cannot_use_are_refused_naming_them(spark, users, unique):
+    consumer = spark_style(users["consumer"])
+    password = users["consumer"]["sasl.password"]
+    jks = {**consumer, "ssl.truststore.type": "JKS", "ssl.truststore.password": password}
+    wrong = {**consumer, "sasl.password": "not-" + password}
+    for settings, says in (
+        (jks, "ssl.truststore.type=PEM"),
+        (wrong, "'sasl.jaas.config' and 'sasl.password' disagree"),
+    ):
+        text = refused_quickly(lambda s=settings: read_shuffle(spark, unique("t"), kafka=s), says)
+        assert password not in text
+    with pytest.raises(ShuffleOptionError, match="ssl.truststore.location"):
+        write_shuffle(rows(spark, 10), spec_for(unique("t")), kafka=jks)

@@ -88,8 +88,12 @@ final class ConsumerPool {
     }
     closeAll(expired);
     if (c == null) {
-      // Each client of a JVM needs its own id (its metrics are registered by it).
-      props.setProperty("client.id", clientId + "-" + CREATED.incrementAndGet());
+      // Each client of a JVM needs its own id (its metrics are registered by it), unless the
+      // user gave one: brokers apply quotas and ACL audit logs by the id as given, as for a
+      // Spark kafka source given kafka.client.id.
+      if (p.getProperty("client.id") == null) {
+        props.setProperty("client.id", clientId + "-" + CREATED.incrementAndGet());
+      }
       c = new KafkaConsumer<>(props);
       synchronized (IDLE) {
         KEYS.put(c, key);

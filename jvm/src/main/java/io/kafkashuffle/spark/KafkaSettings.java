@@ -8,12 +8,14 @@ import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 
 /**
- * The Java client's settings for the librdkafka-style settings the Python side uses (options
- * {@code kafka.*}, as {@code orchestration/shuffle/core/options.py} {@code kafka_to_options}
- * writes them). Names both clients share pass through; the librdkafka spellings of security
- * settings are translated; other librdkafka-only settings (tuning, debugging) are dropped,
- * but an unknown {@code ssl.*} or {@code sasl.*} one is refused, since dropping it could
- * change whom the client trusts.
+ * The Java client's settings for the {@code kafka.*} options the Python side hands over (as
+ * {@code orchestration/shuffle/core/options.py} {@code kafka_to_options} writes them). A user
+ * gives them in either client's names: the Java client's, as a Spark {@code format("kafka")}
+ * job has them, pass through unchanged (a {@code sasl.jaas.config} included); the librdkafka
+ * spellings of security settings are translated; other librdkafka-only settings (tuning,
+ * debugging) are dropped, but an unknown {@code ssl.*} or {@code sasl.*} one is refused, since
+ * dropping it could change whom the client trusts. The Python side has checked that the two
+ * spellings of one setting, when both are given, agree.
  */
 final class KafkaSettings {
   static final String PREFIX = "kafka.";
@@ -74,7 +76,8 @@ final class KafkaSettings {
       }
     }
     String user = rd.get("sasl.username");
-    if (user != null) {
+    // A JAAS line given as it is may hold login options the one built here would lose.
+    if (user != null && !rd.containsKey("sasl.jaas.config")) {
       String module;
       if (mechanism == null || mechanism.equalsIgnoreCase("PLAIN")) {
         module = "org.apache.kafka.common.security.plain.PlainLoginModule";
