@@ -439,3 +439,27 @@ def test_kafka_resource_takes_a_jaas_line_and_never_shows_it():
     assert resource.config()["sasl.jaas.config"] == jaas()
     conf = resource.client().config()
     assert conf["sasl.password"] == SECRET and conf["ssl.ca.location"] == "/ca.pem"
+
+
+def test_the_jvm_path_gets_the_java_names_as_given(tmp_path, monkeypatch):
+    from orchestration.shuffle import jvm_spark_conf
+    from orchestration.shuffle.spark import jvm
+
+    # Only the Kafka settings matter here, not where the jars are.
+    monkeypatch.setattr(jvm, "jvm_jars", lambda: [str(tmp_path / "a.jar")])
+    given = {
+        "bootstrap.servers": "h:1",
+        "sasl.jaas.config": jaas(),
+        "ssl.truststore.location": "/ca.pem",
+        "ssl.truststore.type": "PEM",
+        "ssl.endpoint.identification.algorithm": "",
+        "client.id": "etl-7",
+    }
+    conf = jvm_spark_conf(kafka=given, catalog="shuffles")
+    catalog = {
+        k.removeprefix("spark.sql.catalog.shuffles.kafka."): v
+        for k, v in conf.items()
+        if k.startswith("spark.sql.catalog.shuffles.kafka.")
+    }
+    assert {k: catalog[k] for k in given} == given
+    assert not {"sasl.username", "sasl.password", "ssl.ca.location"} & set(catalog)
