@@ -65,6 +65,7 @@ _EXPORTS = {
     "register_data_sources": "spark.session",
     "jvm_spark_conf": "spark.jvm",
     "jvm_available": "spark.jvm",
+    "jvm_jars": "spark.jvm",
     "spark_session": "spark.session",
     "session_settings": "spark.session",
     "write_records": "spark.records",
@@ -122,7 +123,7 @@ if TYPE_CHECKING:
         shuffle_watermark,
         stream_metrics,
     )
-    from orchestration.shuffle.spark.jvm import jvm_available, jvm_spark_conf
+    from orchestration.shuffle.spark.jvm import jvm_available, jvm_jars, jvm_spark_conf
     from orchestration.shuffle.spark.perkey import apply_per_key
     from orchestration.shuffle.spark.records import read_records, write_records
     from orchestration.shuffle.spark.session import (

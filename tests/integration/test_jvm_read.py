@@ -464,6 +464,18 @@ def test_jvm_stream_matches_every_stream_plan_vector(jspark):
         assert got == v["expected"], v["name"]
 
 
+def test_jar_refuses_a_spark_line_it_was_not_built_for(jspark):
+    from py4j.protocol import Py4JJavaError
+
+    check = jspark._jvm.io.kafkashuffle.spark.SparkVersionCheck
+    check.require()  # the Spark this session runs
+    with pytest.raises(Py4JJavaError) as info:
+        check.require("3.5.1")
+    message = str(info.value.java_exception.getMessage())
+    assert message.startswith("ShuffleSessionError: kafka-shuffle-spark_2.13 ")
+    assert "runs on Spark 4.2, 4.3; this session runs Spark 3.5.1" in message
+
+
 def test_corrupt_frame_names_topic_partition_offset(jspark, kafka_conf, unique):
     topic = unique("jvm-bad")
     res = write_shuffle(rows_df(jspark, 200), spec_for(topic), kafka=kafka_conf)

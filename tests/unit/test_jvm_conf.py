@@ -8,7 +8,7 @@ from orchestration.shuffle.spark import jvm
 
 @pytest.fixture
 def built(tmp_path, monkeypatch):
-    (tmp_path / "kafka-shuffle-jvm.jar").write_bytes(b"")
+    (tmp_path / "kafka-shuffle-spark_2.13-0.1.0.jar").write_bytes(b"")
     (tmp_path / "kafka-clients-3.9.2.jar").write_bytes(b"")
     monkeypatch.setattr(jvm, "JARS_DIR", tmp_path)
     return tmp_path
@@ -24,7 +24,7 @@ def test_jars_catalog_kafka_and_planner_settings(built):
         catalog="shuffles",
     )
     assert conf["spark.jars"] == (
-        f"{built / 'kafka-shuffle-jvm.jar'},{built / 'kafka-clients-3.9.2.jar'}"
+        f"{built / 'kafka-shuffle-spark_2.13-0.1.0.jar'},{built / 'kafka-clients-3.9.2.jar'}"
     )
     assert conf["spark.sql.catalog.shuffles"] == "io.kafkashuffle.spark.ShuffleCatalog"
     assert conf["spark.sql.catalog.shuffles.kafka.bootstrap.servers"] == "b1:9092,b2:9092"
@@ -67,7 +67,7 @@ def test_spark_resource_builds_its_session_for_the_jvm_path(built, no_session):
     conf = res.session_config()
     assert conf["spark.jars"].split(",") == [
         "/opt/mine.jar",
-        str(built / "kafka-shuffle-jvm.jar"),
+        str(built / "kafka-shuffle-spark_2.13-0.1.0.jar"),
         str(built / "kafka-clients-3.9.2.jar"),
     ]
     assert conf["spark.sql.catalog.shuffle"] == "io.kafkashuffle.spark.ShuffleCatalog"
@@ -94,9 +94,92 @@ def test_spark_resource_without_the_jar_reads_in_python(tmp_path, monkeypatch, n
 
 def test_a_connect_server_has_the_jar_only_when_spark_jars_names_it():
     # read_shuffle_stream(engine="auto") on Spark Connect streams on the JVM only then.
-    assert jvm.has_jar("/opt/jars/kafka-clients-3.9.2.jar, file:/opt/jars/kafka-shuffle-jvm.jar")
-    assert jvm.has_jar("hdfs://nn/jars/kafka-shuffle-jvm.jar")
+    assert jvm.has_jar(
+        "/opt/jars/kafka-clients-3.9.2.jar, file:/opt/jars/kafka-shuffle-spark_2.13-0.1.0.jar"
+    )
+    assert jvm.has_jar("hdfs://nn/jars/kafka-shuffle-spark_2.13-0.2.0.jar")
     assert not jvm.has_jar("/opt/jars/kafka-clients-3.9.2.jar")
-    assert not jvm.has_jar("/opt/jars/kafka-shuffle-jvm.jar.bak")
+    assert not jvm.has_jar("/opt/jars/kafka-shuffle-spark_2.13-0.1.0.jar.bak")
+    assert not jvm.has_jar("/opt/jars/kafka-shuffle-spark_2.12-0.1.0.jar")
     assert not jvm.has_jar("")
     assert not jvm.has_jar(None)
+
+
+def test_jvm_jars_is_public_and_lists_the_jar_then_kafka_clients(built):
+    from orchestration.shuffle import __all__, jvm_jars
+
+    assert "jvm_jars" in __all__
+    assert jvm_jars() == [
+        str(built / "kafka-shuffle-spark_2.13-0.1.0.jar"),
+        str(built / "kafka-clients-3.9.2.jar"),
+    ]
+
+
+def test_jvm_jars_refuses_a_folder_with_two_versions_of_the_jar(built):
+    (built / "kafka-shuffle-spark_2.13-0.0.9.jar").write_bytes(b"")
+    with pytest.raises(ShuffleSessionError, match="kafka-shuffle-spark_2.13-0.0.9.jar"):
+        jvm.jvm_jars()
+
+
+@pytest.mark.parametrize("version", ["4.2.0", "4.3.0", "4.3.1", "4.3.0-SNAPSHOT", "4.2"])
+def test_supported_spark_lines(version):
+    jvm.require_supported_spark(version)
+
+
+@pytest.mark.parametrize("version", ["3.5.1", "4.1.0", "4.4.0", "4.30.0", "5.0.0"])
+def test_another_spark_line_is_refused_naming_both_versions(version):
+    with pytest.raises(ShuffleSessionError) as info:
+        jvm.require_supported_spark(version)
+    message = str(info.value)
+    assert f"runs Spark {version}" in message
+    assert "Spark 4.2, 4.3" in message
+
+
+def test_jvm_spark_conf_refuses_an_installed_pyspark_of_another_line(built, monkeypatch):
+    import pyspark
+
+    monkeypatch.setattr(pyspark, "__version__", "4.4.0")
+    with pytest.raises(ShuffleSessionError, match="this session runs Spark 4.4.0"):
+        jvm_spark_conf(kafka={"bootstrap.servers": "b:9092"})
+
+
+class _Conf:
+    def __init__(self, settings):
+        self.settings = settings
+
+    def get(self, key, default=None):
+        return self.settings.get(key, default)
+
+    @property
+    def getAll(self):  # noqa: N802 - SparkConf's name
+        return self.settings
+
+
+class _Session:
+    """What choose_engine reads of a session: its settings and its Spark version."""
+
+    def __init__(self, version):
+        self.version = version
+        self.conf = _Conf(
+            {
+                "spark.sql.catalog.shuffle": jvm.CATALOG_CLASS,
+                "spark.sql.catalog.shuffle.kafka.bootstrap.servers": "b:9092",
+            }
+        )
+
+
+@pytest.fixture
+def jar_on_session(monkeypatch):
+    monkeypatch.setattr(jvm, "jvm_available", lambda spark: True)
+
+
+def test_a_session_set_up_for_the_jvm_on_another_spark_line_is_refused(jar_on_session):
+    from orchestration.shuffle.kafka.client import KafkaClient
+
+    kafka = KafkaClient.of({"bootstrap.servers": "b:9092"})
+    assert jvm.choose_engine(_Session("4.3.0"), kafka, "auto") == "shuffle"
+    for engine in ("auto", "jvm"):
+        with pytest.raises(ShuffleSessionError, match="this session runs Spark 4.4.1"):
+            jvm.choose_engine(_Session("4.4.1"), kafka, engine)
+    # The Python path does not need the jar, so any Spark may take it.
+    assert jvm.choose_engine(_Session("4.4.1"), kafka, "python") is None

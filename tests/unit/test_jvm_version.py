@@ -24,3 +24,13 @@ def test_the_jar_version_is_the_python_package_version():
 def test_the_maven_coordinate_names_the_product_and_its_scala_line():
     assert _pom("groupId") == "io.kafkashuffle"
     assert _pom("artifactId") == "kafka-shuffle-spark_2.13"
+
+
+def test_the_jar_and_the_python_side_support_the_same_spark_lines():
+    from orchestration.shuffle.spark.jvm import SUPPORTED_SPARK
+
+    found = ET.parse(ROOT / "jvm" / "pom.xml").getroot().find("m:properties", POM_NS)
+    assert found is not None
+    supported = found.find("m:spark.supported", POM_NS)
+    assert supported is not None and supported.text
+    assert tuple(supported.text.split(",")) == SUPPORTED_SPARK

@@ -43,6 +43,7 @@ TOPS = ("orchestration", "assets", "jobs", "devstack", "bench", "tests")
 LIBRARY = "orchestration"
 # Installed only by the extras (pyproject.toml `demo`, `dev`): the library must not need them.
 DEV_ONLY = (
+    "build",
     "dagster_webserver",
     "matplotlib",
     "mypy",

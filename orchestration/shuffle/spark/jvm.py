@@ -1,14 +1,15 @@
 """The JVM read path of a shuffle, from Python: the Spark settings a session needs for it,
 whether a session has it, and a planned read executed by it.
 
-The ``kafka-shuffle-jvm`` source (``jvm/``, built at set-up into this package's ``jars``
-folder) executes the splits the Python planner made (one set of read rules: commit gating,
-winning attempts, supersession, windows, runs and expiry are decided here, in
-:mod:`orchestration.shuffle.core.reader`), reads frames straight into Arrow vectors that
-Spark uses as they are, and, when each split is one whole Kafka partition, tells Spark that
-its rows are grouped by the key's partition. Spark then plans ``groupBy(key)``,
-``Window.partitionBy(key)``, ``groupBy(key).applyInPandas``, SQL ``GROUP BY key`` over the
-read and a join of two shuffles of the same layout on the key without an Exchange.
+The ``kafka-shuffle-jvm`` source (``jvm/``, built by the package's build into this package's
+``jars`` folder: :func:`jvm_jars`) executes the splits the Python planner made (one set of
+read rules: commit gating, winning attempts, supersession, windows, runs and expiry are
+decided here, in :mod:`orchestration.shuffle.core.reader`), reads frames straight into
+Arrow vectors that Spark uses as they are, and, when each split is one whole Kafka
+partition, tells Spark that its rows are grouped by the key's partition. Spark then plans
+``groupBy(key)``, ``Window.partitionBy(key)``, ``groupBy(key).applyInPandas``, SQL
+``GROUP BY key`` over the read and a join of two shuffles of the same layout on the key
+without an Exchange.
 
 It reads through a catalog whose tables are shuffle topics (``spark.table("shuffle.`t`")``)
 and whose functions compute a key's partition: that is what gives Spark the function its
@@ -41,7 +42,11 @@ CATALOG_CLASS = "io.kafkashuffle.spark.ShuffleCatalog"
 DEFAULT_CATALOG = "shuffle"
 PROVIDER_CLASS = "io.kafkashuffle.spark.ShuffleTableProvider"
 JARS_DIR = Path(__file__).resolve().parent / "jars"
-JAR_NAME = "kafka-shuffle-jvm.jar"
+# The jar is <artifactId>-<version>.jar (jvm/pom.xml).
+JAR_PREFIX = "kafka-shuffle-spark_2.13-"
+# The Spark lines ("major.minor") the jar runs on: jvm/pom.xml's spark.supported, which the
+# jar checks too (SparkVersionCheck.java); tests/unit/test_jvm_version.py holds them equal.
+SUPPORTED_SPARK = ("4.2", "4.3")
 
 Engine = Literal["auto", "jvm", "python"]
 ENGINES: tuple[str, ...] = ("auto", "jvm", "python")
@@ -57,22 +62,58 @@ PLANNER_SETTINGS = {
 }
 
 
-def jvm_jars() -> list[Path]:
-    """The JVM read path's jars: ``kafka-shuffle-jvm.jar`` and the kafka-clients it uses.
+def jvm_jars() -> list[str]:
+    """The JVM read path's jars, as installed with the package: the read path's own
+    (``kafka-shuffle-spark_2.13-<version>.jar``) and the kafka-clients it uses.
+
+    Hand them to any Spark that should read shuffles on the JVM: ``spark.jars`` of a session
+    (:func:`jvm_spark_conf` does it), ``spark-submit --jars``, or the ``--jars`` of a Spark
+    Connect server (whose sessions then read on the JVM once a catalog is configured).
+
+    Example::
+
+        from orchestration.shuffle import jvm_jars
+
+        print(",".join(jvm_jars()))   # for spark-submit --jars
 
     Raises:
-        ShuffleSessionError: They were not built (``scripts/dev setup`` builds them, or
-            ``python -m devstack.jvm`` from a checkout).
+        ShuffleSessionError: The package was built without them (``KAFKA_SHUFFLE_SKIP_JVM``,
+            or an editable install whose build found no Maven).
     """
-    jar = JARS_DIR / JAR_NAME
+    jars = sorted(JARS_DIR.glob(f"{JAR_PREFIX}*.jar"))
     clients = sorted(JARS_DIR.glob("kafka-clients-*.jar"))
-    if not jar.exists() or not clients:
+    if len(jars) != 1 or len(clients) != 1:
+        found = sorted(p.name for p in JARS_DIR.glob("*.jar"))
         raise ShuffleSessionError(
-            f"the JVM read path is not built: {jar} and kafka-clients-*.jar are missing from "
-            f"{JARS_DIR}; run `scripts/dev setup` (or `python -m devstack.jvm`) in a checkout, "
-            "then install the package again"
+            f"the JVM read path is not installed: {JARS_DIR} should hold one {JAR_PREFIX}"
+            f"<version>.jar and one kafka-clients-<version>.jar, it holds {found}; install "
+            "kafka-shuffle again with Maven and a JDK 17+ on the PATH (its build compiles "
+            "them, unless KAFKA_SHUFFLE_SKIP_JVM is set), or in a checkout run "
+            "`scripts/dev setup`"
         )
-    return [jar, clients[-1]]
+    return [str(jars[0]), str(clients[0])]
+
+
+def spark_line(version: str) -> str:
+    """The ``major.minor`` line of a Spark version (``"4.3"`` of ``"4.3.0"``)."""
+    parts = version.strip().replace("-", ".").split(".")
+    return ".".join(parts[:2])
+
+
+def require_supported_spark(version: str) -> None:
+    """Refuses a Spark the JVM read path was not built for, before any task would fail on it
+    with a ``NoSuchMethodError``.
+
+    Raises:
+        ShuffleSessionError: ``version``'s line is not in :data:`SUPPORTED_SPARK`; the
+            message names both.
+    """
+    if spark_line(version) not in SUPPORTED_SPARK:
+        raise ShuffleSessionError(
+            f"the JVM read path of kafka-shuffle runs on Spark {', '.join(SUPPORTED_SPARK)}; "
+            f"this session runs Spark {version}: read with engine='python', or install the "
+            "kafka-shuffle release built for that Spark line"
+        )
 
 
 def jvm_spark_conf(*, kafka: KafkaSettings, catalog: str = DEFAULT_CATALOG) -> dict[str, str]:
@@ -93,15 +134,23 @@ def jvm_spark_conf(*, kafka: KafkaSettings, catalog: str = DEFAULT_CATALOG) -> d
     Args:
         kafka: The cluster the catalog's shuffles live on (a ``KafkaClient`` or settings).
         catalog: The catalog's name in Spark SQL.
+
+    Raises:
+        ShuffleSessionError: The package holds no jars (:func:`jvm_jars`), or the installed
+            PySpark is of a Spark line the jar was not built for.
     """
     if not catalog or not catalog.replace("_", "").isalnum():
         raise ShuffleOptionError(
             f"jvm_spark_conf: catalog must be a plain identifier (letters, digits, _), "
             f"got {catalog!r}"
         )
+    import pyspark
+
+    # The Spark a classic session runs is the installed PySpark's.
+    require_supported_spark(pyspark.__version__)
     client = KafkaClient.of(kafka)
     conf = {
-        "spark.jars": ",".join(str(p) for p in jvm_jars()),
+        "spark.jars": ",".join(jvm_jars()),
         f"spark.sql.catalog.{catalog}": CATALOG_CLASS,
     }
     for key, value in kafka_to_options(client.settings).items():
@@ -175,8 +224,8 @@ def _session_problems(spark: SparkSession, kafka: KafkaClient) -> list[str]:
     problems = []
     if not jvm_available(spark):
         problems.append(
-            "the kafka-shuffle-jvm jar is not on the session (spark.jars, given when the "
-            "session is built: jvm_spark_conf(kafka=...) has it)"
+            f"the JVM read path's jar ({JAR_PREFIX}<version>.jar) is not on the session "
+            "(spark.jars, given when the session is built: jvm_spark_conf(kafka=...) has it)"
         )
     if jvm_catalog(spark, kafka) is None:
         problems.append(
@@ -203,6 +252,10 @@ def choose_engine(spark: SparkSession, kafka: KafkaClient, engine: str) -> str |
             "engine='jvm': the session cannot read shuffles on the JVM: "
             + "; ".join(_session_problems(spark, kafka))
         )
+    if catalog is not None:
+        # A session set up for the JVM path on another Spark line fails here, with the
+        # versions named, rather than in its first task.
+        require_supported_spark(str(spark.version))
     return catalog
 
 
@@ -221,7 +274,8 @@ def choose_stream_engine(spark: SparkSession, kafka: KafkaClient, engine: str) -
 
 def has_jar(spark_jars: str | None) -> bool:
     """Whether a ``spark.jars`` value (comma-separated paths or URLs) names our jar."""
-    return any(Path(j.strip()).name == JAR_NAME for j in (spark_jars or "").split(",") if j)
+    names = (Path(j.strip()).name for j in (spark_jars or "").split(",") if j.strip())
+    return any(n.startswith(JAR_PREFIX) and n.endswith(".jar") for n in names)
 
 
 def jvm_splits(plan: ReadPlan, parallelism: int | str | None) -> Sequence[SplitPlan]:

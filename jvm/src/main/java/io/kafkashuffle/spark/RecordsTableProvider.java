@@ -79,12 +79,14 @@ public final class RecordsTableProvider implements TableProvider, DataSourceRegi
 
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
+    SparkVersionCheck.require();
     return schema(flag(options, "includeHeaders", false));
   }
 
   @Override
   public Table getTable(
       StructType schema, Transform[] partitioning, Map<String, String> properties) {
+    SparkVersionCheck.require();
     CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(properties);
     Settings settings =
         new Settings(

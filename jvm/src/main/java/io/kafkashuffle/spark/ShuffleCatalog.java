@@ -47,6 +47,7 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
 
   @Override
   public void initialize(String name, CaseInsensitiveStringMap options) {
+    SparkVersionCheck.require();
     this.name = name;
     this.kafka = KafkaSettings.fromOptions(options);
   }

@@ -15,7 +15,8 @@ public class ShuffleException extends RuntimeException {
     CONNECTION("ShuffleConnectionError"),
     NOT_FOUND("ShuffleTopicNotFoundError"),
     WINDOW_NOT_FOUND("ShuffleWindowNotFoundError"),
-    DATA_LOSS("DataLossError");
+    DATA_LOSS("DataLossError"),
+    SESSION("ShuffleSessionError");
 
     final String pythonName;
 

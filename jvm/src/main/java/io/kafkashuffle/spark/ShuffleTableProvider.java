@@ -46,6 +46,7 @@ public final class ShuffleTableProvider implements SupportsCatalogOptions, DataS
 
   @Override
   public Identifier extractIdentifier(CaseInsensitiveStringMap options) {
+    SparkVersionCheck.require();
     String[] ns =
         withMetadata(options) ? new String[] {ShuffleCatalog.WITH_METADATA} : new String[0];
     return Identifier.of(ns, topic(options));
@@ -59,12 +60,14 @@ public final class ShuffleTableProvider implements SupportsCatalogOptions, DataS
 
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
+    SparkVersionCheck.require();
     return ShuffleTable.schemaOf(layoutOption(options), withMetadata(options));
   }
 
   @Override
   public Table getTable(
       StructType schema, Transform[] partitioning, Map<String, String> properties) {
+    SparkVersionCheck.require();
     CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(properties);
     return new ShuffleTable(
         layoutOption(options), KafkaSettings.fromOptions(options), withMetadata(options), null);
