@@ -246,6 +246,18 @@ REFUSALS = {
         {"sasl.jaas.config": f"{PLAIN} required username=alice password=123{SECRET};"},
         ["option 'password' has no value", "must be quoted"],
     ),
+    "jaas with the password's name left out": (
+        {"sasl.jaas.config": f"{PLAIN} required username=alice {SECRET[:6]}WORD;"},
+        ["option 2 (by position) has no value"],
+    ),
+    "jaas with a quoted secret where an option name goes": (
+        {"sasl.jaas.config": f"{PLAIN} required username=alice {QUOTED};"},
+        ["option 2 (by position) has no value"],
+    ),
+    "jaas with a secret where the class goes": (
+        {"sasl.jaas.config": f"{QUOTED} required;"},
+        ["the login module (its first word is not a login module's class) cannot run"],
+    ),
     "jaas with two login modules": (
         {"sasl.jaas.config": jaas() + " " + jaas()},
         ["exactly one login module, has 2"],

@@ -216,12 +216,13 @@ def _translate_jaas(given: dict[str, Any], out: dict[str, Any]) -> None:
 
 
 def _unusable_module(module: str) -> str:
+    shown = _shown_module(module)
     short = module.rsplit(".", 1)[-1]
     apache = {m.rsplit(".", 1)[1]: m for m in (PLAIN_MODULE, SCRAM_MODULE)}
     if short in apache:
         return (
-            f"login module {module!r} is not Apache Kafka's; use {apache[short]!r} (a "
-            "shaded copy names a class that only its own platform has)"
+            f"{shown} is not Apache Kafka's; use {apache[short]!r} (a shaded copy names a "
+            "class that only its own platform has)"
         )
     if module == OAUTHBEARER_MODULE:
         return f"{short} needs a Java login callback handler; {OIDC_INSTEAD}"
@@ -231,7 +232,7 @@ def _unusable_module(module: str) -> str:
             "and sasl.kerberos.keytab instead (librdkafka needs a build with GSSAPI)"
         )
     return (
-        f"login module {module!r} cannot run in librdkafka, the Python path's Kafka client, "
+        f"{shown} cannot run in librdkafka, the Python path's Kafka client, "
         f"which reads credentials from {PLAIN_MODULE.rsplit('.', 1)[1]} and "
         f"{SCRAM_MODULE.rsplit('.', 1)[1]} only"
     )
@@ -275,6 +276,9 @@ def _translate_keystore(given: dict[str, Any], out: dict[str, Any]) -> None:
     }
     out.pop("ssl.keystore.type", None)
     present = [n for n in (location, *pem_only) if _text(given.get(n))]
+    for name in (location, *pem_only):
+        if name not in present:
+            out.pop(name, None)
     if not present:
         return
     kind = _store_type(given, "keystore")
@@ -376,34 +380,66 @@ def parse_jaas(text: str) -> JaasLogin:
         kind, module = tokens[i]
         if kind not in ("word", "quoted"):
             raise fail("expected a login module's class name")
+        shown = _shown_module(module)
         if i + 1 >= len(tokens) or tokens[i + 1][0] not in ("word", "quoted"):
-            raise fail(f"login module {module!r} has no control flag ({', '.join(_FLAGS)})")
+            raise fail(f"{shown} has no control flag ({', '.join(_FLAGS)})")
         flag = tokens[i + 1][1]
         if flag.lower() not in _FLAGS:
-            raise fail(f"login module {module!r}: control flag must be one of {', '.join(_FLAGS)}")
+            raise fail(f"{shown}: control flag must be one of {', '.join(_FLAGS)}")
         i += 2
         options: dict[str, str] = {}
         while i < len(tokens) and tokens[i][0] != ";":
             kind, key = tokens[i]
             if kind not in ("word", "quoted"):
-                raise fail(f"login module {module!r}: expected an option name")
+                raise fail(f"{shown}: expected an option name")
             if (
                 i + 2 >= len(tokens)
                 or tokens[i + 1][0] != "="
                 or tokens[i + 2][0] not in ("word", "quoted")
             ):
                 raise fail(
-                    f"option {key!r} has no value (a value that is not a plain word must be quoted)"
+                    f"{_shown_option(key, len(options))} has no value (a value that is not a "
+                    "plain word must be quoted)"
                 )
             options[key] = tokens[i + 2][1]
             i += 3
         if i >= len(tokens):
-            raise fail(f"login module {module!r} is not ended by ';'")
+            raise fail(f"{shown} is not ended by ';'")
         i += 1
         entries.append(JaasLogin(module, flag.lower(), options))
     if len(entries) != 1:
         raise fail(f"must hold exactly one login module, has {len(entries)}")
     return entries[0]
+
+
+def _shown_module(module: str) -> str:
+    """How an error names a login module: by its class when the text read as one is one.
+    A malformed line can put any of its words where the class goes, the password too."""
+    if module.endswith("LoginModule") and all(part.isidentifier() for part in module.split(".")):
+        return f"login module {module!r}"
+    return "the login module (its first word is not a login module's class)"
+
+
+# Option names errors may show: what a JAAS line of a Kafka client holds. Another word in
+# an option's place may be a secret that lost its "password=".
+_OPTION_NAMES = {
+    "username",
+    "password",
+    "tokenauth",
+    "clientId",
+    "clientSecret",
+    "scope",
+    "useKeyTab",
+    "keyTab",
+    "principal",
+    "storeKey",
+    "serviceName",
+    "useTicketCache",
+}
+
+
+def _shown_option(key: str, before: int) -> str:
+    return f"option {key!r}" if key in _OPTION_NAMES else f"option {before + 1} (by position)"
 
 
 def _is_word_start(c: str) -> bool:
