@@ -10,6 +10,7 @@ builds them into the source tree instead, only when a source is newer than the j
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 
@@ -35,6 +36,9 @@ class BuildPyWithJvm(build_py):
         jvm = _build_jvm()
         if jvm.skipped():
             print(f"{jvm.SKIP_ENV} is set: the JVM read path is left out", file=sys.stderr)
+            if not self.editable_mode:
+                # An earlier build's jars may still be in build/lib.
+                shutil.rmtree(Path(self.build_lib) / JARS, ignore_errors=True)
             return
         try:
             if self.editable_mode:
