@@ -418,7 +418,7 @@ def test_catalog_table_read_in_sql_alone(jspark, kafka_conf, unique):
         ({"windows": '["d2"]'}, {"windows": ["d2"]}),
         ({"runs": f'["{r2.run_id}", "{r3.run_id}"]'}, {"runs": [r2.run_id, r3.run_id]}),
         (
-            {"event_time_start": str(int(d2.timestamp()) * 1_000_000)},
+            {"event_time_start_ms": str(int(d2.timestamp()) * 1000)},
             {"event_time_range": (d2, None)},
         ),
         ({"parallelism": "3"}, {"parallelism": 3}),

@@ -268,7 +268,7 @@ def test_kafka_settings_and_declared_options_pass_in_any_case():
 def test_what_the_library_writes_is_declared_for_its_mode():
     stream = StreamOptions(starting_offsets="latest", max_runs_per_trigger=2)
     SHUFFLE.check({**stream.to_options(), "parallelism": "auto", "with_metadata": "true"}, STREAM)
-    read = ReadOptions(windows=("w",), runs=("r",), event_time_start=1, event_time_end=2)
+    read = ReadOptions(windows=("w",), runs=("r",), event_time_start_us=1, event_time_end_us=2)
     batch = {"topic": "t", "layout": "{}", "plan": "[]", "aggregate": "{}", **read.to_options()}
     SHUFFLE.check({**batch, "per_key": "", "per_key_schema": "", "pass_rows": "1"}, BATCH)
     SHUFFLE_JVM.check({"topic": "t", "catalog": "c", "layout": "{}", "plan": "[]"}, BATCH)
@@ -314,15 +314,54 @@ def test_read_options_round_trip_through_the_data_source_options():
     assert options == ReadOptions(
         windows=("w1", "w2"),
         runs=("r1",),
-        event_time_start=1356998400000000,
+        event_time_start_us=1356998400000000,
         parallelism="auto",
     )
-    with_metadata = ReadOptions(event_time_end=-5, parallelism=3, with_metadata=True)
+    with_metadata = ReadOptions(event_time_end_us=-5, parallelism=3, with_metadata=True)
     for o in (options, with_metadata, ReadOptions()):
         assert ReadOptions.parse(Options(o.to_options(), SHUFFLE)) == o
     assert ReadOptions().to_options() == {}
     # A plan fixes the runs and the splits: what goes along with it applies to rows.
-    assert options.row_options() == ReadOptions(event_time_start=1356998400000000)
+    assert options.row_options() == ReadOptions(event_time_start_us=1356998400000000)
+    assert options.to_options()["event_time_start_ms"] == "1356998400000"
+
+
+def test_event_times_are_epoch_milliseconds_with_microseconds_exact():
+    for micros, text in (
+        (1356998400000000, "1356998400000"),
+        (1356998400000001, "1356998400000.001"),
+        (-1500, "-1.500"),
+        (-1, "-0.001"),
+        (0, "0"),
+        (-(2**63), "-9223372036854775.808"),
+        (2**63 - 1, "9223372036854775.807"),
+    ):
+        options = ReadOptions(event_time_start_us=micros)
+        assert options.to_options() == {"event_time_start_ms": text}
+        assert ReadOptions.parse(Options(options.to_options(), SHUFFLE)) == options
+    parse = Options({"event_time_end_ms": " 12.5\t"}, SHUFFLE).millis_as_micros
+    assert parse("event_time_end_ms") == 12_500
+    for bad in ("1e3", "1.2345", "12.", ".5", "9223372036854775.808", "x", "1_000"):
+        with pytest.raises(ShuffleOptionError, match="must be epoch milliseconds"):
+            Options({"event_time_end_ms": bad}, SHUFFLE).millis_as_micros("event_time_end_ms")
+    day = dt.datetime(2013, 1, 1, 0, 0, 0, 250, tzinfo=dt.UTC)
+    selected = ReadOptions.select(event_time_range=(None, day))
+    assert selected.to_options() == {
+        "event_time_end_ms": "1356998400000.250",
+        "parallelism": "auto",
+    }
+
+
+def test_the_old_microsecond_options_are_refused_naming_the_new_ones():
+    for table in (SHUFFLE, SHUFFLE_JVM):
+        with pytest.raises(ShuffleOptionError) as caught:
+            Options({"event_time_start": "1", "EVENT_TIME_END": "2"}, table)
+        assert str(caught.value) == (
+            f"{table.source}: option 'EVENT_TIME_END' was renamed 'event_time_end_ms' (epoch "
+            "milliseconds, as Spark's startingTimestamp; the old option took microseconds); "
+            "option 'event_time_start' was renamed 'event_time_start_ms' (epoch milliseconds, "
+            "as Spark's startingTimestamp; the old option took microseconds)"
+        )
 
 
 def test_read_selection_keywords_are_checked():

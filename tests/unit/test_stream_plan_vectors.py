@@ -39,4 +39,6 @@ def test_the_vectors_cover_limits_restarts_and_errors():
         "startingTimestamp",
         "maxRunsPerTrigger",
         "maxRowsPerTrigger",
+        "maxRunPerTrigger",  # misspelled
+        "maxOffsetsPerTrigger",  # Spark's kafka source's
     }

@@ -42,6 +42,12 @@ OWNER = "kafka-shuffle-jvm"
 DAY = 86_400_000_000  # a day in microseconds
 T0 = 1_356_998_400_000_000  # 2013-01-01T00:00:00Z in microseconds
 
+
+def ms(micros: int) -> str:
+    """An instant as the options give it: epoch milliseconds."""
+    return str(micros // 1000)
+
+
 Record = tuple[str | None, str | None]
 
 
@@ -141,14 +147,40 @@ def cases() -> list[dict[str, Any]]:
         },
         {
             "name": "event-time range",
-            "options": {"event_time_start": str(T0 + DAY), "event_time_end": str(T0 + 2 * DAY)},
+            "options": {"event_time_start_ms": ms(T0 + DAY), "event_time_end_ms": ms(T0 + 2 * DAY)},
         },
-        {"name": "event-time start only", "options": {"event_time_start": str(T0 + 2 * DAY)}},
-        {"name": "event-time end only", "options": {"event_time_end": str(T0 + DAY)}},
+        {"name": "event-time start only", "options": {"event_time_start_ms": ms(T0 + 2 * DAY)}},
+        {"name": "event-time end only", "options": {"event_time_end_ms": ms(T0 + DAY)}},
         {
             "name": "event-time range outside every run",
-            "options": {"event_time_start": str(T0 + 50 * DAY)},
+            "options": {"event_time_start_ms": ms(T0 + 50 * DAY)},
         },
+        {
+            "name": "event-time start with microseconds",
+            "options": {"event_time_start_ms": f" {(T0 + DAY) // 1000 - 1}.250 "},
+        },
+        {"name": "event time not milliseconds", "options": {"event_time_end_ms": "1e3"}},
+        {"name": "event time with 4 decimals", "options": {"event_time_end_ms": "1.2345"}},
+        {
+            "name": "event time beyond a long's microseconds",
+            "options": {"event_time_start_ms": "9223372036854775.808"},
+        },
+        {
+            "name": "the least event time a long holds",
+            "options": {"event_time_start_ms": "-9223372036854775.808"},
+        },
+        {
+            "name": "the old microsecond option",
+            "options": {"event_time_start": str(T0 + DAY)},
+        },
+        {"name": "a misspelled option", "options": {"window": w(["2013-01-01"])}},
+        {
+            "name": "options of Spark's kafka source and a path",
+            "options": {"endingOffsets": "latest", "MinPartitions": "4", "path": "/x"},
+        },
+        {"name": "a setting without its prefix", "options": {"bootstrap.servers": "h:1"}},
+        {"name": "an unknown option far from any", "options": {"zzz": "1"}},
+        {"name": "a kafka setting is not checked", "options": {"kafka.anything": "1"}},
         {"name": "parallelism 1", "options": {"parallelism": "1"}},
         {"name": "parallelism 3 of 4 partitions", "options": {"parallelism": "3"}},
         {"name": "parallelism 7 of 4 partitions", "options": {"parallelism": "7"}},
@@ -175,7 +207,7 @@ def cases() -> list[dict[str, Any]]:
         {
             "name": "event time on a shuffle without it",
             "records": big,
-            "options": {"event_time_end": "5"},
+            "options": {"event_time_end_ms": "5"},
         },
         {
             "name": "auto without row counts",

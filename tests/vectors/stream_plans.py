@@ -135,6 +135,11 @@ def cases() -> list[dict[str, Any]]:
         {"name": "maxRunsPerTrigger zero", "options": {"maxRunsPerTrigger": "0"}},
         {"name": "maxRowsPerTrigger not a number", "options": {"maxRowsPerTrigger": "many"}},
         {"name": "startingTimestamp negative", "options": {"startingTimestamp": "-5"}},
+        {"name": "a misspelled option", "options": {"maxRunPerTrigger": "1"}},
+        {
+            "name": "options of Spark's kafka source",
+            "options": {"maxOffsetsPerTrigger": "10", "minOffsetsPerTrigger": "5"},
+        },
     ]
     for c in out:
         c.setdefault("records", HISTORY)

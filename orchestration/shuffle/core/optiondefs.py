@@ -351,20 +351,8 @@ _STREAM_OPTIONS = (
 _SELECTION = (
     OptionDef("windows", JSON_LIST, _WINDOWS, modes=(BATCH,)),
     OptionDef("runs", JSON_LIST, _RUNS, modes=(BATCH,)),
-    OptionDef(
-        "event_time_start",
-        INTEGER,
-        "Only rows whose event time is at or after this instant, in epoch microseconds.",
-        modes=(BATCH,),
-        minimum=-(2**63),
-    ),
-    OptionDef(
-        "event_time_end",
-        INTEGER,
-        "Only rows whose event time is before this instant, in epoch microseconds.",
-        modes=(BATCH,),
-        minimum=-(2**63),
-    ),
+    OptionDef("event_time_start_ms", MILLIS, _START_MS, modes=(BATCH,)),
+    OptionDef("event_time_end_ms", MILLIS, _END_MS, modes=(BATCH,)),
     OptionDef("parallelism", PARALLELISM, _PARALLELISM),
 )
 
@@ -425,6 +413,7 @@ SHUFFLE = OptionTable(
         ),
     ),
     refused=(*SPARK_KAFKA_ON_SHUFFLE, *SHUFFLE_PATHS),
+    renamed=EVENT_TIME_RENAMES,
     summary=(
         '`spark.read.format("kafka-shuffle")` and `spark.readStream.format("kafka-shuffle")`'
         " (the Python source); `read_shuffle`, `aggregate_shuffle`, `apply_per_key` and "
@@ -613,6 +602,7 @@ SHUFFLE_JVM = OptionTable(
         Refused("pass_rows", _PYTHON_ONLY, spark_kafka=False),
         *SHUFFLE_PATHS,
     ),
+    renamed=EVENT_TIME_RENAMES,
     summary=(
         '`spark.read.format("kafka-shuffle-jvm")` (batch) and the tables of the catalog '
         "`shuffle` (`jvm_spark_conf`): `spark.read.table`, SQL, and `spark.readStream.table` "

@@ -32,7 +32,7 @@ __all__ = ["KAFKA_OPTION_PREFIX", "Options", "kafka_to_options", "micros_to_mill
 
 AUTO = "auto"
 # Epoch milliseconds with up to three decimals (microseconds), as both read paths take them.
-_MILLIS = re.compile(r"\s*(-?)(\d+)(?:\.(\d{1,3}))?\s*")
+_MILLIS = re.compile(r"[ \t]*(-?)([0-9]+)(?:\.([0-9]{1,3}))?[ \t]*")
 _INT64 = (-(2**63), 2**63 - 1)
 
 

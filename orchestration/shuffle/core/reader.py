@@ -33,7 +33,7 @@ from typing import TypedDict, Unpack
 from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog, to_micros
 from orchestration.shuffle.core.keygroups import key_group_range, split_range
 from orchestration.shuffle.core.optiondefs import check_keywords
-from orchestration.shuffle.core.options import AUTO, Options
+from orchestration.shuffle.core.options import AUTO, Options, micros_to_millis_text
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWindowNotFoundError
 
 
@@ -256,7 +256,8 @@ class ReadSelection(TypedDict, total=False):
     and :func:`~orchestration.shuffle.aggregate_shuffle` take them. Each is the
     :class:`ReadOptions` field of the same name (documented there), but for
     ``event_time_range``: ``(start, end)`` datetimes (naive is taken as UTC; either may be
-    None) that become ``event_time_start`` / ``event_time_end``.
+    None) that become ``event_time_start_us`` / ``event_time_end_us`` (options
+    ``event_time_start_ms`` / ``event_time_end_ms``).
     """
 
     windows: Iterable[str] | None
@@ -288,8 +289,12 @@ class ReadOptions:
         windows: Only these windows (the latest committed run of each). Every window named
             must have a committed run. Option: a JSON list.
         runs: Only these runs (even superseded ones); each must exist. Option: a JSON list.
-        event_time_start: Only rows with an event time at or after this (epoch microseconds).
-        event_time_end: Only rows with an event time before this (epoch microseconds).
+        event_time_start_us: Only rows with an event time at or after this, in epoch
+            microseconds (the unit of event times in frames and commit records). Option
+            ``event_time_start_ms``: epoch milliseconds, as every time a Spark user sets (up
+            to three decimals, so a datetime's microseconds go along exactly).
+        event_time_end_us: Only rows with an event time before this (epoch microseconds).
+            Option ``event_time_end_ms``.
         parallelism: Spark partitions; None: one per Kafka partition. ``"auto"``: the same,
             but a small read merges whole contiguous partitions so that each task reads
             about 500k rows or more (each task has a fixed cost). See
@@ -302,8 +307,8 @@ class ReadOptions:
 
     windows: tuple[str, ...] | None = None
     runs: tuple[str, ...] | None = None
-    event_time_start: int | None = None
-    event_time_end: int | None = None
+    event_time_start_us: int | None = None
+    event_time_end_us: int | None = None
     parallelism: int | str | None = None
     with_metadata: bool = False
 
@@ -319,8 +324,8 @@ class ReadOptions:
         return cls(
             windows=None if windows is None else tuple(windows),
             runs=None if runs is None else tuple(runs),
-            event_time_start=to_micros(start),
-            event_time_end=to_micros(end),
+            event_time_start_us=to_micros(start),
+            event_time_end_us=to_micros(end),
             parallelism=selection.get("parallelism", AUTO),
         )
 
@@ -332,8 +337,8 @@ class ReadOptions:
         return cls(
             windows=None if windows is None else tuple(windows),
             runs=None if runs is None else tuple(runs),
-            event_time_start=opts.integer("event_time_start"),
-            event_time_end=opts.integer("event_time_end"),
+            event_time_start_us=opts.millis_as_micros("event_time_start_ms"),
+            event_time_end_us=opts.millis_as_micros("event_time_end_ms"),
             parallelism=opts.int_or_auto("parallelism"),
             with_metadata=opts.flag("with_metadata"),
         )
@@ -345,10 +350,10 @@ class ReadOptions:
             out["windows"] = json.dumps(list(self.windows))
         if self.runs is not None:
             out["runs"] = json.dumps(list(self.runs))
-        if self.event_time_start is not None:
-            out["event_time_start"] = str(self.event_time_start)
-        if self.event_time_end is not None:
-            out["event_time_end"] = str(self.event_time_end)
+        if self.event_time_start_us is not None:
+            out["event_time_start_ms"] = micros_to_millis_text(self.event_time_start_us)
+        if self.event_time_end_us is not None:
+            out["event_time_end_ms"] = micros_to_millis_text(self.event_time_end_us)
         if self.parallelism is not None:
             out["parallelism"] = str(self.parallelism)
         if self.with_metadata:
@@ -359,8 +364,8 @@ class ReadOptions:
         """What still applies once a plan has fixed the runs and the splits: the reader
         filters rows by event time and adds the metadata columns."""
         return ReadOptions(
-            event_time_start=self.event_time_start,
-            event_time_end=self.event_time_end,
+            event_time_start_us=self.event_time_start_us,
+            event_time_end_us=self.event_time_end_us,
             with_metadata=self.with_metadata,
         )
 
@@ -370,8 +375,8 @@ class ReadOptions:
             log,
             windows=self.windows,
             runs=self.runs,
-            event_time_start=self.event_time_start,
-            event_time_end=self.event_time_end,
+            event_time_start_us=self.event_time_start_us,
+            event_time_end_us=self.event_time_end_us,
             parallelism=self.parallelism,
         )
 
@@ -383,8 +388,8 @@ class ReadPlan:
     layout: Layout
     commits: tuple[Commit, ...]
     splits: tuple[SplitPlan, ...]
-    event_time_start: int | None = None
-    event_time_end: int | None = None
+    event_time_start_us: int | None = None
+    event_time_end_us: int | None = None
 
     @property
     def rows(self) -> int:
@@ -421,15 +426,15 @@ def plan_read(
     *,
     windows: Sequence[str] | None = None,
     runs: Sequence[str] | None = None,
-    event_time_start: int | None = None,
-    event_time_end: int | None = None,
+    event_time_start_us: int | None = None,
+    event_time_end_us: int | None = None,
     parallelism: int | str | None = None,
 ) -> ReadPlan:
     """The one read planner: which commits a read sees and which offsets each split fetches.
 
     The arguments are the :class:`ReadOptions` fields of the same names (usually given as
     one, :meth:`ReadOptions.plan`). Only commits whose event times may fall in
-    ``[event_time_start, event_time_end)`` are planned; the reader filters their rows.
+    ``[event_time_start_us, event_time_end_us)`` are planned; the reader filters their rows.
 
     Raises:
         ShuffleWindowNotFoundError: A window or run named has no committed run (the
@@ -458,16 +463,16 @@ def plan_read(
             )
         if missing:
             raise ShuffleWindowNotFoundError(f"shuffle {topic!r} has no committed run(s) {missing}")
-    if event_time_start is not None or event_time_end is not None:
+    if event_time_start_us is not None or event_time_end_us is not None:
         if layout.event_time is None:
             raise ShuffleOptionError(
                 f"shuffle {topic!r} has no event_time column; an event-time range cannot apply"
             )
-        commits = [c for c in commits if overlaps(c, event_time_start, event_time_end)]
+        commits = [c for c in commits if overlaps(c, event_time_start_us, event_time_end_us)]
     return ReadPlan(
         layout,
         tuple(commits),
         tuple(plan_splits(layout, commits, parallelism)),
-        event_time_start,
-        event_time_end,
+        event_time_start_us,
+        event_time_end_us,
     )

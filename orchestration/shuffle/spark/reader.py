@@ -299,7 +299,7 @@ class ShuffleReader(DataSourceReader):
 
     def _filters_event_time(self) -> bool:
         read = self.opts.read
-        return read.event_time_start is not None or read.event_time_end is not None
+        return read.event_time_start_us is not None or read.event_time_end_us is not None
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(p.to_json()) for p in self.opts.plans]
@@ -422,8 +422,8 @@ class ShuffleReader(DataSourceReader):
         if et and self._filters_event_time():
             t = batch.column(et).cast(pa.int64())
             for bound, op in (
-                (self.opts.read.event_time_start, pc.greater_equal),
-                (self.opts.read.event_time_end, pc.less),
+                (self.opts.read.event_time_start_us, pc.greater_equal),
+                (self.opts.read.event_time_end_us, pc.less),
             ):
                 if bound is not None:
                     cond = pc.fill_null(op(t, bound), False)

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
+import java.math.BigDecimal;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashSet;
@@ -11,6 +12,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * The read planner on the JVM, for reads that no Python planner prepared (SQL over a catalog
@@ -27,6 +30,9 @@ public final class ReadPlanner {
   static final String AUTO = "auto";
 
   private ReadPlanner() {}
+
+  private static final Pattern MILLIS =
+      Pattern.compile("[ \\t]*(-?[0-9]+(?:\\.[0-9]{1,3})?)[ \\t]*");
 
   /** What a read selects: each null means "not given", as the Python options. */
   static final class Selection {
@@ -54,8 +60,8 @@ public final class ReadPlanner {
       return new Selection(
           jsonList(options, "windows", owner),
           jsonList(options, "runs", owner),
-          integer(options, "event_time_start", Long.MIN_VALUE, owner),
-          integer(options, "event_time_end", Long.MIN_VALUE, owner),
+          millisAsMicros(options, "event_time_start_ms", owner),
+          millisAsMicros(options, "event_time_end_ms", owner),
           parallelism(options, owner));
     }
 
@@ -106,6 +112,31 @@ public final class ReadPlanner {
         throw bad(owner, name, "an integer >= " + minimum, v);
       }
       return parsed;
+    }
+
+    /**
+     * Epoch milliseconds (an integer, or up to three decimals) as epoch microseconds, as
+     * {@code Options.millis_as_micros} in {@code core/options.py}; null when not given.
+     */
+    static Long millisAsMicros(Map<String, String> options, String name, String owner) {
+      String v = get(options, name);
+      if (v == null) {
+        return null;
+      }
+      Matcher m = MILLIS.matcher(v);
+      if (m.matches()) {
+        try {
+          return new BigDecimal(m.group(1)).movePointRight(3).longValueExact();
+        } catch (ArithmeticException e) {
+          // outside a long's microseconds: refused below
+        }
+      }
+      throw ShuffleException.option(
+          owner
+              + ": option "
+              + repr(name)
+              + " must be epoch milliseconds (an integer, or a decimal of up to 3 places), got "
+              + repr(v));
     }
 
     private static Object parallelism(Map<String, String> options, String owner) {
@@ -394,6 +425,7 @@ public final class ReadPlanner {
           .readTree(optionsJson)
           .fields()
           .forEachRemaining(e -> options.put(e.getKey(), e.getValue().asText()));
+      OptionTables.SHUFFLE_JVM.check(options.keySet(), null);
       ArrayNode splits = result.putArray("splits");
       for (SplitPlan s : plan(log, Selection.parse(options, "kafka-shuffle-jvm"))) {
         splits.add(s.toJson());

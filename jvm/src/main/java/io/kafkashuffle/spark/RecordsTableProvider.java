@@ -35,8 +35,9 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  *
  * <p>Options: {@code ranges} (JSON {@code [[topic, partition, start, end], ...]}, offsets
  * {@code [start, end)}), {@code kafka.*} (librdkafka names, as the Python source takes them),
- * {@code includeHeaders} and {@code failOnDataLoss} (both {@code true} or {@code false}). The
- * columns are the Python source's and Spark's {@code kafka} source's.
+ * {@code includeHeaders} and {@code failOnDataLoss} (both {@code true} or {@code false}); any
+ * other is refused by name ({@link OptionTables#RECORDS_JVM}). The columns are the Python
+ * source's and Spark's {@code kafka} source's.
  */
 public final class RecordsTableProvider implements TableProvider, DataSourceRegister {
   static final String OWNER = "kafka-records";
@@ -80,6 +81,8 @@ public final class RecordsTableProvider implements TableProvider, DataSourceRegi
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
     SparkVersionCheck.require();
+    // A batch source: Spark refuses a stream of it, so every read here is a batch read.
+    OptionTables.RECORDS_JVM.check(options.asCaseSensitiveMap().keySet(), OptionCheck.BATCH);
     return schema(flag(options, "includeHeaders", false));
   }
 
@@ -87,6 +90,7 @@ public final class RecordsTableProvider implements TableProvider, DataSourceRegi
   public Table getTable(
       StructType schema, Transform[] partitioning, Map<String, String> properties) {
     SparkVersionCheck.require();
+    OptionTables.RECORDS_JVM.check(properties.keySet(), OptionCheck.BATCH);
     CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(properties);
     Settings settings =
         new Settings(

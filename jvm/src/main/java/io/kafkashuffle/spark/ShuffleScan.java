@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalLong;
+import java.util.function.Supplier;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.Expressions;
@@ -32,18 +33,37 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 final class ShuffleScan
     implements Scan, Batch, SupportsReportPartitioning, SupportsReportStatistics {
   private final ReadSpec spec;
-  private final List<SplitPlan> splits;
+  private final Supplier<List<SplitPlan>> planner;
   private final StructType readSchema;
-  private final boolean keyed;
   private final Map<String, String> options;
+  private final List<String> given; // the option names as given, for the kind-of-read check
+  private List<SplitPlan> splits; // planned when a batch read first needs them
+  private boolean keyed;
 
   ShuffleScan(
-      ReadSpec spec, List<SplitPlan> splits, StructType readSchema, Map<String, String> options) {
+      ReadSpec spec,
+      Supplier<List<SplitPlan>> planner,
+      StructType readSchema,
+      Map<String, String> options,
+      List<String> given) {
     this.spec = spec;
     this.options = options;
-    this.splits = splits;
+    this.planner = planner;
     this.readSchema = readSchema;
-    this.keyed = keyedSplits(splits, spec.layout().numPartitions);
+    this.given = given;
+  }
+
+  private synchronized List<SplitPlan> splits() {
+    if (splits == null) {
+      splits = planner.get();
+      keyed = keyedSplits(splits, spec.layout().numPartitions);
+    }
+    return splits;
+  }
+
+  private boolean keyed() {
+    splits();
+    return keyed;
   }
 
   /** Whether split i reads exactly all of Kafka partition i, for every partition. */
@@ -67,11 +87,14 @@ final class ShuffleScan
 
   @Override
   public String description() {
+    // Shown for streams too, which plan no splits here.
+    List<SplitPlan> planned;
+    synchronized (this) {
+      planned = splits;
+    }
     return "kafka-shuffle topic="
         + spec.topic
-        + " splits="
-        + splits.size()
-        + (keyed ? " keyed" : "")
+        + (planned == null ? "" : " splits=" + planned.size() + (keyed ? " keyed" : ""))
         + (spec.filtersEventTime()
             ? " event_time=[" + spec.eventTimeStart + ", " + spec.eventTimeEnd + ")"
             : "");
@@ -79,17 +102,21 @@ final class ShuffleScan
 
   @Override
   public Batch toBatch() {
+    OptionTables.SHUFFLE_JVM.check(given, OptionCheck.BATCH);
     return this;
   }
 
   /** A streaming read of the same table: micro-batches of the runs committed since the last. */
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    OptionTables.SHUFFLE_JVM.check(given, OptionCheck.STREAM);
     return new ShuffleStream(spec, options);
   }
 
   @Override
   public InputPartition[] planInputPartitions() {
+    List<SplitPlan> splits = splits();
+    boolean keyed = keyed();
     List<InputPartition> out = new ArrayList<>();
     for (int i = 0; i < splits.size(); i++) {
       SplitPlan s = splits.get(i);
@@ -105,8 +132,8 @@ final class ShuffleScan
 
   @Override
   public Partitioning outputPartitioning() {
-    if (!keyed) {
-      return new UnknownPartitioning(splits.size());
+    if (!keyed()) {
+      return new UnknownPartitioning(splits().size());
     }
     Layout layout = spec.layout();
     Expression[] keys = new Expression[layout.key.size()];
@@ -122,7 +149,7 @@ final class ShuffleScan
   public Statistics estimateStatistics() {
     Layout layout = spec.layout();
     double rows = 0;
-    for (SplitPlan s : splits) {
+    for (SplitPlan s : splits()) {
       for (SplitPlan.PartitionRead r : s.reads) {
         long partition = 0;
         for (SplitPlan.Segment g : r.segments) {

@@ -553,6 +553,7 @@ final class ShuffleStream
       ReadSpec spec = new ReadSpec(topic, Map.of(), layout, new String[0], null, null);
       CaseLog source = new CaseLog(records);
       source.visible = first;
+      OptionTables.SHUFFLE.check(options.keySet(), null);
       ShuffleStream stream = new ShuffleStream(spec, options, "kafka-shuffle", source);
       Position start = Position.of(stream.initialOffset());
       result.set("initial", Layout.JSON.readTree(start.json()));

@@ -5,6 +5,7 @@ import java.util.EnumSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.function.Supplier;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.Scan;
@@ -90,6 +91,11 @@ final class ShuffleTable implements SupportsRead {
 
     @Override
     public Scan build() {
+      List<String> given = new ArrayList<>(options.asCaseSensitiveMap().keySet());
+      // Names first: a misspelled or unsupported option is refused before anything is
+      // planned. Whether each applies to this kind of read, the scan checks once Spark asks
+      // it for a batch or a stream.
+      OptionTables.SHUFFLE_JVM.check(given, null);
       String topic = layout.topic;
       String planText = options.get("plan");
       Map<String, String> kafka = KafkaSettings.fromOptions(options);
@@ -97,7 +103,7 @@ final class ShuffleTable implements SupportsRead {
         kafka = catalogKafka;
       }
       Layout planned = layout;
-      List<SplitPlan> splits;
+      Supplier<List<SplitPlan>> splits;
       Long start;
       Long end;
       if (planText == null || planText.isEmpty()) {
@@ -111,9 +117,11 @@ final class ShuffleTable implements SupportsRead {
                   + ") or a plan the Python planner made (option 'plan') to be read");
         }
         // No Python planner: the commit log read when the table was loaded is planned here,
-        // with the same rules (windows, runs, event_time_start/end and parallelism options).
+        // with the same rules (windows, runs, event-time range and parallelism options). Only
+        // a batch read plans: a stream plans each micro-batch itself.
         ReadPlanner.Selection selection = ReadPlanner.Selection.parse(options, OWNER);
-        splits = ReadPlanner.plan(log, selection);
+        CommitLog read = log;
+        splits = () -> ReadPlanner.plan(read, selection);
         start = selection.eventTimeStart;
         end = selection.eventTimeEnd;
       } else {
@@ -134,13 +142,14 @@ final class ShuffleTable implements SupportsRead {
                     + "'");
           }
         }
-        start = longOption("event_time_start");
-        end = longOption("event_time_end");
+        start = ReadPlanner.Selection.millisAsMicros(options, "event_time_start_ms", OWNER);
+        end = ReadPlanner.Selection.millisAsMicros(options, "event_time_end_ms", OWNER);
         if ((start != null || end != null) && planned.eventTime == null) {
           throw ShuffleException.option(
               "shuffle '" + topic + "' has no event_time column; an event-time range cannot apply");
         }
-        splits = SplitPlan.parseAll(planText, "plan");
+        List<SplitPlan> handed = SplitPlan.parseAll(planText, "plan");
+        splits = () -> handed;
       }
       List<String> columns = new ArrayList<>();
       for (StructField f : required.fields()) {
@@ -148,20 +157,7 @@ final class ShuffleTable implements SupportsRead {
       }
       ReadSpec spec =
           new ReadSpec(topic, kafka, planned, columns.toArray(new String[0]), start, end);
-      return new ShuffleScan(spec, splits, required, options);
-    }
-
-    private Long longOption(String name) {
-      String v = options.get(name);
-      if (v == null || v.isEmpty()) {
-        return null;
-      }
-      try {
-        return Long.parseLong(v.trim());
-      } catch (NumberFormatException e) {
-        throw ShuffleException.option(
-            OWNER + ": option '" + name + "' must be an integer, got '" + v + "'");
-      }
+      return new ShuffleScan(spec, splits, required, options, given);
     }
   }
 

@@ -12,8 +12,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 /**
  * {@code spark.read.format("kafka-shuffle-jvm")}: a shuffle read that executes a plan the
  * Python planner made, with the options of the Python {@code kafka-shuffle} source: {@code
- * topic}, {@code kafka.*}, {@code layout}, {@code plan}, {@code event_time_start}, {@code
- * event_time_end}, {@code with_metadata}.
+ * topic}, {@code kafka.*}, {@code layout}, {@code plan}, {@code event_time_start_ms}, {@code
+ * event_time_end_ms}, {@code with_metadata}; or, without a plan, one that the catalog's
+ * planner makes ({@code windows}, {@code runs}, {@code parallelism}). Any option it does not
+ * take ({@link OptionTables#SHUFFLE_JVM}) is refused by name.
  *
  * <p>The read goes through the catalog (option {@code catalog}, default {@code shuffle}; see
  * {@link ShuffleCatalog}): that catalog's functions are what lets Spark see how the rows are
@@ -47,6 +49,8 @@ public final class ShuffleTableProvider implements SupportsCatalogOptions, DataS
   @Override
   public Identifier extractIdentifier(CaseInsensitiveStringMap options) {
     SparkVersionCheck.require();
+    // Before 'topic' is looked for: a misspelled 'topic' is named as such.
+    OptionTables.SHUFFLE_JVM.check(options.asCaseSensitiveMap().keySet(), null);
     String[] ns =
         withMetadata(options) ? new String[] {ShuffleCatalog.WITH_METADATA} : new String[0];
     return Identifier.of(ns, topic(options));
