@@ -74,10 +74,17 @@ def _java_table(table: OptionTable) -> list[str]:
         "          new OptionCheck.Option[] {",
     ]
     for d in table.options:
-        lines.append(
-            f"            new OptionCheck.Option({_java_string(d.name)}, {flag(BATCH in d.modes)}, "
-            f"{flag(STREAM in d.modes)}, {flag(d.set_by is None)}),"
-        )
+        default = "null" if d.default is None else _java_string(d.default)
+        minimum = "null" if d.minimum is None else f"{d.minimum}L"
+        lines += [
+            "            new OptionCheck.Option(",
+            f"                {_java_string(d.name)},",
+            f"                {flag(BATCH in d.modes)},",
+            f"                {flag(STREAM in d.modes)},",
+            f"                {flag(d.set_by is None)},",
+            f"                {default},",
+            f"                {minimum}),",
+        ]
     lines += ["          },", "          new OptionCheck.Refused[] {"]
     for r in table.refused:
         lines += [

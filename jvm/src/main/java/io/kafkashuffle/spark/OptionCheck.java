@@ -22,18 +22,31 @@ final class OptionCheck {
   static final String STREAM = "stream";
   static final String KAFKA_PREFIX = "kafka.";
 
-  /** A declared option: the reads it applies to; {@code listed}: a user sets it. */
+  /**
+   * A declared option: the reads it applies to, whether a user sets it ({@code listed}), its
+   * default (null: none) and, for an integer, its least value (null: none).
+   */
   static final class Option {
     final String name;
     final boolean batch;
     final boolean stream;
     final boolean listed;
+    final String defaultValue;
+    final Long minimum;
 
-    Option(String name, boolean batch, boolean stream, boolean listed) {
+    Option(
+        String name,
+        boolean batch,
+        boolean stream,
+        boolean listed,
+        String defaultValue,
+        Long minimum) {
       this.name = name;
       this.batch = batch;
       this.stream = stream;
       this.listed = listed;
+      this.defaultValue = defaultValue;
+      this.minimum = minimum;
     }
   }
 
@@ -81,6 +94,26 @@ final class OptionCheck {
     for (Renamed r : renamed) {
       this.renamed.put(lower(r.name), r);
     }
+  }
+
+  /** The declaration of {@code name}: the parsers read declared options only. */
+  Option option(String name) {
+    Option o = declared.get(lower(name));
+    if (o == null) {
+      throw new IllegalArgumentException(source + ": option '" + name + "' is not declared");
+    }
+    return o;
+  }
+
+  /** The declared default of a boolean option. */
+  boolean flagDefault(String name) {
+    return "true".equals(option(name).defaultValue);
+  }
+
+  /** The declared least value of an integer option (0 when none is declared). */
+  long minimum(String name) {
+    Long m = option(name).minimum;
+    return m == null ? 0 : m;
   }
 
   private static String lower(String s) {

@@ -65,10 +65,10 @@ public final class RecordsTableProvider implements TableProvider, DataSourceRegi
     return s;
   }
 
-  static boolean flag(Map<String, String> options, String name, boolean dflt) {
+  static boolean flag(Map<String, String> options, String name) {
     String v = options.get(name);
     if (v == null) {
-      return dflt;
+      return OptionTables.RECORDS_JVM.flagDefault(name);
     }
     String t = v.trim().toLowerCase(java.util.Locale.ROOT);
     if (!t.equals("true") && !t.equals("false")) {
@@ -83,7 +83,7 @@ public final class RecordsTableProvider implements TableProvider, DataSourceRegi
     SparkVersionCheck.require();
     // A batch source: Spark refuses a stream of it, so every read here is a batch read.
     OptionTables.RECORDS_JVM.check(options.asCaseSensitiveMap().keySet(), OptionCheck.BATCH);
-    return schema(flag(options, "includeHeaders", false));
+    return schema(flag(options, "includeHeaders"));
   }
 
   @Override
@@ -95,8 +95,8 @@ public final class RecordsTableProvider implements TableProvider, DataSourceRegi
     Settings settings =
         new Settings(
             KafkaSettings.fromOptions(options),
-            flag(options, "includeHeaders", false),
-            flag(options, "failOnDataLoss", true));
+            flag(options, "includeHeaders"),
+            flag(options, "failOnDataLoss"));
     return new RecordsTable(settings, ranges(options.get("ranges")));
   }
 

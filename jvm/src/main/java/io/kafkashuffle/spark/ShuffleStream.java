@@ -82,7 +82,9 @@ final class ShuffleStream
     // In the order the Python source parses them, with its messages.
     this.parallelism = ReadPlanner.Selection.parse(options, owner).parallelism;
     String given = options.get("startingOffsets");
-    String s = (given == null || given.isEmpty() ? EARLIEST : given).strip().toLowerCase();
+    OptionCheck table = OptionTables.SHUFFLE_JVM;
+    String dflt = table.option("startingOffsets").defaultValue;
+    String s = (given == null || given.isEmpty() ? dflt : given).strip().toLowerCase();
     if (!s.equals(EARLIEST) && !s.equals(LATEST)) {
       throw ShuffleException.option(
           owner
@@ -90,9 +92,10 @@ final class ShuffleStream
               + ReadPlanner.repr(s));
     }
     this.starting = s;
-    this.startingTimestampMs = number(options, "startingTimestamp", 0);
-    this.maxRuns = number(options, "maxRunsPerTrigger", 1);
-    this.maxRows = number(options, "maxRowsPerTrigger", 1);
+    this.startingTimestampMs =
+        number(options, "startingTimestamp", table.minimum("startingTimestamp"));
+    this.maxRuns = number(options, "maxRunsPerTrigger", table.minimum("maxRunsPerTrigger"));
+    this.maxRows = number(options, "maxRowsPerTrigger", table.minimum("maxRowsPerTrigger"));
   }
 
   private Long number(Map<String, String> options, String name, long minimum) {

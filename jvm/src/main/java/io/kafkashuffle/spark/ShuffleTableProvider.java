@@ -22,8 +22,6 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * partitioned.
  */
 public final class ShuffleTableProvider implements SupportsCatalogOptions, DataSourceRegister {
-  static final String DEFAULT_CATALOG = "shuffle";
-
   @Override
   public String shortName() {
     return "kafka-shuffle-jvm";
@@ -38,7 +36,8 @@ public final class ShuffleTableProvider implements SupportsCatalogOptions, DataS
   }
 
   private static boolean withMetadata(Map<String, String> options) {
-    String v = options.getOrDefault("with_metadata", "false").trim().toLowerCase();
+    String dflt = OptionTables.SHUFFLE_JVM.option("with_metadata").defaultValue;
+    String v = options.getOrDefault("with_metadata", dflt).trim().toLowerCase();
     if (!v.equals("true") && !v.equals("false")) {
       throw ShuffleException.option(
           "kafka-shuffle-jvm: option 'with_metadata' must be 'true' or 'false', got '" + v + "'");
@@ -59,7 +58,10 @@ public final class ShuffleTableProvider implements SupportsCatalogOptions, DataS
   @Override
   public String extractCatalog(CaseInsensitiveStringMap options) {
     String c = options.get("catalog");
-    return c == null || c.isEmpty() ? DEFAULT_CATALOG : c;
+    if (c == null || c.isEmpty()) {
+      return OptionTables.SHUFFLE_JVM.option("catalog").defaultValue;
+    }
+    return c;
   }
 
   @Override
