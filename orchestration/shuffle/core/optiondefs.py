@@ -226,14 +226,15 @@ def check_keywords(owner: str, given: Iterable[str], allowed: Iterable[str]) -> 
 # --- what several tables share ---------------------------------------------------------
 
 # Spark adds these when load() is given paths.
-_PATH_REASON = "load() takes no path"
+_TO_SHUFFLE = "load() takes no path (name the shuffle with option 'topic')"
+_TO_TOPICS = "load() takes no path (name the topics with option 'subscribe')"
 SHUFFLE_PATHS = (
-    Refused("path", f"{_PATH_REASON}; name the shuffle with option 'topic'", spark_kafka=False),
-    Refused("paths", f"{_PATH_REASON}; name the shuffle with option 'topic'", spark_kafka=False),
+    Refused("path", _TO_SHUFFLE, spark_kafka=False),
+    Refused("paths", _TO_SHUFFLE, spark_kafka=False),
 )
 RECORDS_PATHS = (
-    Refused("path", f"{_PATH_REASON}; name the topics with option 'subscribe'", spark_kafka=False),
-    Refused("paths", f"{_PATH_REASON}; name the topics with option 'subscribe'", spark_kafka=False),
+    Refused("path", _TO_TOPICS, spark_kafka=False),
+    Refused("paths", _TO_TOPICS, spark_kafka=False),
 )
 
 _CLIENT_TIMEOUTS = "Kafka requests use the client's own timeouts and retries (kafka.* settings)"

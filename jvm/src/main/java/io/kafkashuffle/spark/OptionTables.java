@@ -222,11 +222,11 @@ final class OptionTables {
                 true),
             new OptionCheck.Refused(
                 "path",
-                "load() takes no path; name the shuffle with option 'topic'",
+                "load() takes no path (name the shuffle with option 'topic')",
                 false),
             new OptionCheck.Refused(
                 "paths",
-                "load() takes no path; name the shuffle with option 'topic'",
+                "load() takes no path (name the shuffle with option 'topic')",
                 false),
           },
           new OptionCheck.Renamed[] {
@@ -405,11 +405,11 @@ final class OptionTables {
                 true),
             new OptionCheck.Refused(
                 "path",
-                "load() takes no path; name the topics with option 'subscribe'",
+                "load() takes no path (name the topics with option 'subscribe')",
                 false),
             new OptionCheck.Refused(
                 "paths",
-                "load() takes no path; name the topics with option 'subscribe'",
+                "load() takes no path (name the topics with option 'subscribe')",
                 false),
           },
           new OptionCheck.Renamed[] {
@@ -628,11 +628,11 @@ final class OptionTables {
                 false),
             new OptionCheck.Refused(
                 "path",
-                "load() takes no path; name the shuffle with option 'topic'",
+                "load() takes no path (name the shuffle with option 'topic')",
                 false),
             new OptionCheck.Refused(
                 "paths",
-                "load() takes no path; name the shuffle with option 'topic'",
+                "load() takes no path (name the shuffle with option 'topic')",
                 false),
           },
           new OptionCheck.Renamed[] {
@@ -786,11 +786,11 @@ final class OptionTables {
                 true),
             new OptionCheck.Refused(
                 "path",
-                "load() takes no path; name the topics with option 'subscribe'",
+                "load() takes no path (name the topics with option 'subscribe')",
                 false),
             new OptionCheck.Refused(
                 "paths",
-                "load() takes no path; name the topics with option 'subscribe'",
+                "load() takes no path (name the topics with option 'subscribe')",
                 false),
           },
           new OptionCheck.Renamed[] {
