@@ -194,7 +194,6 @@ def shuffle_asset_checks(
     """
     shuffle = asset_shuffle(asset)
     io_key = asset_io_manager_key(asset)
-    spec = shuffle.spec
     partitions_def = asset.partitions_def
     partitioned = partitions_def is not None
 
@@ -218,6 +217,7 @@ def shuffle_asset_checks(
     @decorate("shuffle_layout", "The commit log's layout is the one the asset's metadata declares.")
     def _layout(context: AssetCheckExecutionContext) -> AssetCheckResult:
         kafka = getattr(context.resources, io_key).kafka.client()
+        spec = shuffle.under(getattr(context.resources, io_key).kafka).spec
         try:
             layout = shuffle_log(spec.topic, kafka=kafka).require_layout()
             check_partitions(kafka, layout)
@@ -237,6 +237,7 @@ def shuffle_asset_checks(
     @decorate("shuffle_rows", f"Committed runs are complete in Kafka: rows {how} = rows committed.")
     def _rows(context: AssetCheckExecutionContext) -> AssetCheckResult:
         io_manager = getattr(context.resources, io_key)
+        spec = shuffle.under(io_manager.kafka).spec
         kafka = io_manager.kafka.client()
         keys = _partition_keys(context, partitioned)
         if keys == []:

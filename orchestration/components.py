@@ -70,6 +70,7 @@ _KAFKA_FIELDS = (
     "sasl_username",
     "sasl_password",
     "ssl_ca_location",
+    "topic_prefix",
 )
 
 
@@ -103,6 +104,9 @@ class KafkaSettings(Resolvable, Model):
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     ssl_ca_location: str | None = None
+    topic_prefix: str | None = Field(
+        default=None, description="Put before the shuffle's topic (KafkaResource.topic_prefix)."
+    )
     extra: dict[str, str] = Field(
         default_factory=dict, description="Other librdkafka settings, by their dotted names."
     )

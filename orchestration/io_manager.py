@@ -90,10 +90,11 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
     The asset's layout comes from its definition metadata (see
     :func:`orchestration.shuffle_metadata`): ``shuffle/key``, ``shuffle/num_partitions``,
     ``shuffle/max_parallelism``, ``shuffle/event_time``, ``shuffle/topic``,
-    ``shuffle/window_column``.
+    ``shuffle/window_column``. The topic is the Kafka resource's ``topic_prefix`` followed by
+    ``shuffle/topic`` (default: the asset key's parts joined with ".").
 
     Args:
-        kafka: The cluster.
+        kafka: The cluster, and the prefix of the topics stored there.
         spark: Optional; without it the active SparkSession is used, else one is created
             with ``SparkSession.builder``.
         compression: Of the frames written: ``lz4`` (default), ``zstd`` or ``none``.
@@ -129,7 +130,9 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         self, context: OutputContext, obj: Any
     ) -> Iterator[dict]:
         name = context.asset_key.to_user_string()
-        asset = shuffle_asset(name, context.asset_key.path, context.definition_metadata)
+        asset = shuffle_asset(name, context.asset_key.path, context.definition_metadata).under(
+            self.kafka
+        )
         if not isinstance(obj, DataFrame):
             raise ShuffleOptionError(
                 f"asset {name}: KafkaShuffleIOManager stores Spark DataFrames, the asset "
@@ -300,7 +303,8 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         upstream = context.upstream_output
         key = context.asset_key
         name = key.to_user_string()
-        asset = shuffle_asset(name, key.path, upstream.definition_metadata if upstream else {})
+        md = upstream.definition_metadata if upstream else {}
+        asset = shuffle_asset(name, key.path, md).under(self.kafka)
         kafka = self.kafka.client()
         log = shuffle_log(asset.topic, kafka=kafka)
         windows = runs = None

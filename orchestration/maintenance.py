@@ -83,6 +83,7 @@ def shuffle_expiry_job(
     @op(name=f"{name}_expire", required_resource_keys={io_key})
     def expire(context: OpExecutionContext, config: ExpiryConfig) -> None:
         kafka: KafkaResource = getattr(context.resources, io_key).kafka
+        shuffle = asset_shuffle(asset).under(kafka)
         client = kafka.client()
         result = expire_shuffle(
             shuffle.topic,

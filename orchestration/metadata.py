@@ -8,7 +8,8 @@ Example::
 
 Keys (all under ``shuffle/``): ``key`` (a column or a list), ``num_partitions`` (int),
 ``max_parallelism`` (int, default 128), ``event_time`` (optional column), ``topic`` (optional;
-default the asset key path joined with "."), ``window_column`` (optional: the column whose
+default the asset key path joined with "."; the Kafka resource's ``topic_prefix`` goes before
+it, see :meth:`ShuffleAsset.under`), ``window_column`` (optional: the column whose
 value is the partition key, needed to write a range of partitions in one run),
 ``replication_factor`` (optional int; default min(3, brokers)).
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -80,6 +81,20 @@ class ShuffleAsset:
     @property
     def topic(self) -> str:
         return self.spec.topic
+
+    def under(self, kafka: KafkaResource) -> ShuffleAsset:
+        """The shuffle as it lives on ``kafka``'s cluster: its topic with the resource's
+        ``topic_prefix`` before it. The one place the prefix is applied: the IO manager, the
+        sensors, the checks and the expiry job all take the topic from here.
+
+        Example::
+
+            shuffle_asset(name, key.path, metadata).under(io_manager.kafka).topic
+        """
+        if not kafka.topic_prefix:
+            return self
+        # Rebuilt, not edited, so ShuffleSpec checks the longer name as it checks any topic.
+        return replace(self, spec=replace(self.spec, topic=kafka.topic_prefix + self.spec.topic))
 
 
 def _value(raw: Any) -> Any:

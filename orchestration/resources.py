@@ -1,15 +1,19 @@
 """Dagster resources: plain configuration, no environment reads, no defaults from the machine."""
 
+import re
 import uuid
 from typing import Any
 
 from dagster import ConfigurableResource, get_dagster_logger
 from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from orchestration.shuffle.core.paths import open_filesystem, parse_location
 from orchestration.shuffle.kafka import KafkaClient
+
+# What Kafka allows in a topic name; a prefix is the start of one.
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
 
 
 class KafkaResource(ConfigurableResource):
@@ -36,6 +40,11 @@ class KafkaResource(ConfigurableResource):
             sasl_jaas_config=EnvVar("KAFKA_JAAS_CONFIG"),
             extra={"ssl.truststore.location": "/etc/kafka/ca.pem", "ssl.truststore.type": "PEM"},
         )
+        # two deployments on one cluster, each with its own shuffles:
+        KafkaResource(
+            bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS"),
+            topic_prefix=EnvVar("SHUFFLE_TOPIC_PREFIX"),   # e.g. "staging."
+        )
     """
 
     bootstrap_servers: str = Field(description="host:port[,host:port]")
@@ -59,6 +68,24 @@ class KafkaResource(ConfigurableResource):
         description="Any other settings, by their dotted names: librdkafka's or the Java "
         "client's (as Spark's kafka.* options have them, without the prefix).",
     )
+
+    topic_prefix: str = Field(
+        default="",
+        description="Put before the topic of every shuffle asset stored, read, checked or "
+        "expired through this resource (e.g. 'staging.'), so that deployments sharing a "
+        "cluster do not share shuffles. Letters, digits, '.', '_' and '-'.",
+    )
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _legal_prefix(cls, value: str) -> str:
+        # Checked here, where it is set, rather than as a topic name the broker refuses on a
+        # run's first write.
+        if not _TOPIC_CHARS.fullmatch(value):
+            raise ValueError(
+                f"topic_prefix {value!r} may hold only letters, digits, '.', '_' and '-'"
+            )
+        return value
 
     def config(self) -> dict[str, Any]:
         """The settings of this cluster, by their dotted names (as given: the clients made

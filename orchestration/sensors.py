@@ -149,7 +149,7 @@ def shuffle_commit_sensor(
     ``<job>:<window>:<run id>``, so a repeated tick requests nothing new. Kafka comes from
     the asset's IO manager (a ``KafkaShuffleIOManager``).
     """
-    shuffle = asset_shuffle(asset)
+    declared = asset_shuffle(asset)
     io_key = asset_io_manager_key(asset)
     end_of = window_end or _default_window_end(asset)
     # The layout (for the column schema) never changes once the shuffle exists: read it once
@@ -174,6 +174,7 @@ def shuffle_commit_sensor(
     def _sensor(context: SensorEvaluationContext, **_resources):
         # Direct invocation (tests, build_sensor_context) also passes the resources by name.
         resource = getattr(context.resources, io_key).kafka
+        shuffle = declared.under(resource)
         kafka = resource.client()
         cursor = CommitCursor.parse(context.cursor)
         try:

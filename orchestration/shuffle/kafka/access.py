@@ -5,10 +5,16 @@ creates both on its first run, reads the commit log (layout, earlier commits) an
 both; a reader only reads both. Readers plan by offsets and never join a group; the client still
 looks up the coordinator of its group id (``kafka-shuffle-reader``), so both get READ on it.
 
+A deployment whose Kafka resource has a ``topic_prefix`` is granted its shuffles as a whole:
+``prefixed=True`` makes the topic rights one PREFIXED binding on the prefix per principal and
+operation, which covers every shuffle topic and commit log a run of it creates later.
+
 Example (as a cluster administrator)::
 
     grant_shuffle_access("flights.by_tailnum", kafka=admin_conf,
                          writers=["User:producer"], readers=["User:consumer"])
+    grant_shuffle_access("staging.", kafka=admin_conf, prefixed=True,
+                         writers=["User:staging"])
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from confluent_kafka.admin import (
 )
 
 from orchestration.shuffle.core.commitlog import commit_topic
+from orchestration.shuffle.errors import ShuffleOptionError
 from orchestration.shuffle.kafka.client import READER_GROUP, KafkaClient, KafkaSettings, translate
 
 WRITER_OPERATIONS = (
@@ -38,12 +45,22 @@ READER_OPERATIONS = (AclOperation.DESCRIBE, AclOperation.READ)
 
 
 def shuffle_acls(
-    topic: str, *, writers: Sequence[str] = (), readers: Sequence[str] = ()
+    topic: str,
+    *,
+    writers: Sequence[str] = (),
+    readers: Sequence[str] = (),
+    prefixed: bool = False,
 ) -> list[AclBinding]:
     """The ACL bindings that let ``writers`` write shuffle ``topic`` and ``readers`` read it
-    (principals as ``User:<name>``)."""
+    (principals as ``User:<name>``). With ``prefixed``, ``topic`` is a topic prefix (a Kafka
+    resource's ``topic_prefix``) and the rights are on every shuffle under it."""
+    if prefixed and not topic:
+        # An empty PREFIXED pattern would grant every topic of the cluster.
+        raise ShuffleOptionError("shuffle_acls: prefixed=True needs a non-empty topic prefix")
+    pattern = ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL
     bindings = []
-    for t in (topic, commit_topic(topic)):
+    # A prefix covers the commit logs too: theirs is the data topic's name and a suffix.
+    for t in (topic,) if prefixed else (topic, commit_topic(topic)):
         for principals, operations in ((writers, WRITER_OPERATIONS), (readers, READER_OPERATIONS)):
             for principal in principals:
                 for op in operations:
@@ -51,7 +68,7 @@ def shuffle_acls(
                         AclBinding(
                             ResourceType.TOPIC,
                             t,
-                            ResourcePatternType.LITERAL,
+                            pattern,
                             principal,
                             "*",
                             op,
@@ -79,9 +96,10 @@ def grant_shuffle_access(
     kafka: KafkaSettings,
     writers: Sequence[str] = (),
     readers: Sequence[str] = (),
+    prefixed: bool = False,
 ) -> int:
     """Creates the ACLs of :func:`shuffle_acls` (idempotent); returns how many bindings."""
-    bindings = shuffle_acls(topic, writers=writers, readers=readers)
+    bindings = shuffle_acls(topic, writers=writers, readers=readers, prefixed=prefixed)
     if not bindings:
         return 0
     admin = KafkaClient.of(kafka).admin()
