@@ -28,23 +28,32 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestration.shuffle.errors import ShuffleConnectionError
 from orchestration.shuffle.kafka import KafkaClient
+from orchestration.testing.broker import (
+    KafkaStartError,
+    broker_command,
+    format_command,
+    java_executable,
+    log4j2_properties,
+    new_cluster_id,
+    plaintext_listeners,
+    port_open,
+    server_properties,
+    wait_for_brokers,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 POM = ROOT / "stack" / "kafka" / "pom.xml"
@@ -157,7 +166,7 @@ def local_stack() -> LocalStack:
     return LocalStack(Path(home), port, nodes, security)
 
 
-class LocalStackError(RuntimeError):
+class LocalStackError(KafkaStartError):
     """The local broker could not be set up or started; the message says where to look."""
 
 
@@ -216,26 +225,11 @@ def ensure_jars() -> None:
     resolve_jars(POM, local_stack().libs)
 
 
-def java_executable() -> str:
-    """The ``java`` to run Kafka's tools with: ``$JAVA_HOME/bin/java``, else the one on the
-    ``PATH``."""
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    if not java:
-        raise LocalStackError("a Java runtime (17+) is needed for the local Kafka broker")
-    return java
-
-
 def listener_lines(local: LocalStack, node: Node) -> list[str]:
     """The ``server.properties`` lines of ``node``'s listeners: PLAINTEXT, or SASL_SSL with
     SCRAM, TLS and ACLs for a secure stack."""
     if not local.secure:
-        return [
-            f"listeners=PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-            f"advertised.listeners=PLAINTEXT://{HOST}:{node.port}",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        ]
+        return plaintext_listeners(node.port, node.controller_port)
     secrets = _secrets(local)
     store = secrets["keystore"]
     admin = secrets["admin"]
@@ -266,59 +260,21 @@ def listener_lines(local: LocalStack, node: Node) -> list[str]:
 
 def write_configs(local: LocalStack, node: Node) -> None:
     """Writes ``node``'s ``server.properties`` and log configuration (on every start)."""
-    rf = local.replication
     voters = ",".join(f"{n.index}@{HOST}:{n.controller_port}" for n in local.all_nodes)
     node.home.mkdir(parents=True, exist_ok=True)
     node.config.write_text(
-        "\n".join(
-            [
-                "# Written by devstack/localstack.py on every start; edits are overwritten.",
-                "process.roles=broker,controller",
-                f"node.id={node.index}",
-                f"controller.quorum.voters={voters}",
-                *listener_lines(local, node),
-                "controller.listener.names=CONTROLLER",
-                f"log.dirs={node.data}",
-                "num.partitions=1",
-                # Internal topics get as many replicas as there are nodes (up to three).
-                f"default.replication.factor={rf}",
-                f"offsets.topic.replication.factor={rf}",
-                f"transaction.state.log.replication.factor={rf}",
-                f"transaction.state.log.min.isr={max(1, rf - 1)}",
-                f"share.coordinator.state.topic.replication.factor={rf}",
-                f"share.coordinator.state.topic.min.isr={max(1, rf - 1)}",
-                # Tests create many short-lived groups; waiting for more members only slows them.
-                "group.initial.rebalance.delay.ms=0",
-                # Share-group members get their assignment on a heartbeat: a 1 s heartbeat lets
-                # a queue start working in about a second instead of five. Short record locks
-                # (1 s minimum) let tests see a killed consumer's records come back quickly.
-                "group.share.heartbeat.interval.ms=1000",
-                "group.share.min.heartbeat.interval.ms=1000",
-                "group.share.min.record.lock.duration.ms=1000",
-                # Shuffle topics set their own retention; keep the broker default generous.
-                "log.retention.hours=-1",
-                "auto.create.topics.enable=false",
-                "",
-            ]
+        server_properties(
+            node_id=node.index,
+            voters=voters,
+            listeners=listener_lines(local, node),
+            data=node.data,
+            replication=local.replication,
+            header="# Written by devstack/localstack.py on every start; edits are overwritten.",
         )
     )
     if local.secure:
         node.config.chmod(0o600)
-    node.log_config.write_text(
-        "\n".join(
-            [
-                "status = warn",
-                "appender.file.type = File",
-                "appender.file.name = file",
-                f"appender.file.fileName = {node.log}",
-                "appender.file.layout.type = PatternLayout",
-                "appender.file.layout.pattern = [%d] %p %m (%c)%n",
-                "rootLogger.level = info",
-                "rootLogger.appenderRef.file.ref = file",
-                "",
-            ]
-        )
-    )
+    node.log_config.write_text(log4j2_properties(node.log))
 
 
 def kafka_classpath() -> str:
@@ -436,21 +392,7 @@ def _ensure_formatted(local: LocalStack, node: Node) -> None:
     if (node.data / "meta.properties").exists():
         return
     node.data.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        java_executable(),
-        "-cp",
-        kafka_classpath(),
-        "kafka.tools.StorageTool",
-        "format",
-        # "--cluster-id=<id>" in one argument: an id may begin with "-", which the
-        # tool's argument parser would otherwise take for an option.
-        f"--cluster-id={_cluster_id_of(local)}",
-        "-c",
-        str(node.config),
-        # Share groups are on by default in recent releases; say so explicitly anyway.
-        "--feature",
-        "share.version=1",
-    ]
+    cmd = format_command(java_executable(), kafka_classpath(), _cluster_id_of(local), node.config)
     if local.secure:
         # SCRAM users are part of the initial metadata, so nodes can authenticate to each
         # other from their first start.
@@ -465,18 +407,6 @@ def _ensure_formatted(local: LocalStack, node: Node) -> None:
         raise LocalStackError(f"formatting Kafka storage in {node.data} failed:\n{out}")
 
 
-def new_cluster_id() -> str:
-    """A KRaft cluster id: a base64url-encoded 16-byte UUID without padding.
-
-    Ids that begin with "-" are drawn again (as Kafka's own generator does): command-line
-    tools read them as options.
-    """
-    while True:
-        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not cid.startswith("-"):
-            return cid
-
-
 def _pid(node: Node) -> int | None:
     try:
         pid = int(node.pid.read_text().strip())
@@ -489,14 +419,6 @@ def _pid(node: Node) -> int | None:
     except PermissionError:
         return pid
     return pid
-
-
-def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def client_config(user: str = "admin") -> dict[str, str]:
@@ -517,40 +439,31 @@ def client_config(user: str = "admin") -> dict[str, str]:
 
 
 def _wait_ready(local: LocalStack, deadline: float, pids: dict[int, int]) -> None:
-    kafka = KafkaClient(client_config("admin"))
-    while time.monotonic() < deadline:
+    def exited() -> str | None:
         for node in local.all_nodes:
             if node.index in pids and _pid(node) != pids[node.index]:
-                raise LocalStackError(
+                return (
                     f"Kafka node {node.index} exited during start-up; "
                     f"see {node.log} and {node.home / 'stdout.log'}"
                 )
-        if all(_port_open(HOST, n.port) for n in local.all_nodes):
-            try:
-                if kafka.check_reachable(timeout=5) >= local.nodes:
-                    return
-            except ShuffleConnectionError:
-                pass
-        time.sleep(0.5)
-    raise LocalStackError(
-        f"the local Kafka stack did not accept connections in time; see "
-        f"{', '.join(str(n.log) for n in local.all_nodes)}"
-    )
+        return None
+
+    try:
+        wait_for_brokers(
+            client_config("admin"),
+            local.nodes,
+            [n.port for n in local.all_nodes],
+            deadline,
+            exited,
+            f"; see {', '.join(str(n.log) for n in local.all_nodes)}",
+        )
+    except KafkaStartError as exc:
+        raise LocalStackError(str(exc)) from None
 
 
 def _start_node(local: LocalStack, node: Node) -> int:
     heap = os.environ.get("SHUFFLE_LOCAL_KAFKA_HEAP", "768m" if local.nodes == 1 else "512m")
-    cmd = [
-        java_executable(),
-        f"-Xmx{heap}",
-        f"-Xms{heap}",
-        "-XX:+UseG1GC",
-        f"-Dlog4j2.configurationFile={node.log_config}",
-        "-cp",
-        kafka_classpath(),
-        "kafka.Kafka",
-        str(node.config),
-    ]
+    cmd = broker_command(java_executable(), kafka_classpath(), heap, node.log_config, node.config)
     with open(node.home / "stdout.log", "ab") as out:
         # A new session so the broker outlives the shell (or test run) that started it.
         proc = subprocess.Popen(
@@ -590,7 +503,7 @@ def start(timeout: float = 120.0, node: int | None = None) -> str:
             pids[n.index] = pid
             continue
         for port in (n.port, n.controller_port):
-            if _port_open(HOST, port):
+            if port_open(HOST, port):
                 raise LocalStackError(
                     f"port {port} is taken by a process this project did not start; stop it, "
                     "or set SHUFFLE_LOCAL_KAFKA_PORT, or point KAFKA_BOOTSTRAP_SERVERS at that "
@@ -672,7 +585,7 @@ def status() -> str:
         if pid is None:
             lines.append(f"{name}: stopped (data in {n.data})")
         else:
-            state = "accepting connections" if _port_open(HOST, n.port) else "starting"
+            state = "accepting connections" if port_open(HOST, n.port) else "starting"
             lines.append(f"{name}: running, pid {pid}, {HOST}:{n.port}, {state}; log {n.log}")
     return "\n".join(lines)
 
@@ -700,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
             print(status())
         else:
             print(bootstrap_servers())
-    except (LocalStackError, ShuffleConnectionError) as exc:
+    except (KafkaStartError, ShuffleConnectionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

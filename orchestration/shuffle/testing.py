@@ -1,15 +1,18 @@
-"""Fault injection for the engine's own tests. Not part of the public API.
+"""Fault injection for tests: the engine's own, and users' through ``orchestration.testing``.
 
 Example::
 
     with fail_write_attempts_below(1):   # every first attempt of a write task fails
         write_shuffle(df, spec, kafka=conf)
+    with fail_window_writes("2024-03-02", topic="events"):   # that window's next write fails
+        ...
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -32,8 +35,40 @@ def fail_write_attempts_below(attempts: int) -> Iterator[None]:
         _fail_attempts_below.reset(token)
 
 
-def write_attempts_to_fail() -> int:
-    """The attempt number below which write tasks started now fail (0: none fail)."""
+# Window failures are kept process-wide, not in a context variable: a Dagster step may write
+# on a thread of its own, which does not see the test's context.
+_window_failures: dict[tuple[str | None, str | None], int] = {}
+_window_lock = threading.Lock()
+# Every attempt a task may make: Spark gives up on the task, so the run is not committed.
+_EVERY_ATTEMPT = 1 << 30
+
+
+@contextlib.contextmanager
+def fail_window_writes(
+    window: str | None, *, topic: str | None = None, times: int = 1
+) -> Iterator[None]:
+    """Inside, the next ``times`` writes of ``window`` (of the shuffle ``topic``, or of any
+    shuffle) fail as a write whose tasks all fail does: their first frames reach the topic,
+    nothing is committed, ``write_shuffle`` raises ``ShuffleWriteError``. Writes after those
+    succeed. For writes in this process (any thread), e.g. ``dagster.materialize``."""
+    rule = (topic, window)
+    with _window_lock:
+        _window_failures[rule] = _window_failures.get(rule, 0) + times
+    try:
+        yield
+    finally:
+        with _window_lock:
+            _window_failures.pop(rule, None)
+
+
+def write_attempts_to_fail(topic: str | None = None, window: str | None = None) -> int:
+    """The attempt number below which the tasks of a write of ``window`` to ``topic``
+    starting now fail (0: none fail). A matching :func:`fail_window_writes` is used up."""
+    with _window_lock:
+        for rule in ((topic, window), (None, window)):
+            if _window_failures.get(rule, 0) > 0:
+                _window_failures[rule] -= 1
+                return _EVERY_ATTEMPT
     return _fail_attempts_below.get()
 
 

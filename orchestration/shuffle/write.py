@@ -269,7 +269,7 @@ def write_shuffle(
         max_out_of_orderness_us=layout.max_out_of_orderness_us,
         frame_rows=frame_rows or DEFAULT_FRAME_ROWS,
         compression=None if compression == "none" else compression,
-        fail_attempts_below=write_attempts_to_fail(),
+        fail_attempts_below=write_attempts_to_fail(spec.topic, window),
     )
     if plan is not None:
         plan = plan.in_order(layout.schema.names)

@@ -8,7 +8,8 @@ Python process; the others run none).
   an imported module counts too. ``__future__`` and dunder names are not private.
 - The library does not know the application: nothing under ``orchestration/`` imports
   ``assets``, ``jobs``, ``devstack``, ``tests``, ``bench`` or a package that only the
-  ``demo`` / ``dev`` extras install.
+  ``demo`` / ``dev`` extras install; only the pytest plugin (``PYTEST_PLUGIN``), which
+  pytest alone loads, imports pytest.
 - No import cycle among the library's modules. Only imports that run while a module loads
   count: those under ``if TYPE_CHECKING:`` and those inside functions are left out. An
   import of ``a.b.c`` is an edge to ``a.b.c`` only, not to the packages ``a`` and ``a.b``
@@ -52,6 +53,9 @@ DEV_ONLY = (
     "pytest_timeout",
     "ruff",
 )
+# The module the package's pytest11 entry point names: the one library module that imports
+# pytest, since only pytest loads it.
+PYTEST_PLUGIN = "orchestration.testing.plugin"
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,17 @@ class Layer:
 
 GROUPS = {
     "engine": ("errors", "core", "kafka", "spark", "queue", "testing", "api"),
-    "library": ("errors", "core", "kafka", "spark", "queue", "testing", "api", "integration"),
+    "library": (
+        "errors",
+        "core",
+        "kafka",
+        "spark",
+        "queue",
+        "testing",
+        "api",
+        "integration",
+        "harness",
+    ),
 }
 NOT_SPARK_KAFKA_DAGSTER = ("pyspark", "confluent_kafka", "dagster*")
 
@@ -94,7 +108,8 @@ LAYERS = (
         "testing", ("orchestration.shuffle.testing",), ("kafka", "core", "errors"), ("dagster*",)
     ),
     Layer("api", ("orchestration.shuffle",), ("engine",), ("dagster*",)),
-    Layer("integration", ("orchestration",), ("library",)),
+    Layer("integration", ("orchestration",), ("engine", "integration")),
+    Layer("harness", ("orchestration.testing",), ("library",)),
     Layer("application", ("assets", "jobs"), ("application", "library")),
     Layer("main", ("jobs.main",), ("application", "library", "devstack")),
     Layer("devstack", ("devstack",), ("devstack", "library")),
@@ -293,6 +308,8 @@ def library_imports_of_application(root: Path) -> list[str]:
             continue
         for imp in read_imports(module, known, root)[0]:
             top = imp.target.split(".")[0]
+            if module == PYTEST_PLUGIN and top == "pytest":
+                continue
             if top in outside or top in DEV_ONLY:
                 problems.append(f"{imp.path}:{imp.line}: imports {imp.qualified}")
     return problems
@@ -553,11 +570,16 @@ def test_application_import_from_the_library_is_reported(tmp_path):
             "orchestration/sensors.py": "from jobs.definitions import defs\n",
             "orchestration/shuffle/api.py": "def f():\n    import pytest\n",
             "orchestration/metadata.py": "import pyarrow\n",
+            # The plugin may import pytest, and nothing else of the extras.
+            "orchestration/testing/plugin.py": "import pytest\nimport matplotlib\n",
+            "orchestration/testing/__init__.py": "import pytest\n",
         },
     )
     assert library_imports_of_application(root) == [
         "orchestration/sensors.py:1: imports jobs.definitions.defs",
         "orchestration/shuffle/api.py:2: imports pytest",
+        "orchestration/testing/__init__.py:1: imports pytest",
+        "orchestration/testing/plugin.py:2: imports matplotlib",
     ]
 
 
@@ -600,12 +622,17 @@ def test_layer_breach_is_reported(tmp_path):
             ),
             "orchestration/shuffle/queue/driver.py": "import dagster_pyspark\n",
             "orchestration/io_manager.py": "import dagster\nfrom orchestration.shuffle import x\n",
+            # The IO manager does not depend on the test harness; the harness uses it.
+            "orchestration/sensors.py": "from orchestration.testing import window_rows\n",
+            "orchestration/testing/__init__.py": "from orchestration.io_manager import X\n",
             "devstack/runner.py": "from jobs.definitions import defs\n",
             "jobs/definitions.py": "from orchestration import io_manager\n",
         },
     )
     assert sorted(layer_breaches(root)) == [
         "devstack/runner.py:1: devstack imports application (jobs.definitions.defs)",
+        "orchestration/sensors.py:1: integration imports harness "
+        "(orchestration.testing.window_rows)",
         "orchestration/shuffle/core/keys.py:1: core imports pyspark",
         "orchestration/shuffle/kafka/client.py:1: kafka imports spark "
         "(orchestration.shuffle.spark.reader.read)",
