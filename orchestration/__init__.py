@@ -30,6 +30,7 @@ _EXPORTS = {
     "failed_region_sensor": "sensors",
     "shuffle_asset_checks": "checks",
     "shuffle_expiry_job": "maintenance",
+    "shuffle_backfill_schedule": "schedules",
     "KafkaShuffle": "components",
 }
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from .maintenance import shuffle_expiry_job
     from .metadata import shuffle_metadata
     from .resources import KafkaResource, ShuffleSparkResource, WarehouseResource
+    from .schedules import shuffle_backfill_schedule
     from .sensors import failed_region_sensor, shuffle_commit_sensor
 
 

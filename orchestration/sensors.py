@@ -14,13 +14,18 @@ from dataclasses import dataclass
 from dagster import (
     AssetObservation,
     AssetsDefinition,
+    AssetSelection,
+    DagsterEventType,
     DefaultSensorStatus,
+    PartitionKeyRange,
+    PartitionsDefinition,
     RunFailureSensorContext,
     RunRequest,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
     TimeWindowPartitionsDefinition,
+    define_asset_job,
     run_failure_sensor,
     sensor,
 )
@@ -30,12 +35,21 @@ from orchestration.metadata import ShuffleAsset, commit_metadata, shuffle_asset
 from orchestration.shuffle import (
     Commit,
     Layout,
+    ShuffleOptionError,
     ShuffleTopicNotFoundError,
     shuffle_commits_since,
     shuffle_log,
 )
 
 PARTITION_TAG = "dagster/partition"
+# A run over a range of partitions, as Dagster's backfills tag it.
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+# Set by Dagster on a failed run that its own run retries will re-run.
+WILL_RETRY_TAG = "dagster/will_retry"
+# Tags of a failed run its retry does not carry: Dagster's own (backfill, partition, run
+# key, sensor, ...) and ours.
+_NOT_CARRIED = ("dagster/", ".dagster", "shuffle/")
 RETRY_TAG = "shuffle/retry"
 RETRY_OF_TAG = "shuffle/retry_of"
 COMMIT_TAG = "shuffle/commit"
@@ -148,6 +162,12 @@ def shuffle_commit_sensor(
     commit records appended since, never the data topic. ``run_key`` =
     ``<job>:<window>:<run id>``, so a repeated tick requests nothing new. Kafka comes from
     the asset's IO manager (a ``KafkaShuffleIOManager``).
+
+    A consumer asset with an automation condition (``AutomationCondition.eager()``,
+    ``on_cron``, ...) is left to it: a job's run is requested for its other assets only, and
+    not at all if it has none (see :func:`consumer_selection`). Dagster's automation sees each
+    window's materialization, which a shuffle records only for a committed window, so the
+    two would run it twice.
     """
     declared = asset_shuffle(asset)
     io_key = asset_io_manager_key(asset)
@@ -204,15 +224,20 @@ def shuffle_commit_sensor(
             )
             if not done:
                 context.log.info(f"window {window}: run {commit.run_id} is not complete yet")
+        selections = (
+            {job.name: consumer_selection(context, job.name) for job in jobs} if launches else {}
+        )
         requests = [
             RunRequest(
                 run_key=f"{job.name}:{commit.window}:{commit.run_id}",
                 job_name=job.name,
                 partition_key=commit.window,
+                asset_selection=selections[job.name],
                 tags={COMMIT_TAG: commit.run_id, WINDOW_TAG: commit.window},
             )
             for commit in launches
             for job in jobs
+            if selections[job.name] != []
         ]
         return SensorResult(
             run_requests=requests, cursor=new_cursor.to_json(), asset_events=observations
@@ -221,52 +246,251 @@ def shuffle_commit_sensor(
     return _sensor
 
 
+def consumer_selection(context: SensorEvaluationContext, job_name: str) -> list | None:
+    """The assets of ``job_name`` the commit sensor may launch: None for the whole job, else
+    those without an automation condition (an empty list: none).
+
+    An asset with an automation condition is launched by Dagster's automation once the
+    window's materialization is recorded; launching it for the commit too would run it twice.
+    """
+    repo = context.repository_def
+    if repo is None:
+        return None
+    keys = repo.get_job(job_name).asset_layer.selected_asset_keys
+    automated = {k for k in keys if repo.asset_graph.get(k).automation_condition is not None}
+    if not automated:
+        return None
+    context.log.info(
+        f"{job_name}: {sorted(k.to_user_string() for k in automated)} have an automation "
+        "condition, which launches them; this sensor does not"
+    )
+    return sorted(keys - automated, key=lambda k: k.to_user_string())
+
+
 def failed_region_sensor(
     name: str,
     *,
-    jobs: Sequence,
+    jobs: Sequence = (),
+    assets: Sequence[AssetsDefinition] = (),
     max_retries: int = 2,
     failed_windows_tag: str = FAILED_WINDOWS_TAG,
+    minimum_interval_seconds: int = 30,
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
 ):
-    """A run-failure sensor that re-requests the failed job for the failed partitions only.
+    """A run-failure sensor that re-runs only the windows of a shuffle that failed.
 
-    Meant for producer jobs: a run over a range of partitions that committed some windows
-    and tagged the others (``failed_windows_tag``, set by ``KafkaShuffleIOManager``) is
-    retried for those windows only, one run each, which Dagster's run retries cannot do
-    (they re-run the whole range). For one job and one partition, prefer Dagster's own run
-    retries (the ``dagster/max_retries`` tag). It never launches another job. Up to
-    ``max_retries`` retries per region, each tagged ``shuffle/retry`` (the attempt number)
-    and ``shuffle/retry_of`` (the failed run).
+    A run over a range of partitions that committed some windows and tagged the others
+    (``failed_windows_tag``, set by ``KafkaShuffleIOManager``) is retried for those windows
+    only, which Dagster's run retries cannot do (they re-run the whole range); a run that
+    failed as a whole is retried for its partition or range, less the windows of the shuffle
+    it did commit. Consecutive windows of a range run are retried as one range run
+    (``dagster/asset_partition_range_start`` / ``_end``), a lone window as a partition run.
+
+    Which runs it watches:
+
+    - ``jobs``: runs of these jobs, retried as runs of the same job.
+    - ``assets`` (the shuffle assets, of one partitions definition): every run of the code
+      location that targeted one of them, by job or by asset selection: a job run, a job
+      or asset backfill launched from the UI (Dagster's implicit ``__ASSET_JOB``, range
+      runs and per-partition runs), a schedule's run, a run launched by declarative
+      automation. A run of a job not in ``jobs`` is retried by the sensor's own asset job
+      ``<name>_retry`` over ``assets``, for the shuffle assets the run targeted: upstream
+      assets are not run again (a run whose only failed steps are not the shuffle's is not
+      retried: re-running the shuffle alone would not help), and downstream ones are for
+      the commit sensor or their automation conditions.
+
+    Each failure is retried once (``run_key`` = ``retry:<run id>:<window or range>``), up to
+    ``max_retries`` times per region, each retry tagged ``shuffle/retry`` (the attempt
+    number) and ``shuffle/retry_of`` (the failed run) and carrying the failed run's own
+    tags (not Dagster's). A run Dagster's run retries will re-run (``dagster/will_retry``)
+    is left to them. It launches nothing else. Dagster hands a run-failure sensor's ticks
+    one failed run that requests runs at a time, so several failures take several ticks
+    (``minimum_interval_seconds`` apart).
+
+    Example::
+
+        failed_region_sensor("events_failed_days", jobs=[events_job], assets=[events])
     """
+    if not jobs and not assets:
+        raise ShuffleOptionError(
+            f"failed_region_sensor {name!r}: give the producer jobs (jobs=), the shuffle "
+            "assets (assets=), or both"
+        )
+    keys = frozenset(a.key for a in assets)
+    partitions_defs = {a.partitions_def for a in assets}
+    if len(partitions_defs) > 1:
+        raise ShuffleOptionError(
+            f"failed_region_sensor {name!r}: the assets {sorted(k.to_user_string() for k in keys)} "
+            "have different partitions definitions, which one retry job cannot run; make "
+            "one sensor per partitions definition"
+        )
+    partitions_def = next(iter(partitions_defs), None)
+    job_names = {j.name for j in jobs}
+    # Dagster's implicit asset job cannot be named as a sensor's target, so runs of it (and
+    # of jobs not given) are retried by a job of the shuffle assets alone.
+    retry_job = (
+        define_asset_job(
+            f"{name}_retry",
+            selection=AssetSelection.assets(*assets),
+            description=f"Re-runs failed windows of {sorted(k.to_user_string() for k in keys)}.",
+        )
+        if assets
+        else None
+    )
+    shuffle_steps = {a.node_def.name for a in assets}
 
     @run_failure_sensor(
         name=name,
-        monitored_jobs=list(jobs),
-        request_jobs=list(jobs),
+        # Without monitored jobs a run-failure sensor sees every run of its code location,
+        # the implicit asset job's included.
+        monitored_jobs=None if assets else list(jobs),
+        request_jobs=[*jobs, *([retry_job] if retry_job is not None else [])],
+        minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
-        description="Re-runs only the job and partition that failed.",
+        description="Re-runs only the windows of a shuffle that failed.",
     )
     def _sensor(context: RunFailureSensorContext):
-        run = context.dagster_run
-        retry = int(run.tags.get(RETRY_TAG, "0"))
-        if retry >= max_retries:
-            return SkipReason(f"run {run.run_id} of {run.job_name} failed after {retry} retries")
         # Read the run again: a step may have tagged it after the run record was loaded.
-        fresh = context.instance.get_run_by_id(run.run_id) or run
-        windows = [w for w in fresh.tags.get(failed_windows_tag, "").split(",") if w]
-        if not windows and PARTITION_TAG in fresh.tags:
-            windows = [fresh.tags[PARTITION_TAG]]
-        if not windows:
-            return SkipReason(f"run {run.run_id} of {run.job_name} has no partition to retry")
-        return [
-            RunRequest(
-                run_key=f"retry:{run.run_id}:{w}",
-                job_name=run.job_name,
-                partition_key=w,
-                tags={RETRY_TAG: str(retry + 1), RETRY_OF_TAG: run.run_id},
-            )
-            for w in windows
+        run = context.instance.get_run_by_id(context.dagster_run.run_id) or context.dagster_run
+        instance = context.instance
+        if run.job_name in job_names:
+            job_name, selection = run.job_name, None
+            targeted = _targeted(instance, run, keys) if keys else frozenset()
+        else:
+            targeted = _targeted(instance, run, keys)
+            if not targeted or retry_job is None:
+                return None  # not a run of this shuffle: the next failed run, if any
+            job_name, selection = retry_job.name, sorted(targeted, key=lambda k: k.path)
+        what = f"run {run.run_id} of {run.job_name}"
+        retry = int(run.tags.get(RETRY_TAG, "0"))
+        if run.tags.get(WILL_RETRY_TAG) == "true":
+            return SkipReason(f"{what}: Dagster's run retries re-run it")
+        if retry >= max_retries:
+            return SkipReason(f"{what} failed after {retry} retries")
+        order = _run_windows(run, partitions_def or _job_partitions_def(context, run))
+        windows: list[str | None] = [
+            w for w in run.tags.get(failed_windows_tag, "").split(",") if w
         ]
+        if not windows:
+            if order is None:
+                return SkipReason(f"{what}: its partition range is unknown to this sensor")
+            done = _committed(instance, run, targeted) if targeted else set()
+            # An unpartitioned run's region is the run itself (window None).
+            region: list[str | None] = [*order] if order else [None]
+            windows = [w for w in region if w not in done]
+            if windows and selection is not None:
+                failed_steps = _failed_steps(instance, run)
+                if failed_steps and not any(
+                    s == n or s.startswith(f"{n}.") for s in failed_steps for n in shuffle_steps
+                ):
+                    return SkipReason(
+                        f"{what}: steps {sorted(failed_steps)} failed, not the shuffle's; "
+                        "re-running the shuffle alone would not help"
+                    )
+        if not windows:
+            return SkipReason(f"{what} has no window of the shuffle to retry: all committed")
+        tags = {
+            **{k: v for k, v in run.tags.items() if not k.startswith(_NOT_CARRIED)},
+            RETRY_TAG: str(retry + 1),
+            RETRY_OF_TAG: run.run_id,
+        }
+        # Neighbouring windows of a range run are retried as one range run, as it ran.
+        if RANGE_START_TAG in run.tags:
+            groups = consecutive_windows(windows, order or [])
+        else:
+            groups = [[w] for w in windows]
+        requests = []
+        for group in groups:
+            first, last = group[0], group[-1]
+            if len(group) == 1:
+                label, partition, extra = f":{first}" if first else "", first, {}
+            else:
+                label, partition = f":{first}...{last}", None
+                extra = {RANGE_START_TAG: str(first), RANGE_END_TAG: str(last)}
+            requests.append(
+                RunRequest(
+                    run_key=f"retry:{run.run_id}{label}",
+                    job_name=job_name,
+                    partition_key=partition,
+                    asset_selection=selection,
+                    tags={**tags, **extra},
+                )
+            )
+        return requests
 
     return _sensor
+
+
+def _targeted(instance, run, keys: frozenset) -> frozenset:
+    """The assets of ``keys`` that ``run`` set out to materialize."""
+    if run.asset_selection:
+        return keys & run.asset_selection
+    # A whole job's run records no asset selection (None, or empty when executed in
+    # process); the materializations it planned, logged when the run was created, say what
+    # it targeted.
+    planned = instance.get_records_for_run(
+        run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+    ).records
+    return keys & {r.event_log_entry.dagster_event.asset_key for r in planned}
+
+
+def _committed(instance, run, targeted: frozenset) -> set[str | None]:
+    """Windows that ``run`` materialized for every one of the ``targeted`` assets (None: an
+    unpartitioned materialization)."""
+    records = instance.get_records_for_run(
+        run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    by_key: dict = {k: set() for k in targeted}
+    for r in records:
+        event = r.event_log_entry.dagster_event
+        if event.asset_key in by_key:
+            by_key[event.asset_key].add(event.partition)
+    return set.intersection(*by_key.values()) if by_key else set()
+
+
+def _failed_steps(instance, run) -> set[str]:
+    records = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.STEP_FAILURE)
+    return {r.event_log_entry.step_key for r in records.records if r.event_log_entry.step_key}
+
+
+def _job_partitions_def(context: RunFailureSensorContext, run) -> PartitionsDefinition | None:
+    repo = context.repository_def
+    if repo is None or not repo.has_job(run.job_name):
+        return None
+    return repo.get_job(run.job_name).partitions_def
+
+
+def _run_windows(run, partitions_def: PartitionsDefinition | None) -> list[str] | None:
+    """The partitions a run was for, in order: its partition, the keys of its range, none
+    for an unpartitioned run; None when its range cannot be read without a definition."""
+    if PARTITION_TAG in run.tags:
+        return [run.tags[PARTITION_TAG]]
+    if RANGE_START_TAG in run.tags and RANGE_END_TAG in run.tags:
+        if partitions_def is None:
+            return None
+        keys = PartitionKeyRange(run.tags[RANGE_START_TAG], run.tags[RANGE_END_TAG])
+        return list(partitions_def.get_partition_keys_in_range(keys))
+    return []
+
+
+def consecutive_windows(
+    windows: Sequence[str | None], order: Sequence[str]
+) -> list[list[str | None]]:
+    """``windows`` in groups of neighbours in ``order`` (a run's partitions, in order), each
+    group sorted; a window not in ``order`` stands alone. Pure.
+
+    Example::
+
+        consecutive_windows(["03", "01", "02", "05"], ["01", "02", "03", "04", "05"])
+        # [["01", "02", "03"], ["05"]]
+    """
+    position: dict[str | None, int] = {w: i for i, w in enumerate(order)}
+    groups: list[list[str | None]] = []
+    for w in sorted(windows, key=lambda w: (position.get(w, len(order)), w or "")):
+        i = position.get(w)
+        last = groups[-1][-1] if groups else None
+        if i is not None and last is not None and position.get(last) == i - 1:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    return groups
