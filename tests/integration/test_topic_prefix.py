@@ -85,7 +85,7 @@ def test_two_prefixes_on_one_broker_do_not_see_each_others_shuffles(bootstrap, k
             (mat,) = result.asset_materializations_for_node("events_by_user")
             assert mat.metadata["shuffle/topic"].value == f"{prefix}events_by_user"
             checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-            assert checks == {"shuffle_layout": True, "shuffle_rows": True}
+            assert {"shuffle_layout", "shuffle_rows"} <= set(checks) and all(checks.values())
             # The consumer read this deployment's rows only.
             (read,) = result.asset_materializations_for_node("users")
             assert read.metadata["users"].value == ",".join(f"{who}-{i}" for i in range(3))
