@@ -15,6 +15,11 @@ Example::
   the commit record, per Kafka partition and in total. Only the 40-byte frame headers (and
   the END frames' counts) are read, never an Arrow payload; ``full_read=True`` reads every
   row back with Spark instead (counted inside the reader, no rows cross to the JVM).
+- ``shuffle_window_readable``: each partition checked has a run readers can read. A window
+  that retention left with no run fails it with severity WARN, saying which run went, when
+  and why; :func:`~orchestration.shuffle_expiry_job` records that result for each window it
+  empties, so an expired partition shows as such while its materializations stay in the
+  asset's history.
 
 The checks of a partitioned asset are partitioned as the asset is, so they check a
 partition, not the asset as a whole:
@@ -33,6 +38,7 @@ Blocking checks stop the rest of their run when they fail; the commit sensor als
 each commit, so a broken window is visible on the asset before consumers read it.
 """
 
+import datetime as dt
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +48,7 @@ from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetChecksDefinition,
+    AssetCheckSeverity,
     AssetsDefinition,
     MetadataValue,
     PreviewWarning,
@@ -51,6 +58,7 @@ from dagster import (
 from orchestration.io_manager import DAGSTER_RUN_ATTR
 from orchestration.sensors import asset_io_manager_key, asset_shuffle
 from orchestration.shuffle import Commit, ShuffleError, ShuffleLog, plan_shuffle_read, shuffle_log
+from orchestration.shuffle.core.commitlog import Expired
 from orchestration.shuffle.core.frames import FrameType, decode
 from orchestration.shuffle.errors import ShuffleFormatError
 from orchestration.shuffle.kafka import KafkaClient, check_partitions, read_range
@@ -173,6 +181,94 @@ def commits_to_check(
     return commits, missing
 
 
+# The check whose result says a partition's window is still readable; the expiry job records
+# it for each window it empties.
+READABLE_CHECK = "shuffle_window_readable"
+
+
+def expired_metadata(marker: Expired) -> dict[str, Any]:
+    """What Dagster shows of a window retention emptied: its last run, when and why it went."""
+    return {
+        "shuffle/expired": True,
+        "shuffle/run_id": marker.run_id,
+        "shuffle/expired_at": MetadataValue.timestamp(dt.datetime.fromisoformat(marker.expired_at)),
+        "shuffle/expiry_reason": marker.reason,
+        "rows": marker.rows,
+        "bytes": marker.bytes,
+    }
+
+
+def gone_windows(log: ShuffleLog, partitioned: bool) -> dict[str | None, Expired]:
+    """The windows retention left with no readable run, each with its last run's marker.
+
+    For an unpartitioned asset (``partitioned`` False), whose readers read the latest run
+    without a window, the one key None when every such run expired.
+    """
+    if partitioned:
+        return {w: m for w, m in log.expired_windows().items()}
+    if any(c.window is None for c in log.commits):
+        return {}
+    unwindowed = [e for e in log.expired.values() if e.window is None]
+    return {None: unwindowed[-1]} if unwindowed else {}
+
+
+@dataclass
+class Readability:
+    """What ``shuffle_window_readable`` says of some partitions (all of an unpartitioned
+    asset: ``keys`` None): a failure is a WARN when retention emptied the windows, an ERROR
+    when one never had a run."""
+
+    passed: bool
+    severity: AssetCheckSeverity
+    description: str | None
+    metadata: dict[str, Any]
+
+
+def readability(log: ShuffleLog, keys: Sequence[str] | None) -> Readability:
+    """Whether each of ``keys`` (windows; None: the asset is unpartitioned) has a run
+    readers can read in ``log``. One window that expired shows its marker's metadata
+    (:func:`expired_metadata`)."""
+    partitioned = keys is not None
+    gone = gone_windows(log, partitioned)
+    wanted: list[str | None] = list(keys) if keys is not None else [None]
+    visible: set[str | None] = (
+        set(log.latest_by_window())
+        if partitioned
+        else ({None} if any(c.window is None for c in log.commits) else set())
+    )
+    readable = [w for w in wanted if w in visible]
+    expired = [w for w in wanted if w not in visible and w in gone]
+    missing = [w for w in wanted if w not in visible and w not in gone]
+    problems = [
+        f"{'the asset' if w is None else f'window {w}'}: its last run {gone[w].run_id} "
+        f"expired {gone[w].expired_at}: {gone[w].reason}"
+        for w in expired
+    ] + [f"{'the asset' if w is None else f'window {w}'}: no committed run" for w in missing]
+    metadata: dict[str, Any] = {"readable": len(readable)}
+    if len(expired) == 1 and not missing:
+        metadata.update(expired_metadata(gone[expired[0]]))
+    elif expired:
+        metadata["expired"] = MetadataValue.json(
+            {
+                str(w): {
+                    "run_id": gone[w].run_id,
+                    "expired_at": gone[w].expired_at,
+                    "reason": gone[w].reason,
+                }
+                for w in expired[:50]
+            }
+        )
+    if missing:
+        metadata["missing"] = MetadataValue.json([str(w) for w in missing[:50]])
+    return Readability(
+        passed=not problems,
+        # Retention emptying a window is what it was asked to do: worth seeing, not an alarm.
+        severity=AssetCheckSeverity.ERROR if missing else AssetCheckSeverity.WARN,
+        description="; ".join(problems[:5]) or None,
+        metadata=metadata,
+    )
+
+
 def _partition_keys(context: AssetCheckExecutionContext, partitioned: bool) -> list[str] | None:
     if not partitioned:
         return None
@@ -184,7 +280,8 @@ def _partition_keys(context: AssetCheckExecutionContext, partitioned: bool) -> l
 def shuffle_asset_checks(
     asset: AssetsDefinition, *, blocking: bool = True, full_read: bool = False
 ) -> list[AssetChecksDefinition]:
-    """The layout and row-count checks of a shuffle asset stored by ``KafkaShuffleIOManager``.
+    """The layout, row-count and readability checks of a shuffle asset stored by
+    ``KafkaShuffleIOManager`` (the module doc says what each checks).
 
     Args:
         asset: The shuffle asset.
@@ -273,7 +370,32 @@ def shuffle_asset_checks(
             metadata=metadata,
         )
 
-    return [_layout, _rows]
+    @decorate(
+        READABLE_CHECK,
+        "Each partition has a run readers can read; a window retention emptied says when "
+        "and why (severity WARN).",
+    )
+    def _readable(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        keys = _partition_keys(context, partitioned)
+        if keys == []:
+            why = "the run chose no partition of the partitioned asset"
+            return AssetCheckResult(passed=False, description=why, metadata={"error": why})
+        kafka = getattr(context.resources, io_key).kafka
+        try:
+            log = shuffle_log(shuffle.under(kafka).topic, kafka=kafka.client())
+        except ShuffleError as exc:
+            return AssetCheckResult(
+                passed=False, description=str(exc), metadata={"error": str(exc)}
+            )
+        found = readability(log, keys)
+        return AssetCheckResult(
+            passed=found.passed,
+            severity=found.severity,
+            description=found.description,
+            metadata=found.metadata,
+        )
+
+    return [_layout, _rows, _readable]
 
 
 def _per_run(counts: Iterable[FrameCount]) -> dict[str, dict[str, Any]]:

@@ -4,32 +4,46 @@ Example::
 
     expiry = shuffle_expiry_job("events_expiry_job", asset=events_by_user, keep_last=90)
     nightly = ScheduleDefinition(job=expiry, cron_schedule="0 3 * * *")
-    Definitions(jobs=[expiry], schedules=[nightly], ...)
+    Definitions(jobs=[expiry], schedules=[nightly],
+                asset_checks=shuffle_asset_checks(events_by_user), ...)
 
 Each run reports what it removed as an observation of the asset (runs and windows expired,
-records deleted and bytes freed per partition), and one observation per window that has no
-readable run left (which run, when, why); the limits can be changed per run through the op's
-config.
+records deleted and bytes freed per partition); the limits can be changed per run through
+the op's config. A window left with no readable run is shown as expired once: a failed
+result of the ``shuffle_window_readable`` check for its partition (severity WARN; the check
+is one of :func:`~orchestration.shuffle_asset_checks`) and an observation of the partition,
+both saying which run went, when and why. A window already shown (its latest observation
+says so for the same run) is not reported again, so a run that failed after expiring is
+made good by the next.
 
-A window with no readable run left must not stay "materialized" in Dagster. Dagster 1.13
-offers no public way to un-materialize one partition: ``DagsterInstance.wipe_asset_partitions``
-is not public and raises ``NotImplementedError`` on the open-source storages (SQLite,
-Postgres, MySQL); a failed-materialization event cannot be reported (``AssetMaterialization
-Failure`` is not exported, ``report_runless_asset_event`` refuses it); an observation does not
-change a partition's status. So the job (``reconcile_status=True``, the default) does what
-the public API allows: it wipes the asset's event history (``DagsterInstance.wipe_assets``)
-and reports again, as a runless materialization, each window whose run is still readable,
-with the metadata and tags (data version) of its latest materialization when that was of
-the same run, else from its commit record, and a link to the run that wrote it. The costs:
-the asset's pages lose its older materializations, observations and asset check results
-(runs keep their own logs), and automation conditions see the windows reported again as
-updated. It happens only when a window that Dagster shows as materialized has expired.
-``reconcile_status=False`` leaves Dagster's history alone.
+Why a check result: Dagster's public API (1.12 and 1.13) cannot take one partition out of
+an asset's materialized partitions. ``DagsterInstance.wipe_asset_partitions`` is not public
+and raises ``NotImplementedError`` on the open-source storages (SQLite, Postgres, MySQL); a
+failed materialization (``AssetMaterializationFailure``) is not exported and
+``report_runless_asset_event`` refuses it; an observation does not change a partition's
+status; deleting a dynamic partition's key applies only to dynamically partitioned assets,
+and a consumer could then no longer be launched for that window to be told why it is gone.
+A check result is recorded per partition (``AssetCheckEvaluation(partition=...)``, reported
+without a run), so the expired window says so and every other partition keeps its history:
+materializations, observations and check results. Dagster still counts the window among
+the materialized partitions (it was materialized; its data is gone).
+
+``reconcile_status="wipe"`` takes expired windows out of the materialized partitions too, in
+the only way the public API allows: when a window Dagster shows as materialized has expired,
+it wipes the asset's event history (``DagsterInstance.wipe_assets``) and reports again, as a
+runless materialization, each window whose run is still readable, with the metadata and
+tags (data version) of its latest materialization when that was of the same run, else from
+its commit record, and a link to the run that wrote it. The costs: the asset's pages lose
+its older materializations, observations and asset check results (runs keep their own
+logs), and automation conditions see the windows reported again as updated. Only a user
+asks for it: in the factory, or for one run in the op's config.
 """
 
 import datetime as dt
+from typing import Any, Literal, get_args
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetKey,
     AssetMaterialization,
     AssetObservation,
@@ -44,14 +58,25 @@ from dagster import (
     op,
 )
 
+from orchestration.checks import READABLE_CHECK, expired_metadata, gone_windows, readability
 from orchestration.io_manager import DAGSTER_RUN_ATTR
 from orchestration.metadata import commit_metadata
 from orchestration.resources import KafkaResource
 from orchestration.sensors import asset_io_manager_key, asset_shuffle
 from orchestration.shuffle import ShuffleLog, expire_shuffle, shuffle_log
+from orchestration.shuffle.core.commitlog import Expired
+from orchestration.shuffle.errors import ShuffleOptionError
 
 # Metadata of a re-reported materialization: the run that wrote the window.
 WRITTEN_BY = "shuffle/written_by_run"
+# Metadata of a readability check result the expiry job reports: the run that reported it.
+EXPIRED_BY = "shuffle/expired_by_run"
+
+ReconcileStatus = Literal["check", "wipe"]
+
+# The units of the op config's ages (older_than_hours, min_age_minutes).
+OLDER_THAN_UNIT = dt.timedelta(hours=1)
+MIN_AGE_UNIT = dt.timedelta(minutes=1)
 
 
 def shuffle_expiry_job(
@@ -61,93 +86,102 @@ def shuffle_expiry_job(
     keep_last: int | None = None,
     older_than: dt.timedelta | None = None,
     min_age: dt.timedelta = dt.timedelta(hours=1),
-    reconcile_status: bool = True,
+    reconcile_status: ReconcileStatus = "check",
 ):
     """A job that runs :func:`~orchestration.shuffle.expire_shuffle` on ``asset``'s shuffle.
 
-    With ``reconcile_status`` (default), windows left with no readable run stop being
-    materialized in Dagster, at the cost the module doc states.
+    Args:
+        name: The job's name (its op is ``<name>_expire``).
+        asset: The shuffle asset, stored by ``KafkaShuffleIOManager``.
+        keep_last: Keep the runs of this many most recently committed windows only.
+        older_than: Expire runs committed longer ago than this.
+        min_age: Never delete records younger than this.
+        reconcile_status: ``"check"`` (default): an expired window shows as a failed
+            ``shuffle_window_readable`` result of its partition, and Dagster's history stays.
+            ``"wipe"``: also take it out of the materialized partitions by wiping the asset's
+            history, at the cost the module doc states. The op's config can set it per run.
+
+    Raises:
+        ShuffleOptionError: ``reconcile_status`` is neither (``True`` and ``False`` were
+            taken before 0.2.0).
     """
+    if reconcile_status not in get_args(ReconcileStatus):
+        raise ShuffleOptionError(
+            f"shuffle_expiry_job {name!r}: reconcile_status={reconcile_status!r}: use 'check' "
+            "(the default, was False: expired windows shown by a check result, history kept) or "
+            "'wipe' (was True: the asset's history wiped to take them out of the materialized "
+            "partitions)"
+        )
     shuffle = asset_shuffle(asset)
     io_key = asset_io_manager_key(asset)
 
-    default_keep_last = keep_last
-    default_older_than = None if older_than is None else older_than.total_seconds() / 3600
-    default_min_age = min_age.total_seconds() / 60
+    default_keep_last, default_reconcile = keep_last, reconcile_status
 
     class ExpiryConfig(Config):
+        # Dagster's config has no duration type: here the ages are numbers, in the units of
+        # their names, and this class is where they turn into timedeltas and back; the
+        # factory and the engine see timedeltas only.
         keep_last: int | None = default_keep_last
-        older_than_hours: float | None = default_older_than
-        min_age_minutes: float = default_min_age
+        older_than_hours: float | None = (
+            None if older_than is None else older_than / OLDER_THAN_UNIT
+        )
+        min_age_minutes: float = min_age / MIN_AGE_UNIT
+        reconcile_status: ReconcileStatus = default_reconcile
+
+        def ages(self) -> tuple[dt.timedelta | None, dt.timedelta]:
+            """``older_than`` and ``min_age`` as the engine takes them."""
+            hours = self.older_than_hours
+            return (
+                None if hours is None else OLDER_THAN_UNIT * hours,
+                MIN_AGE_UNIT * self.min_age_minutes,
+            )
 
     @op(name=f"{name}_expire", required_resource_keys={io_key})
     def expire(context: OpExecutionContext, config: ExpiryConfig) -> None:
         kafka: KafkaResource = getattr(context.resources, io_key).kafka
         shuffle = asset_shuffle(asset).under(kafka)
         client = kafka.client()
+        older, young = config.ages()
         result = expire_shuffle(
             shuffle.topic,
             kafka=client,
             keep_last=config.keep_last,
-            older_than=(
-                None
-                if config.older_than_hours is None
-                else dt.timedelta(hours=config.older_than_hours)
-            ),
-            min_age=dt.timedelta(minutes=config.min_age_minutes),
+            older_than=older,
+            min_age=young,
         )
         log = shuffle_log(shuffle.topic, kafka=client)
-        gone = sorted(log.expired_windows())
         forgotten: list[str] = []
-        if reconcile_status:
-            forgotten = forget_windows(context.instance, asset, log, kafka, gone)
+        if config.reconcile_status == "wipe":
+            forgotten = forget_windows(
+                context.instance, asset, log, kafka, sorted(log.expired_windows())
+            )
+        gone = gone_windows(log, asset.partitions_def is not None)
+        shown = show_expired(context, asset, log, gone)
         context.log.info(
             f"{shuffle.topic}: expired {len(result.runs_expired)} run(s), deleted "
-            f"{sum(result.records_deleted.values())} record(s); window(s) no longer "
-            f"materialized in Dagster: {forgotten or 'none'}"
+            f"{sum(result.records_deleted.values())} record(s); window(s) shown as expired: "
+            f"{shown or 'none'}; no longer materialized in Dagster: {forgotten or 'none'}"
         )
-        context.log_event(
-            AssetObservation(
-                asset_key=asset.key,
-                metadata={
-                    "shuffle/topic": shuffle.topic,
-                    "runs_expired": len(result.runs_expired),
-                    "expired": MetadataValue.json(
-                        {r: result.reasons[r] for r in result.runs_expired}
-                    ),
-                    "windows_expired": MetadataValue.json(result.windows_expired),
-                    "windows_forgotten": MetadataValue.json(forgotten),
-                    "records_deleted": MetadataValue.json(
-                        {str(p): n for p, n in sorted(result.records_deleted.items())}
-                    ),
-                    "bytes_freed": MetadataValue.json(
-                        {str(p): n for p, n in sorted(result.bytes_freed.items())}
-                    ),
-                    "bytes_freed_total": sum(result.bytes_freed.values()),
-                },
-            )
-        )
-        if asset.partitions_def is not None:
-            # What the partition of a window that went now shows: its last run, when, why.
-            markers = log.expired_windows()
-            for window in sorted(set(markers).intersection(result.windows_expired)):
-                marker = markers[window]
-                context.log_event(
-                    AssetObservation(
-                        asset_key=asset.key,
-                        partition=window,
-                        metadata={
-                            "shuffle/expired": True,
-                            "shuffle/run_id": marker.run_id,
-                            "shuffle/expired_at": MetadataValue.timestamp(
-                                dt.datetime.fromisoformat(marker.expired_at)
-                            ),
-                            "shuffle/expiry_reason": marker.reason,
-                            "rows": marker.rows,
-                            "bytes": marker.bytes,
-                        },
-                    )
-                )
+        metadata: dict[str, Any] = {
+            "shuffle/topic": shuffle.topic,
+            "runs_expired": len(result.runs_expired),
+            "expired": MetadataValue.json({r: result.reasons[r] for r in result.runs_expired}),
+            "windows_expired": MetadataValue.json(result.windows_expired),
+            "windows_shown_expired": MetadataValue.json(shown),
+            "windows_forgotten": MetadataValue.json(forgotten),
+            "records_deleted": MetadataValue.json(
+                {str(p): n for p, n in sorted(result.records_deleted.items())}
+            ),
+            "bytes_freed": MetadataValue.json(
+                {str(p): n for p, n in sorted(result.bytes_freed.items())}
+            ),
+            "bytes_freed_total": sum(result.bytes_freed.values()),
+        }
+        if None in gone:
+            # An unpartitioned asset has no partition to observe: its own observation says
+            # its last run went, every run, so that the next run sees it shown.
+            metadata.update(expired_metadata(gone[None]))
+        context.log_event(AssetObservation(asset_key=asset.key, metadata=metadata))
 
     @job(
         name=name, description=f"Expires superseded and old runs of the shuffle {shuffle.topic!r}."
@@ -156,6 +190,58 @@ def shuffle_expiry_job(
         expire()
 
     return _job
+
+
+def _shown(instance: DagsterInstance, key: AssetKey, window: str | None, marker: Expired) -> bool:
+    """Whether the latest observation of ``window`` (of the asset, for None) says it expired
+    with ``marker``'s run. Nothing observes a window once its last run is gone: a new commit
+    would make it readable again."""
+    records = instance.fetch_observations(
+        AssetRecordsFilter(asset_key=key, asset_partitions=None if window is None else [window]),
+        limit=1,
+    ).records
+    event = records[0].asset_observation if records else None
+    if event is None:
+        return False
+    md = {k: getattr(v, "value", v) for k, v in event.metadata.items()}
+    return md.get("shuffle/expired") is True and md.get("shuffle/run_id") == marker.run_id
+
+
+def show_expired(
+    context: OpExecutionContext,
+    asset: AssetsDefinition,
+    log: ShuffleLog,
+    gone: dict[str | None, Expired],
+) -> list[str]:
+    """Shows each window of ``gone`` that Dagster does not show as expired yet: a failed
+    ``shuffle_window_readable`` result of its partition, reported without a run (an op
+    cannot report a check its job does not run), and an observation of the partition (an
+    unpartitioned asset's is the expiry's own observation). Returns those windows ("" for
+    an unpartitioned asset's)."""
+    shown: list[str] = []
+    for window, marker in sorted(gone.items(), key=lambda item: item[0] or ""):
+        if _shown(context.instance, asset.key, window, marker):
+            continue
+        found = readability(log, None if window is None else [window])
+        context.instance.report_runless_asset_event(
+            AssetCheckEvaluation(
+                asset_key=asset.key,
+                check_name=READABLE_CHECK,
+                passed=found.passed,
+                severity=found.severity,
+                description=found.description,
+                metadata={**found.metadata, EXPIRED_BY: MetadataValue.dagster_run(context.run_id)},
+                partition=window,
+            )
+        )
+        if window is not None:
+            context.log_event(
+                AssetObservation(
+                    asset_key=asset.key, partition=window, metadata=expired_metadata(marker)
+                )
+            )
+        shown.append(window or "")
+    return shown
 
 
 def _latest(instance: DagsterInstance, key: AssetKey, window: str) -> EventLogRecord | None:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from dagster import (
+    AssetCheckSeverity,
     AssetExecutionContext,
     AssetSelection,
     DailyPartitionsDefinition,
@@ -130,6 +131,7 @@ def test_checks_with_a_materialization_check_its_partition(project, kafka_conf):
         assert {n: (e.passed, e.partition) for n, e in evals.items()} == {
             "shuffle_layout": (True, day),
             "shuffle_rows": (True, day),
+            "shuffle_window_readable": (True, day),
         }
         (commit,) = [c for c in log.commits if c.attrs.get("dagster_run_id") == result.run_id]
         rows = evals["shuffle_rows"]
@@ -159,6 +161,9 @@ def test_checks_run_alone_check_the_chosen_partition(project, kafka_conf):
     rows = evaluations(missing)["shuffle_rows"]
     assert (rows.passed, rows.partition) == (False, "2024-05-07")
     assert "window 2024-05-07: no committed run" in rows.description
+    readable = evaluations(missing)["shuffle_window_readable"]
+    assert (readable.passed, readable.severity) == (False, AssetCheckSeverity.ERROR)
+    assert readable.description == "window 2024-05-07: no committed run"
 
 
 def test_full_read_reads_the_rows_back(project):

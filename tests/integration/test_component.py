@@ -187,7 +187,7 @@ def test_component_declares_the_shuffle(project, bootstrap):
     assert schedule.job_name == "events_by_user_expiry"
     assert schedule.default_status == DefaultScheduleStatus.STOPPED
     checks = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
-    assert checks == {"shuffle_layout", "shuffle_rows"}
+    assert checks == {"shuffle_layout", "shuffle_rows", "shuffle_window_readable"}
     consumer = defs.resolve_job_def("user_clicks_job")
     assert consumer.asset_layer.selected_asset_keys == {defs.resolve_assets_def("user_clicks").key}
 
@@ -207,6 +207,7 @@ def test_component_materializes_reads_and_expires(project, kafka_conf, spark):
     assert {(e.check_name, e.passed, e.blocking) for e in evaluations} == {
         ("shuffle_layout", True, True),
         ("shuffle_rows", True, True),
+        ("shuffle_window_readable", True, True),
     }
 
     log = shuffle_log(topic, kafka=kafka_conf)

@@ -1,8 +1,8 @@
-"""What Dagster's instance says of a shuffle asset's partitions is what Kafka holds: a range
-run that fails on one day, its retry by the failed-region sensor, a successful range run, a
-re-run of a day and an expiry, each checked through the instance (materialized partitions,
-partition status, the events' run ids and metadata), on the real broker, Spark and a Dagster
-instance."""
+"""What Dagster's instance says of a shuffle asset's partitions follows Kafka: a range run
+that fails on one day, its retry by the failed-region sensor, a successful range run, a re-run
+of a day and an expiry (which keeps Dagster's history and marks the window it empties), each
+checked through the instance (materialized partitions, partition status, the events' run ids
+and metadata), on the real broker, Spark and a Dagster instance."""
 
 import datetime as dt
 import uuid
@@ -11,6 +11,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from dagster import (
+    AssetCheckKey,
+    AssetCheckSeverity,
     AssetKey,
     AssetMaterialization,
     AssetPartitionStatus,
@@ -229,20 +231,28 @@ def test_partition_status_follows_kafka(project, spark, kafka_conf):
     )
     assert result.success
     assert sorted(shuffle_log(topic, kafka=kafka_conf).latest_by_window()) == [D1, D3, D4, D5]
-    assert materialized(project) == {D1, D3, D4, D5}
-    assert status(project, D2)[D2] is None
-    # The windows still readable show their runs as before, and who wrote them.
+    # Dagster's history stays: D2 was materialized, and the windows still readable show the
+    # same records as before.
+    assert materialized(project) == {D1, D2, D3, D4, D5}
     for day, writer in ((D1, again.run_id), (D3, retry.run_id), (D4, ok.run_id)):
-        (record,) = records(project, day)
+        record = records(project, day)[0]
+        assert record.run_id == writer
         check_metadata(project, record, day, kafka_conf)
-        assert record.asset_materialization.metadata[WRITTEN_BY].value == writer
-    # D2's partition tells why it went.
+    assert len(records(project, D1)) == 2
+    # D2's partition tells why it went: an observation and a failed readability check.
     (seen,) = instance.fetch_observations(
         AssetRecordsFilter(asset_key=KEY, asset_partitions=[D2]), 10
     ).records
     md = seen.asset_observation.metadata
     assert md["shuffle/expired"].value is True
     assert md["shuffle/expiry_reason"].value == "not among the 4 most recent windows"
+    (check,) = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(KEY, "shuffle_window_readable"), limit=10
+    )
+    evaluation = check.event.dagster_event.event_specific_data
+    assert (check.partition, evaluation.passed) == (D2, False)
+    assert evaluation.severity == AssetCheckSeverity.WARN
+    assert "not among the 4 most recent windows" in evaluation.description
 
     # A read of D2, planned or through the IO manager, says it expired, when and why.
     with pytest.raises(ShuffleWindowNotFoundError, match=r"\['2024-05-02'\] expired") as err:

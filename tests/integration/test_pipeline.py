@@ -103,7 +103,12 @@ def test_backfill_is_one_run_with_one_commit_per_day(stack, kafka_conf):
     assert sorted(c.window for c in mine) == [D1, D2]
     result = stack["backfill"].result
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks == {"rows_balance": True, "shuffle_layout": True, "shuffle_rows": True}
+    assert checks == {
+        "rows_balance": True,
+        "shuffle_layout": True,
+        "shuffle_rows": True,
+        "shuffle_window_readable": True,
+    }
     # One materialization per day, each with its own committed run, rows and watermark.
     md = {
         m.partition: m.metadata

@@ -169,7 +169,11 @@ def test_user_project_end_to_end(project, kafka_conf):
         result = run(project, "events_job", partition=day)
         assert result.success
         checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-        assert checks == {"shuffle_layout": True, "shuffle_rows": True}
+        assert checks == {
+            "shuffle_layout": True,
+            "shuffle_rows": True,
+            "shuffle_window_readable": True,
+        }
         # The asset returns a plain Parquet scan: the tasks read the files themselves.
         (mat,) = result.asset_materializations_for_node("events_by_user")
         assert mat.metadata["shuffle/write_path"].value == "columnar"

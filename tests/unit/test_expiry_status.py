@@ -1,0 +1,98 @@
+"""What ``shuffle_window_readable`` says of a window from the commit log alone, and how the
+expiry job's factory takes its ages and its ``reconcile_status``."""
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+from dagster import AssetCheckSeverity, DailyPartitionsDefinition, asset
+
+from orchestration import shuffle_expiry_job, shuffle_metadata
+from orchestration.checks import gone_windows, readability
+from orchestration.shuffle import ShuffleOptionError
+from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange, ShuffleLog
+from orchestration.shuffle.core.retention import marker
+
+NOW = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
+LAYOUT = Layout("t", ("k",), 1, 4, pa.schema([pa.field("k", pa.string())]))
+
+
+def commit(run_id: str, window: str | None) -> Commit:
+    parts = {0: PartitionRange(0, 1, 3, 1)}
+    return Commit(run_id, window, NOW.isoformat(), ((0, 0),), parts, 3, 10, 1)
+
+
+def log_of(*records) -> ShuffleLog:
+    return ShuffleLog.from_records("t", [("layout", LAYOUT.to_json()), *records])
+
+
+def expired(c: Commit, reason: str) -> tuple[str, str]:
+    return (f"expired/{c.run_id}", marker(c, reason, NOW).to_json())
+
+
+def test_readable_expired_and_missing_windows():
+    d1, d2 = commit("r1", "d1"), commit("r2", "d2")
+    log = log_of(expired(d1, "not among the 1 most recent windows"), ("commit/r2", d2.to_json()))
+    assert set(gone_windows(log, partitioned=True)) == {"d1"}
+
+    ok = readability(log, ["d2"])
+    assert ok.passed and ok.description is None and ok.metadata == {"readable": 1}
+
+    gone = readability(log, ["d1"])
+    assert not gone.passed and gone.severity == AssetCheckSeverity.WARN
+    assert gone.description == (
+        f"window d1: its last run r1 expired {NOW.isoformat()}: not among the 1 most recent windows"
+    )
+    md = {k: getattr(v, "value", v) for k, v in gone.metadata.items()}
+    assert md["shuffle/expired"] is True and md["shuffle/run_id"] == "r1"
+    assert md["shuffle/expiry_reason"] == "not among the 1 most recent windows"
+    assert md["shuffle/expired_at"] == NOW.timestamp()
+
+    # A window that never had a run is an error, not retention's doing.
+    both = readability(log, ["d1", "d2", "d9"])
+    assert not both.passed and both.severity == AssetCheckSeverity.ERROR
+    assert both.description.endswith("window d9: no committed run")
+    assert both.metadata["readable"] == 1
+    assert list(both.metadata["expired"].value) == ["d1"]
+    assert both.metadata["missing"].value == ["d9"]
+
+
+def test_an_unpartitioned_shuffle_is_gone_when_its_last_run_is():
+    first, last = commit("r1", None), commit("r2", None)
+    alive = log_of(expired(first, "older than 1 day"), ("commit/r2", last.to_json()))
+    assert gone_windows(alive, partitioned=False) == {}
+    assert readability(alive, None).passed
+    both = log_of(expired(first, "older than 1 day"), expired(last, "older than 1 day"))
+    assert gone_windows(both, partitioned=False)[None].run_id == "r2"
+    found = readability(both, None)
+    assert not found.passed and found.severity == AssetCheckSeverity.WARN
+    assert found.description.startswith("the asset: its last run r2 expired")
+
+
+@asset(
+    partitions_def=DailyPartitionsDefinition(start_date="2024-05-01"),
+    io_manager_key="shuffle_io",
+    metadata=shuffle_metadata(key="k", num_partitions=1, topic="t"),
+)
+def events() -> None: ...
+
+
+def test_expiry_job_config_holds_the_ages_and_the_status():
+    job = shuffle_expiry_job(
+        "x", asset=events, keep_last=3, older_than=dt.timedelta(minutes=90), min_age=dt.timedelta(0)
+    )
+    # The launchpad shows the factory's ages in the config's units.
+    fields = job.graph.node_defs[0].config_schema.config_type.fields
+    defaults = {name: f.default_value for name, f in fields.items()}
+    assert defaults == {
+        "keep_last": 3,
+        "older_than_hours": 1.5,
+        "min_age_minutes": 0.0,
+        "reconcile_status": "check",
+    }
+
+
+@pytest.mark.parametrize("given", [True, False, "forget"])
+def test_reconcile_status_takes_check_or_wipe(given):
+    with pytest.raises(ShuffleOptionError, match=r"reconcile_status=.*use 'check' .*'wipe'"):
+        shuffle_expiry_job("x", asset=events, reconcile_status=given)
