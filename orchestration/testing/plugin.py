@@ -98,5 +98,8 @@ def shuffle_io_manager(
     It reads with ``shuffle_spark`` (the active session)."""
     from orchestration.io_manager import KafkaShuffleIOManager
 
-    kafka = shuffle_kafka.model_copy(update={"topic_prefix": shuffle_topic_prefix})
+    # Built anew, not model_copy()'d: Dagster rebuilds a resource from the arguments it was
+    # constructed with, so a copied field would be lost when a run sets the resource up.
+    fields = {name: getattr(shuffle_kafka, name) for name in type(shuffle_kafka).model_fields}
+    kafka = type(shuffle_kafka)(**{**fields, "topic_prefix": shuffle_topic_prefix})
     return KafkaShuffleIOManager(kafka=kafka)

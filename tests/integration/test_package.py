@@ -4,20 +4,27 @@ read path's jars, and no demo or development dependency among its required ones.
 Everything is built from a clean clone of the committed repository (nothing set up, no
 jars built): what a ``pip install`` of the git URL or of a fresh checkout sees. The build
 runs Maven itself (``setup.py``, ``jvm/build_jvm.py``). The installed wheel is then used in
-a fresh virtualenv with none of the checkout importable, as a user's project uses it.
+one fresh virtualenv (the wheel, its dependencies and pytest) with none of the checkout
+importable, as a user's project uses it: a script reads a shuffle on the JVM, and the
+project of docs/testing.md runs its tests with the pytest plugin the wheel installs.
 """
 
 import os
+import re
 import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 import tomllib
+import types
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 
 import pytest
+
+from orchestration.testing.broker import KAFKA_JARS
 
 pytestmark = pytest.mark.integration
 
@@ -218,8 +225,10 @@ USER_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.timeout(900)
-def test_installed_wheel_reads_a_shuffle_on_the_jvm(wheel, bootstrap, tmp_path):
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory):
+    """A fresh virtualenv holding the wheel, its dependencies and pytest (at the versions the
+    checkout is tested with), and an environment with nothing of the checkout in it."""
     # Nothing of the checkout anywhere: with it on PYTHONPATH, pip would even take its
     # kafka_shuffle.egg-info for an installed kafka-shuffle and skip the wheel.
     env = {
@@ -227,16 +236,26 @@ def test_installed_wheel_reads_a_shuffle_on_the_jvm(wheel, bootstrap, tmp_path):
         for k, v in os.environ.items()
         if k not in ("PYTHONPATH", "SPARK_HOME", "SPARK_CONF_DIR", "PYSPARK_PYTHON")
     }
-    work = tmp_path / "elsewhere"
+    base = tmp_path_factory.mktemp("installed")
+    work = base / "elsewhere"
     work.mkdir()
-    venv = tmp_path / "venv"
+    venv = base / "venv"
     subprocess.run(
         [sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=env, cwd=work
     )
     python = venv / "bin" / "python"
-    # The library's own dependencies only, at the versions the checkout is tested with.
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "-c", str(ROOT / "requirements.lock"), wheel],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "-c",
+            str(ROOT / "requirements.lock"),
+            str(wheel),
+            "pytest",
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -244,15 +263,70 @@ def test_installed_wheel_reads_a_shuffle_on_the_jvm(wheel, bootstrap, tmp_path):
         cwd=work,
     )
     assert install.returncode == 0, install.stdout + install.stderr
-    script = tmp_path / "user_job.py"
-    script.write_text(USER_SCRIPT)
     env.update(
         PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
         PYSPARK_PYTHON=str(python),
-        KAFKA_BOOTSTRAP_SERVERS=bootstrap,
     )
+    return types.SimpleNamespace(python=python, env=env, work=work)
+
+
+@pytest.mark.timeout(900)
+def test_installed_wheel_reads_a_shuffle_on_the_jvm(installed, bootstrap, tmp_path):
+    script = tmp_path / "user_job.py"
+    script.write_text(USER_SCRIPT)
     done = subprocess.run(
-        [str(python), str(script)], capture_output=True, text=True, timeout=600, env=env, cwd=work
+        [str(installed.python), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**installed.env, "KAFKA_BOOTSTRAP_SERVERS": bootstrap},
+        cwd=installed.work,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert "keys on the JVM with no Exchange" in done.stdout
+
+
+def docs_project(page: Path, into: Path) -> list[str]:
+    """Writes the files a docs page shows (each block whose first line is ``# <path>``) under
+    ``into``; returns their paths."""
+    written = []
+    for block in re.findall(r"^```\w*\n(.*?)^```$", page.read_text(), re.S | re.M):
+        first = block.split("\n", 1)[0]
+        named = re.fullmatch(r"# ([\w./-]+\.(?:py|toml))", first)
+        if named:
+            path = into / named[1]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(block)
+            written.append(named[1])
+    return written
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("cluster", ["plugin's broker", "KAFKA_BOOTSTRAP_SERVERS"])
+def test_docs_testing_example_passes_with_the_installed_plugin(
+    installed, bootstrap, tmp_path, cluster
+):
+    project = tmp_path / "my-project"
+    files = docs_project(ROOT / "docs" / "testing.md", project)
+    assert {"pyproject.toml", "my_project/assets.py", "tests/test_assets.py"} <= set(files)
+    env = {**installed.env, "KAFKA_SHUFFLE_CACHE": str(tmp_path / "cache")}
+    env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+    if cluster == "KAFKA_BOOTSTRAP_SERVERS":
+        env["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+    started = time.monotonic()
+    # As the page says to run them: pytest in the project's folder, no conftest.py.
+    done = subprocess.run(
+        [str(installed.python), "-m", "pytest", "-p", "no:cacheprovider", "-rA"],
+        capture_output=True,
+        text=True,
+        timeout=840,
+        env=env,
+        cwd=project,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-3000:]
+    assert re.search(r"\b2 passed\b", done.stdout), done.stdout[-3000:]
+    jars = list((tmp_path / "cache").glob("kafka-*/*.jar"))
+    # The plugin fetched Kafka's jars and started a broker only without a cluster named.
+    assert len(jars) == (len(KAFKA_JARS) if cluster == "plugin's broker" else 0), jars
+    print(f"{cluster}: docs/testing.md's tests took {took:.0f} s")
