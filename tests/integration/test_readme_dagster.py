@@ -2,14 +2,15 @@
 
 Every Python block under a ``##`` heading that names Dagster is run here, unless an HTML
 comment ``<!-- not run: why -->`` stands right before it; a block this test has no way to
-run fails it, so a new example is either run or says why not. The one change made to a
-block is its data folder: ``/data/`` becomes a temporary folder holding a day of events.
+run fails it, so a new example is either run or says why not. Two changes are made to a
+block, both to keep a run to itself: its data folder ``/data/`` becomes a temporary folder
+holding a day of events, and its ``KafkaResource`` gets a ``topic_prefix`` of the run's own
+(the example's topics would otherwise be shared by every run against one broker).
 
 - A block that defines ``defs = Definitions(...)`` is saved as a file and materialized with
   ``dagster asset materialize`` on a persistent instance (``DAGSTER_HOME``), so each step
   runs in a process of its own on Dagster's default multiprocess executor, as in a
-  deployment. Its topics are the example's own (``events_by_user``); each run writes a day
-  drawn at random, so runs against one long-lived broker do not meet.
+  deployment.
 - A component's asset function (a block headed ``# src/.../source.py``) is called with a
   context of one partition, in this process, and must return that day's rows.
 """
@@ -20,6 +21,7 @@ import re
 import subprocess
 import sys
 import types
+import uuid
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -84,7 +86,7 @@ def test_the_dagster_sections_have_python_blocks():
 def events(tmp_path):
     """A day of events in ``<tmp>/data/events/day=<day>/`` (Hive-style: the day is in the
     folder's name, not in the file), drawn at random."""
-    day = (date(2024, 3, 1) + timedelta(days=random.randrange(3000))).isoformat()
+    day = (date(2024, 3, 1) + timedelta(days=random.randrange(900))).isoformat()
     rng = np.random.default_rng(7)
     n = 300
     frame = pd.DataFrame(
@@ -105,8 +107,13 @@ def events(tmp_path):
     return types.SimpleNamespace(day=day, frame=frame, data=tmp_path / "data", root=tmp_path)
 
 
+KAFKA = 'KafkaResource(bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS"))'
+
+
 def as_run_here(block: Block, data: Path) -> str:
-    return block.code.replace('"/data/', f'"{data}/').replace("f'/data/", f"f'{data}/")
+    code = block.code.replace('"/data/', f'"{data}/').replace("f'/data/", f"f'{data}/")
+    prefix = f"readme-{uuid.uuid4().hex[:10]}."
+    return code.replace(KAFKA, f"{KAFKA[:-1]}, topic_prefix={prefix!r})")
 
 
 @pytest.mark.timeout(600)
@@ -117,6 +124,7 @@ def test_readme_dagster_block_runs_as_written(block, events, bootstrap, monkeypa
     code = as_run_here(block, events.data)
     assert "/data/" not in code.replace(str(events.data), ""), "a /data/ path was left"
     if re.search(r"^defs = Definitions\(", code, re.M):
+        assert "topic_prefix=" in code, f"the block's Kafka resource is not {KAFKA}"
         run_definitions(code, events, bootstrap)
     elif re.match(r"# src/\S+/source\.py\n", code):
         request.getfixturevalue("spark")
