@@ -130,6 +130,28 @@ def test_writer_writes_reader_reads_and_nothing_else(spark, kafka_conf, users, u
         assert conf["sasl.password"] not in jvm_plan
 
 
+def test_a_prefix_grant_covers_every_shuffle_under_the_prefix(spark, users, unique):
+    admin, producer, consumer = users["admin"], users["producer"], users["consumer"]
+    prefix = unique("team") + "."
+    grant_shuffle_access(
+        prefix, kafka=admin, writers=["User:producer"], readers=["User:consumer"], prefixed=True
+    )
+    # Shuffles named after the grant, as a deployment with this topic_prefix creates them.
+    for name in ("events", "sessions"):
+        res = write_shuffle(rows(spark, 500), spec_for(prefix + name), kafka=producer)
+        assert res.rows == 500
+        assert read_shuffle(spark, prefix + name, kafka=consumer).count() == 500
+    refused_quickly(
+        lambda: write_shuffle(rows(spark, 10), spec_for(prefix + "x"), kafka=consumer),
+        "not authorized",
+    )
+    # A name that merely shares the prefix's first letters is another deployment's.
+    refused_quickly(
+        lambda: write_shuffle(rows(spark, 10), spec_for(prefix[:-1] + "-x"), kafka=producer),
+        "not authorized",
+    )
+
+
 def test_unauthenticated_and_wrong_passwords_are_refused_in_seconds(spark, users, unique):
     consumer = users["consumer"]
     plain = {"bootstrap.servers": consumer["bootstrap.servers"]}

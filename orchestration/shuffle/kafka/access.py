@@ -7,7 +7,9 @@ looks up the coordinator of its group id (``kafka-shuffle-reader``), so both get
 
 A deployment whose Kafka resource has a ``topic_prefix`` is granted its shuffles as a whole:
 ``prefixed=True`` makes the topic rights one PREFIXED binding on the prefix per principal and
-operation, which covers every shuffle topic and commit log a run of it creates later.
+operation, which covers every shuffle topic and commit log a run of it creates later. End
+the prefix with a separator (``staging.``): a PREFIXED ACL on ``staging`` also grants
+``staging2.events``.
 
 Example (as a cluster administrator)::
 
