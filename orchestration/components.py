@@ -5,7 +5,7 @@ the rest in YAML: the asset (key, partitions), its shuffle layout, the Kafka clu
 jobs the commit sensor launches, the checks and the expiry schedule. The component builds
 them with the library's factories (``shuffle_metadata``, ``KafkaShuffleIOManager``,
 ``shuffle_commit_sensor``, ``failed_region_sensor``, ``shuffle_asset_checks``,
-``shuffle_expiry_job``), exactly as a Python project would.
+``shuffle_expiry_job``, ``shuffle_backfill_schedule``), exactly as a Python project would.
 
 Example ``defs/events/defs.yaml`` (the function lives in ``defs/events/source.py``)::
 
@@ -21,11 +21,13 @@ Example ``defs/events/defs.yaml`` (the function lives in ``defs/events/source.py
       consumers:
         - {job: user_clicks_job, selection: user_clicks}
       expiry: {cron: "0 3 * * *", keep_last: 30}
+      backfill_schedule: {cron: "0 2 * * *", partitions: 3}
 
 Names of what it builds, from the asset key ``k`` (as a Python identifier): the IO manager
 resource ``k__shuffle_io`` (``io_manager_key`` overrides it), the producer job ``k_job``, the
-sensors ``k_commits`` and ``k_failed_windows``, the checks ``shuffle_layout`` and
-``shuffle_rows``, the expiry job ``k_expiry`` and its schedule ``k_expiry_schedule``.
+sensors ``k_commits`` and ``k_failed_windows`` (with its retry job ``k_failed_windows_retry``),
+the checks ``shuffle_layout`` and ``shuffle_rows``, the expiry job ``k_expiry`` and its
+schedule ``k_expiry_schedule``, the schedule ``k_backfill_schedule``.
 """
 
 import datetime as dt
@@ -58,6 +60,7 @@ from orchestration.io_manager import KafkaShuffleIOManager
 from orchestration.maintenance import shuffle_expiry_job
 from orchestration.metadata import shuffle_metadata
 from orchestration.resources import KafkaResource
+from orchestration.schedules import shuffle_backfill_schedule
 from orchestration.sensors import failed_region_sensor, shuffle_commit_sensor
 from orchestration.shuffle import ShuffleOptionError
 
@@ -178,6 +181,16 @@ class ExpirySettings(Resolvable, Model):
     running: bool = Field(default=False, description="Start the schedule running when deployed.")
 
 
+class BackfillScheduleSettings(Resolvable, Model):
+    """A schedule that re-materializes the trailing partitions in one range run
+    (:func:`orchestration.shuffle_backfill_schedule`)."""
+
+    cron: str = Field(description="When it runs, e.g. '0 2 * * *'.")
+    partitions: int = Field(description="How many trailing partitions each run re-materializes.")
+    timezone: str | None = None
+    running: bool = Field(default=False, description="Start the schedule running when deployed.")
+
+
 class KafkaShuffle(Component, Resolvable, Model):
     """A shuffle asset and what runs around it, declared in a project's ``defs.yaml``.
 
@@ -214,6 +227,10 @@ class KafkaShuffle(Component, Resolvable, Model):
     checks: CheckSettings = Field(default_factory=CheckSettings)
     expiry: ExpirySettings | None = Field(
         default=None, description="A scheduled expiry job; none if absent."
+    )
+    backfill_schedule: BackfillScheduleSettings | None = Field(
+        default=None,
+        description="A schedule re-materializing the trailing partitions; none if absent.",
     )
     io_manager_key: str | None = Field(
         default=None, description="The IO manager resource's key; default '<asset>__shuffle_io'."
@@ -274,7 +291,9 @@ class KafkaShuffle(Component, Resolvable, Model):
                 failed_region_sensor(
                     f"{name}_failed_windows",
                     jobs=[producer],
+                    assets=[_shuffle_asset],
                     max_retries=self.sensors.max_retries,
+                    minimum_interval_seconds=self.sensors.minimum_interval_seconds,
                     default_status=sensor_status,
                 )
             )
@@ -308,6 +327,23 @@ class KafkaShuffle(Component, Resolvable, Model):
                     default_status=(
                         DefaultScheduleStatus.RUNNING
                         if expiry.running
+                        else DefaultScheduleStatus.STOPPED
+                    ),
+                )
+            )
+        if self.backfill_schedule is not None:
+            backfill = self.backfill_schedule
+            schedules.append(
+                shuffle_backfill_schedule(
+                    f"{name}_backfill_schedule",
+                    asset=_shuffle_asset,
+                    job=producer,
+                    partitions=backfill.partitions,
+                    cron_schedule=backfill.cron,
+                    execution_timezone=backfill.timezone,
+                    default_status=(
+                        DefaultScheduleStatus.RUNNING
+                        if backfill.running
                         else DefaultScheduleStatus.STOPPED
                     ),
                 )

@@ -58,6 +58,9 @@ attributes:
     cron: "0 3 * * *"
     keep_last: 1
     min_age_minutes: 0
+  backfill_schedule:
+    cron: "0 2 * * *"
+    partitions: 3
 """
 
 # The asset's body: the day's rows, made by Spark alone (no Python function runs in the
@@ -181,7 +184,15 @@ def test_component_declares_the_shuffle(project, bootstrap):
     assert commits.default_status == DefaultSensorStatus.STOPPED
     assert [j.name for j in commits.jobs] == ["user_clicks_job"]
     failed = defs.resolve_sensor_def("events_by_user_failed_windows")
-    assert [j.name for j in failed.jobs] == ["events_by_user_job"]
+    # The producer job, and the sensor's own job for runs of others (a backfill from the UI).
+    assert [j.name for j in failed.jobs] == [
+        "events_by_user_job",
+        "events_by_user_failed_windows_retry",
+    ]
+    assert failed.minimum_interval_seconds == 30
+    nightly = defs.resolve_schedule_def("events_by_user_backfill_schedule")
+    assert (nightly.cron_schedule, nightly.job_name) == ("0 2 * * *", "events_by_user_job")
+    assert nightly.default_status == DefaultScheduleStatus.STOPPED
     schedule = defs.resolve_schedule_def("events_by_user_expiry_schedule")
     assert schedule.cron_schedule == "0 3 * * *"
     assert schedule.job_name == "events_by_user_expiry"
