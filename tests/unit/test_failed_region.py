@@ -175,6 +175,18 @@ def test_job_runs_are_retried_by_their_job_and_others_by_the_retry_job(instance)
     assert evaluate(instance, run(instance, job="events_job", partition=D2), legacy)
 
 
+def test_a_sensor_given_jobs_only_reads_a_range_from_the_jobs_partitions(instance):
+    FAILING.add(("events", D2))
+    failed = run(instance, job="events_job", window=(D1, D3))
+    (request,) = evaluate(instance, failed, legacy)
+    assert (request.job_name, request.asset_selection, request.partition_key) == (
+        "events_job",
+        None,
+        None,
+    )
+    assert (request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG]) == (D1, D3)
+
+
 def test_what_is_not_the_shuffles_failure_is_not_retried(instance):
     FAILING.add(("unrelated", D1))
     assert evaluate(instance, run(instance, selection=[unrelated.key], partition=D1)) is None
