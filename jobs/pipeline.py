@@ -73,6 +73,13 @@ def flights_jobs(pipeline: FlightsPipeline, *, max_retries: int = 2) -> FlightsJ
         ],
         sensors=[
             shuffle_commit_sensor(COMMIT_SENSOR, asset=pipeline.shuffle, jobs=consumer_jobs),
-            failed_region_sensor(REGION_SENSOR, jobs=[producer_job], max_retries=max_retries),
+            # The shuffle asset too: its runs launched from the UI (an asset backfill, runs of
+            # Dagster's implicit asset job) are retried as the producer job's are.
+            failed_region_sensor(
+                REGION_SENSOR,
+                jobs=[producer_job],
+                assets=[pipeline.shuffle],
+                max_retries=max_retries,
+            ),
         ],
     )
