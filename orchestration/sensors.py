@@ -283,8 +283,9 @@ def failed_region_sensor(
     (``failed_windows_tag``, set by ``KafkaShuffleIOManager``) is retried for those windows
     only, which Dagster's run retries cannot do (they re-run the whole range); a run that
     failed as a whole is retried for its partition or range, less the windows of the shuffle
-    it did commit. Consecutive windows of a range run are retried as one range run
-    (``dagster/asset_partition_range_start`` / ``_end``), a lone window as a partition run.
+    it did commit (an unpartitioned run, as a whole). Consecutive windows of a range run are
+    retried as one range run (``dagster/asset_partition_range_start`` / ``_end``), a lone
+    window as a partition run.
 
     Which runs it watches:
 
@@ -367,7 +368,9 @@ def failed_region_sensor(
             return SkipReason(f"{what}: Dagster's run retries re-run it")
         if retry >= max_retries:
             return SkipReason(f"{what} failed after {retry} retries")
-        order = _run_windows(run, partitions_def or _job_partitions_def(context, run))
+        order = _run_windows(
+            run, partitions_def if partitions_def is not None else _job_partitions_def(context, run)
+        )
         windows: list[str | None] = [
             w for w in run.tags.get(failed_windows_tag, "").split(",") if w
         ]
