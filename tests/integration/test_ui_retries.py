@@ -33,7 +33,9 @@ from orchestration import FAILED_WINDOWS_TAG
 from orchestration.sensors import RANGE_END_TAG, RANGE_START_TAG, RETRY_OF_TAG, RETRY_TAG
 from orchestration.shuffle import shuffle_log
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# The first test waits for the daemon's start and every case's first runs (about 80 s on an
+# idle 2-core machine); the per-test default of 300 s is tight on a loaded one.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
 
 LOCATION = "clicks"
 REPOSITORY = "__repository__"
