@@ -26,8 +26,8 @@ Example ``defs/events/defs.yaml`` (the function lives in ``defs/events/source.py
 Names of what it builds, from the asset key ``k`` (as a Python identifier): the IO manager
 resource ``k__shuffle_io`` (``io_manager_key`` overrides it), the producer job ``k_job``, the
 sensors ``k_commits`` and ``k_failed_windows`` (with its retry job ``k_failed_windows_retry``),
-the checks ``shuffle_layout`` and ``shuffle_rows``, the expiry job ``k_expiry`` and its
-schedule ``k_expiry_schedule``, the schedule ``k_backfill_schedule``.
+the checks ``shuffle_layout``, ``shuffle_rows`` and ``shuffle_window_readable``, the expiry
+job ``k_expiry`` and its schedule ``k_expiry_schedule``, the schedule ``k_backfill_schedule``.
 """
 
 import datetime as dt
@@ -162,7 +162,8 @@ class SensorSettings(Resolvable, Model):
 
 
 class CheckSettings(Resolvable, Model):
-    """The shuffle's asset checks (``shuffle_layout``, ``shuffle_rows``)."""
+    """The shuffle's asset checks (``shuffle_layout``, ``shuffle_rows``,
+    ``shuffle_window_readable``)."""
 
     enabled: bool = True
     blocking: bool = True
