@@ -26,7 +26,8 @@ import pytest
 
 from orchestration.testing.broker import KAFKA_JARS
 
-pytestmark = pytest.mark.integration
+# Wheels built from clean clones and installed into fresh virtualenvs: `scripts/dev test-slow`.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_INSTALLED = ("assets/", "jobs/", "devstack/", "tests/", "bench/")
