@@ -44,6 +44,7 @@ _EXPORTS = {
     "Commit": "core.commitlog",
     "Layout": "core.commitlog",
     "ShuffleLog": "core.commitlog",
+    "ShuffleAuthorizationError": "errors",
     "ShuffleConnectionError": "errors",
     "ShuffleError": "errors",
     "ShuffleFormatError": "errors",
@@ -90,6 +91,7 @@ if TYPE_CHECKING:
     from orchestration.shuffle.errors import (
         QueueGroupError,
         QueueSchemaError,
+        ShuffleAuthorizationError,
         ShuffleConnectionError,
         ShuffleError,
         ShuffleFormatError,

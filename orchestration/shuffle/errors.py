@@ -16,6 +16,12 @@ class ShuffleConnectionError(ShuffleError, ConnectionError):
     """Kafka could not be reached (nothing listening, wrong address, timeout)."""
 
 
+class ShuffleAuthorizationError(ShuffleConnectionError, PermissionError):
+    """The cluster refused an operation for want of an ACL (a topic, group, transactional
+    id or the cluster); the message names what was refused and the operation. Authentication
+    that fails (a wrong password) is a :class:`ShuffleConnectionError` of its own."""
+
+
 class ShuffleTopicNotFoundError(ShuffleError, LookupError):
     """A shuffle's data topic or commit-log topic does not exist."""
 

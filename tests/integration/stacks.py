@@ -34,3 +34,28 @@ def own_stack(name: str, port: int, *, nodes: int = 1, security: str = "plaintex
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+# The SASL_SSL stack the security tests share (SCRAM users, TLS, ACLs enforced).
+SASL_NAME, SASL_PORT = "test-kafka-sasl", 30092
+
+
+def secure_stack():
+    """``own_stack`` of the SASL_SSL stack: ``devstack.localstack`` manages it inside."""
+    return own_stack(SASL_NAME, SASL_PORT, security="sasl_ssl")
+
+
+@contextlib.contextmanager
+def secure_users():
+    """Starts the SASL_SSL stack and yields each SCRAM user's librdkafka settings (``admin``,
+    a super user; ``producer``; ``consumer``); stops it after."""
+    from devstack import localstack
+
+    with secure_stack():
+        localstack.start()
+        confs = {u: localstack.client_config(u) for u in localstack.USERS}
+    try:
+        yield confs
+    finally:
+        with secure_stack():
+            localstack.stop()

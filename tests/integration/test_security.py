@@ -10,7 +10,6 @@ import time
 import pytest
 from dagster import build_sensor_context, instance_for_test
 
-from devstack import localstack
 from jobs.definitions import KAFKA_SECURITY_ENV, kafka_resource
 from orchestration.shuffle import (
     ShuffleConnectionError,
@@ -25,25 +24,15 @@ from orchestration.shuffle import (
     write_shuffle,
 )
 from tests.conftest import jvm_read_off, jvm_read_on
-from tests.integration.stacks import own_stack
+from tests.integration.stacks import secure_users
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-PORT = 30092
-
-
-def secure_env():
-    return own_stack("test-kafka-sasl", PORT, security="sasl_ssl")
 
 
 @pytest.fixture(scope="module")
 def users():
-    with secure_env():
-        localstack.start()
-        confs = {u: localstack.client_config(u) for u in localstack.USERS}
-    yield confs
-    with secure_env():
-        localstack.stop()
+    with secure_users() as confs:
+        yield confs
 
 
 def rows(spark, n=3000):

@@ -24,6 +24,7 @@ from orchestration.shuffle.core.commitlog import Commit, ShuffleLog
 from orchestration.shuffle.errors import (
     QueueGroupError,
     QueueSchemaError,
+    ShuffleAuthorizationError,
     ShuffleConnectionError,
     ShuffleError,
     ShuffleOptionError,
@@ -76,6 +77,17 @@ def work_topic(topic: str) -> str:
     """The work topic that feeds ``topic`` to share groups: a shuffle's committed frames, or
     a plain topic's records, one work item each."""
     return topic + WORK_TOPIC_SUFFIX
+
+
+# The feeder's transactional id is this and its work topic's name, so that a grant on a
+# topic prefix can cover the feeders of every work topic under it.
+FEEDER_ID_PREFIX = "kafka-shuffle-feeder."
+
+
+def feeder_id(work: str) -> str:
+    """The ``transactional.id`` of the feeder of work topic ``work`` (one per work topic: a
+    newer feeder fences an older one)."""
+    return FEEDER_ID_PREFIX + work
 
 
 @dataclass(frozen=True)
@@ -479,6 +491,7 @@ def job_error(exc: BaseException, topic: str, group: str) -> BaseException:
         QueueSchemaError,
         QueueGroupError,
         ShuffleTopicNotFoundError,
+        ShuffleAuthorizationError,
         ShuffleConnectionError,
         ShuffleSchemaError,
         ShuffleWriteError,

@@ -5,16 +5,32 @@ creates both on its first run, reads the commit log (layout, earlier commits) an
 both; a reader only reads both. Readers plan by offsets and never join a group; the client still
 looks up the coordinator of its group id (``kafka-shuffle-reader``), so both get READ on it.
 
+A writer is the shuffle's owner, so it also gets what the rest of its life takes:
+
+- expiry (:func:`~orchestration.shuffle.expire_shuffle`, the expiry job): DELETE on the data
+  topic, to delete the records of expired runs. Kafka's DELETE on a topic also allows
+  deleting the topic itself; there is no narrower right for deleting records.
+- queue mode (:func:`~orchestration.shuffle.process_queue`): the work topic
+  (``<topic>.queue``), the feeder's transactional id (``kafka-shuffle-feeder.<topic>.queue``:
+  WRITE, DESCRIBE), the share groups of ``groups`` (READ to join and fetch, DESCRIBE for the
+  check that no classic group holds the id, ALTER_CONFIGS and DESCRIBE_CONFIGS for the
+  group's delivery settings) and the dead-letter topics of ``dead_letter_topics``, which
+  readers may read.
+
 A deployment whose Kafka resource has a ``topic_prefix`` is granted its shuffles as a whole:
-``prefixed=True`` makes the topic rights one PREFIXED binding on the prefix per principal and
-operation, which covers every shuffle topic and commit log a run of it creates later. End
-the prefix with a separator (``staging.``): a PREFIXED ACL on ``staging`` also grants
-``staging2.events``.
+``prefixed=True`` makes every right one PREFIXED binding on the prefix per principal and
+operation, which covers every shuffle topic, commit log and work topic a run of it creates
+later, every share group and dead-letter topic named under the prefix, and the feeders of its
+work topics. End the prefix with a separator (``staging.``): a PREFIXED ACL on ``staging``
+also grants ``staging2.events``. A principal granted one prefix is refused, by a
+:class:`~orchestration.shuffle.errors.ShuffleAuthorizationError` naming the topic or group,
+everything under another.
 
 Example (as a cluster administrator)::
 
     grant_shuffle_access("flights.by_tailnum", kafka=admin_conf,
-                         writers=["User:producer"], readers=["User:consumer"])
+                         writers=["User:producer"], readers=["User:consumer"],
+                         groups=["flights.scorers"], dead_letter_topics=["flights.dlq"])
     grant_shuffle_access("staging.", kafka=admin_conf, prefixed=True,
                          writers=["User:staging"])
 """
@@ -33,6 +49,7 @@ from confluent_kafka.admin import (
 )
 
 from orchestration.shuffle.core.commitlog import commit_topic
+from orchestration.shuffle.core.queue import FEEDER_ID_PREFIX, feeder_id, work_topic
 from orchestration.shuffle.errors import ShuffleOptionError
 from orchestration.shuffle.kafka.client import READER_GROUP, KafkaClient, KafkaSettings, translate
 
@@ -42,8 +59,30 @@ WRITER_OPERATIONS = (
     AclOperation.DESCRIBE_CONFIGS,
     AclOperation.WRITE,
     AclOperation.READ,
+    # expire_shuffle deletes the records of expired runs (DeleteRecords).
+    AclOperation.DELETE,
 )
 READER_OPERATIONS = (AclOperation.DESCRIBE, AclOperation.READ)
+# A writer's share groups: join and fetch (READ), describe (process_queue refuses an id a
+# classic group holds), set and read the group's configs (its delivery policy).
+SHARE_GROUP_OPERATIONS = (
+    AclOperation.READ,
+    AclOperation.DESCRIBE,
+    AclOperation.ALTER_CONFIGS,
+    AclOperation.DESCRIBE_CONFIGS,
+)
+# The feeder of a work topic writes it in transactions.
+FEEDER_OPERATIONS = (AclOperation.WRITE, AclOperation.DESCRIBE)
+
+
+def _binding(
+    restype: ResourceType,
+    name: str,
+    pattern: ResourcePatternType,
+    principal: str,
+    op: AclOperation,
+) -> AclBinding:
+    return AclBinding(restype, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
 
 
 def shuffle_acls(
@@ -52,41 +91,52 @@ def shuffle_acls(
     writers: Sequence[str] = (),
     readers: Sequence[str] = (),
     prefixed: bool = False,
+    groups: Sequence[str] = (),
+    dead_letter_topics: Sequence[str] = (),
 ) -> list[AclBinding]:
-    """The ACL bindings that let ``writers`` write shuffle ``topic`` and ``readers`` read it
-    (principals as ``User:<name>``). With ``prefixed``, ``topic`` is a topic prefix (a Kafka
-    resource's ``topic_prefix``) and the rights are on every shuffle under it."""
+    """The ACL bindings that let ``writers`` write shuffle ``topic`` (and expire it and run
+    its queue) and ``readers`` read it (principals as ``User:<name>``). With ``prefixed``,
+    ``topic`` is a topic prefix (a Kafka resource's ``topic_prefix``) and the rights are on
+    every shuffle, share group, dead-letter topic and feeder under it. ``groups`` (share
+    groups) and ``dead_letter_topics`` are granted by their exact names, for those the
+    prefix does not cover."""
     if prefixed and not topic:
         # An empty PREFIXED pattern would grant every topic of the cluster.
         raise ShuffleOptionError("shuffle_acls: prefixed=True needs a non-empty topic prefix")
-    pattern = ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL
+    if prefixed:
+        # A prefix covers commit logs and work topics too: theirs are the data topic's name
+        # and a suffix.
+        shuffle_topics = [(topic, ResourcePatternType.PREFIXED)]
+        share_groups = [(topic, ResourcePatternType.PREFIXED)]
+        feeders = [(FEEDER_ID_PREFIX + topic, ResourcePatternType.PREFIXED)]
+    else:
+        names = (topic, commit_topic(topic), work_topic(topic))
+        shuffle_topics = [(t, ResourcePatternType.LITERAL) for t in names]
+        share_groups = []
+        feeders = [(feeder_id(work_topic(topic)), ResourcePatternType.LITERAL)]
+    share_groups += [(g, ResourcePatternType.LITERAL) for g in dict.fromkeys(groups)]
+    dead_letters = [(t, ResourcePatternType.LITERAL) for t in dict.fromkeys(dead_letter_topics)]
+    rights: list[tuple[ResourceType, list[tuple[str, ResourcePatternType]], Sequence[str], tuple]]
+    rights = [
+        (ResourceType.TOPIC, shuffle_topics + dead_letters, writers, WRITER_OPERATIONS),
+        (ResourceType.TOPIC, shuffle_topics + dead_letters, readers, READER_OPERATIONS),
+        (ResourceType.GROUP, share_groups, writers, SHARE_GROUP_OPERATIONS),
+        (ResourceType.TRANSACTIONAL_ID, feeders, writers, FEEDER_OPERATIONS),
+    ]
     bindings = []
-    # A prefix covers the commit logs too: theirs is the data topic's name and a suffix.
-    for t in (topic,) if prefixed else (topic, commit_topic(topic)):
-        for principals, operations in ((writers, WRITER_OPERATIONS), (readers, READER_OPERATIONS)):
+    for restype, resources, principals, operations in rights:
+        for name, pattern in resources:
             for principal in principals:
                 for op in operations:
-                    bindings.append(
-                        AclBinding(
-                            ResourceType.TOPIC,
-                            t,
-                            pattern,
-                            principal,
-                            "*",
-                            op,
-                            AclPermissionType.ALLOW,
-                        )
-                    )
+                    bindings.append(_binding(restype, name, pattern, principal, op))
     for principal in dict.fromkeys([*writers, *readers]):
         bindings.append(
-            AclBinding(
+            _binding(
                 ResourceType.GROUP,
                 READER_GROUP,
                 ResourcePatternType.LITERAL,
                 principal,
-                "*",
                 AclOperation.READ,
-                AclPermissionType.ALLOW,
             )
         )
     return bindings
@@ -99,9 +149,18 @@ def grant_shuffle_access(
     writers: Sequence[str] = (),
     readers: Sequence[str] = (),
     prefixed: bool = False,
+    groups: Sequence[str] = (),
+    dead_letter_topics: Sequence[str] = (),
 ) -> int:
     """Creates the ACLs of :func:`shuffle_acls` (idempotent); returns how many bindings."""
-    bindings = shuffle_acls(topic, writers=writers, readers=readers, prefixed=prefixed)
+    bindings = shuffle_acls(
+        topic,
+        writers=writers,
+        readers=readers,
+        prefixed=prefixed,
+        groups=groups,
+        dead_letter_topics=dead_letter_topics,
+    )
     if not bindings:
         return 0
     admin = KafkaClient.of(kafka).admin()

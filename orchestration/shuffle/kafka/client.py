@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestration.shuffle.core.kafka_config import CONSUMER_ONLY, librdkafka_config, redact
 from orchestration.shuffle.errors import (
+    ShuffleAuthorizationError,
     ShuffleConnectionError,
     ShuffleError,
     ShuffleOptionError,
@@ -53,13 +54,14 @@ _TRANSIENT = {
     KafkaError._UNKNOWN_PARTITION,
 }
 _NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
-_AUTH = {
+# Refused for want of an ACL: waiting or reconnecting cannot change it.
+_DENIED = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
     KafkaError.GROUP_AUTHORIZATION_FAILED,
     KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-    KafkaError.SASL_AUTHENTICATION_FAILED,
-    KafkaError._AUTHENTICATION,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
+_AUTH = {KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION}
 
 
 KafkaSettings = Union["KafkaClient", Mapping[str, Any]]
@@ -269,11 +271,30 @@ class KafkaClient:
                         f"{what}{waited}: {why}"
                     ) from None
 
-    def partition_count(self, topic: str, *, timeout: float = CONNECT_TIMEOUT_S) -> int:
-        """The number of partitions of ``topic``; errors name the topic and the cluster."""
+    def describe_topic(self, topic: str, *, timeout: float = CONNECT_TIMEOUT_S) -> Any | None:
+        """``topic``'s metadata (``confluent_kafka.admin.TopicMetadata``), None when it does
+        not exist.
+
+        Raises:
+            ShuffleAuthorizationError: this principal may not describe the topic. Kafka
+                says so whether or not the topic exists, so it is not reported missing.
+        """
         md = self.metadata(topic, timeout=timeout, what=f" to describe topic {topic!r}")
         tmd = md.topics.get(topic)
-        if tmd is None or tmd.error is not None:
+        if tmd is None or tmd.error is None:
+            return tmd
+        if tmd.error.code() in _DENIED:
+            raise ShuffleAuthorizationError(
+                f"describing topic {topic!r}: not authorized at "
+                f"bootstrap.servers={self.bootstrap_servers!r}: {tmd.error.str()} (no ACL "
+                "lets this principal use it)"
+            )
+        return None
+
+    def partition_count(self, topic: str, *, timeout: float = CONNECT_TIMEOUT_S) -> int:
+        """The number of partitions of ``topic``; errors name the topic and the cluster."""
+        tmd = self.describe_topic(topic, timeout=timeout)
+        if tmd is None:
             raise ShuffleTopicNotFoundError(
                 f"topic {topic!r} does not exist on {self.bootstrap_servers!r}"
             )
@@ -374,6 +395,8 @@ def translate(exc: KafkaException, what: str, kafka: KafkaSettings | None = None
     where = f" at bootstrap.servers={kafka.bootstrap_servers!r}" if kafka else ""
     if code in _NOT_FOUND:
         return ShuffleTopicNotFoundError(f"{what}: {reason}")
+    if code in _DENIED:
+        return ShuffleAuthorizationError(f"{what}: not authorized{where}: {reason}")
     if code in _AUTH:
         return ShuffleConnectionError(f"{what}: not authorized{where}: {reason}")
     if code in _UNREACHABLE and kafka:
@@ -387,6 +410,18 @@ def translate(exc: KafkaException, what: str, kafka: KafkaSettings | None = None
 
 
 _UNREACHABLE = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT}
+
+
+def delivery_failure(
+    what: str, errors: list[KafkaError], kafka: KafkaSettings | None = None
+) -> ShuffleError:
+    """The engine's error for records a producer did not deliver while doing ``what``
+    (``errors`` from its delivery callbacks; none: the flush timed out). A refusal for want
+    of an ACL is a :class:`ShuffleAuthorizationError`."""
+    for err in errors:
+        if err.code() in _DENIED:
+            return translate(KafkaException(err), what, kafka)
+    return ShuffleConnectionError(f"{what} failed: {[str(e) for e in errors] or 'timed out'}")
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from confluent_kafka import KafkaError
+
 from orchestration.shuffle.core.commitlog import (
     COMMIT_PREFIX,
     EXPIRED_PREFIX,
@@ -16,11 +18,16 @@ from orchestration.shuffle.core.commitlog import (
 )
 from orchestration.shuffle.core.stream import LogRecord
 from orchestration.shuffle.errors import (
-    ShuffleConnectionError,
+    ShuffleAuthorizationError,
     ShuffleLayoutError,
     ShuffleTopicNotFoundError,
 )
-from orchestration.shuffle.kafka.client import KafkaClient, quick_end_offsets, read_range
+from orchestration.shuffle.kafka.client import (
+    KafkaClient,
+    delivery_failure,
+    quick_end_offsets,
+    read_range,
+)
 
 # How long a topic missing from one broker's metadata is looked for again (see
 # check_partitions).
@@ -57,6 +64,8 @@ def read_log_records(
         if offsets is None:
             try:
                 kafka.partition_count(ctopic)
+            except ShuffleAuthorizationError as exc:
+                raise ShuffleAuthorizationError(f"shuffle {topic!r}: {exc}") from None
             except ShuffleTopicNotFoundError:
                 raise ShuffleTopicNotFoundError(
                     f"shuffle {topic!r} does not exist on {kafka.bootstrap_servers!r} "
@@ -93,11 +102,11 @@ def read_log(kafka: KafkaClient, topic: str) -> ShuffleLog:
 
 
 def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str) -> None:
-    errors: list[str] = []
+    errors: list[KafkaError] = []
 
     def on_delivery(err, msg) -> None:
         if err is not None:
-            errors.append(str(err))
+            errors.append(err)
 
     # One record: idempotence buys nothing (a retried duplicate of a keyed, compacted record
     # is harmless) and its producer-id handshake costs a round trip; acks=all still does.
@@ -106,9 +115,7 @@ def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str) -> None:
             p.produce(topic, key=key.encode(), value=value.encode(), on_delivery=on_delivery)
             remaining = p.flush(30)
     if remaining or errors:
-        raise ShuffleConnectionError(
-            f"writing {key!r} to commit log {topic!r} failed: {errors or 'timed out'}"
-        )
+        raise delivery_failure(f"writing {key!r} to commit log {topic!r}", errors, kafka)
 
 
 def write_commit(kafka: KafkaClient, topic: str, commit: Commit) -> None:
@@ -213,11 +220,11 @@ def write_expired(kafka: KafkaClient, topic: str, markers: list[Expired]) -> Non
     if not markers:
         return
     ctopic = commit_topic(topic)
-    errors: list[str] = []
+    errors: list[KafkaError] = []
 
     def on_delivery(err, msg) -> None:
         if err is not None:
-            errors.append(str(err))
+            errors.append(err)
 
     with kafka.producer(**{"acks": "all", "enable.idempotence": True}) as p:
         with kafka.errors(f"writing to commit log {ctopic!r}"):
@@ -229,6 +236,4 @@ def write_expired(kafka: KafkaClient, topic: str, markers: list[Expired]) -> Non
                 p.produce(ctopic, key=key, value=None, on_delivery=on_delivery)
             remaining = p.flush(30)
     if remaining or errors:
-        raise ShuffleConnectionError(
-            f"expiring runs in commit log {ctopic!r} failed: {errors or 'timed out'}"
-        )
+        raise delivery_failure(f"expiring runs in commit log {ctopic!r}", errors, kafka)

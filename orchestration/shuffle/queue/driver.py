@@ -104,6 +104,7 @@ from orchestration.shuffle.core.queue import (
     fed_positions,
     fed_run,
     feed_range,
+    feeder_id,
     job_error,
     record_items,
     share_group_configs,
@@ -233,7 +234,7 @@ class _WorkTopicFeeder:
                 )
         self.producer = kafka.producer(
             **{
-                "transactional.id": f"kafka-shuffle-feeder.{self.work_topic}",
+                "transactional.id": feeder_id(self.work_topic),
                 # One work item per record batch: a share group hands out whole batches, so
                 # small batches spread the items over every consumer.
                 "batch.num.messages": 1,
@@ -388,9 +389,8 @@ def feed_queue(topic: str, *, kafka: KafkaSettings) -> int:
 
 
 def _topic_exists(kafka: KafkaClient, topic: str) -> bool:
-    md = kafka.metadata(topic, timeout=30, what=f" to describe topic {topic!r}")
-    tmd = md.topics.get(topic)
-    return tmd is not None and tmd.error is None and bool(tmd.partitions)
+    tmd = kafka.describe_topic(topic, timeout=30)
+    return tmd is not None and bool(tmd.partitions)
 
 
 def set_group_configs(kafka: KafkaClient, group: str, configs: Mapping[str, str]) -> None:

@@ -113,6 +113,8 @@ def discover(kafka: KafkaClient, sub: Subscription) -> list[TP]:
         md = kafka.admin().list_topics(timeout=CONNECT_TIMEOUT_S)
     if sub.assign:
         missing = sorted({t for t, _ in sub.assign if t not in md.topics})
+        # As for subscribe below: a topic this principal may not describe says so.
+        missing = [t for t in missing if kafka.describe_topic(t) is None]
         if missing:
             raise ShuffleTopicNotFoundError(f"{OWNER}: assigned topic(s) {missing} do not exist")
         return sorted(sub.assign)
@@ -122,7 +124,15 @@ def discover(kafka: KafkaClient, sub: Subscription) -> list[TP]:
             continue
         out += [(name, p) for p in tmd.partitions]
     if sub.topics:
-        missing = sorted(set(sub.topics) - {t for t, _ in out})
+        missing = []
+        for name in sorted(set(sub.topics) - {t for t, _ in out}):
+            # Not in the list of every topic: missing, or one this principal may not
+            # describe, which asked for by name says so (describe_topic raises).
+            found = kafka.describe_topic(name)
+            if found is None:
+                missing.append(name)
+            else:
+                out += [(name, p) for p in found.partitions]
         if missing:
             raise ShuffleTopicNotFoundError(
                 f"{OWNER}: topic(s) {missing} do not exist on {kafka.bootstrap_servers!r}"
@@ -563,6 +573,9 @@ def read_records(spark, options: Mapping[str, str], *, engine: str = "auto"):
         ShuffleOptionError: a bad option, or ``engine="jvm"`` with ``commitOffsets`` (a JVM
             read commits no group offsets).
         ShuffleSessionError: ``engine="jvm"`` on a session without the jar.
+        ShuffleTopicNotFoundError: a topic named by ``subscribe`` or ``assign`` does not
+            exist.
+        ShuffleAuthorizationError: this principal may not describe a topic it names.
     """
     import json
 
@@ -586,6 +599,10 @@ def read_records(spark, options: Mapping[str, str], *, engine: str = "auto"):
             "(build the session with jvm_spark_conf(kafka=...))"
         )
     if not on_jvm:
+        # Spark plans the Python source in a worker of its own, where a missing topic or
+        # one this principal may not read fails as Spark's AnalysisException: looked up
+        # here first (one metadata request), it is the engine's error, as on the JVM path.
+        discover(KafkaClient(opts.kafka), opts.subscription)
         register_data_sources(spark)
         return spark.read.format("kafka-records").options(**given).load()
     ranges = [[p.topic, p.partition, p.start, p.end] for p in KafkaRecordsReader(opts).partitions()]
