@@ -9,7 +9,8 @@ Started from the installed PySpark's ``spark-class`` (the pip package ships no
 in two executor JVMs with Python workers of their own. Logs and work directories live under
 ``.local/spark``. Settings (read when used): ``SHUFFLE_CLUSTER_PORT`` (master, default 17077;
 its web UI the next port, workers' UIs after it), ``SHUFFLE_CLUSTER_WORKER_MEMORY``
-(default ``2g``).
+(default ``2g``), ``SHUFFLE_CLUSTER_WORKER_CORES`` (cores each worker offers, default 1; more
+than the machine has lets several applications share it), ``SHUFFLE_CLUSTER_DIR``.
 
 Then: ``SPARK_MASTER=spark://127.0.0.1:17077 scripts/dev main``.
 """
@@ -59,6 +60,7 @@ def _spark_class() -> str:
 def _processes() -> list[tuple[str, list[str]]]:
     port = _port()
     memory = os.environ.get("SHUFFLE_CLUSTER_WORKER_MEMORY", "2g")
+    cores = os.environ.get("SHUFFLE_CLUSTER_WORKER_CORES", "1")
     spark_class = _spark_class()
     procs = [
         (
@@ -72,7 +74,7 @@ def _processes() -> list[tuple[str, list[str]]]:
             (
                 f"worker-{i}",
                 [spark_class, "org.apache.spark.deploy.worker.Worker", master_url(),
-                 "--host", HOST, "--cores", "1", "--memory", memory,
+                 "--host", HOST, "--cores", cores, "--memory", memory,
                  "--webui-port", str(port + 1 + i), "--work-dir", str(_home() / f"worker-{i}")],
             )
         )  # fmt: skip
@@ -166,6 +168,25 @@ def stop(timeout: float = 30.0) -> bool:
                 os.killpg(pid, signal.SIGKILL)
         (_home() / f"{name}.pid").unlink(missing_ok=True)
     return stopped
+
+
+def kill_worker(index: int) -> int | None:
+    """Kills worker ``index`` (1-based) and its executors at once, as a lost machine would;
+    :func:`start` brings it back. Returns the killed process's id, or None if not running."""
+    name = f"worker-{index}"
+    pid = _pid(name)
+    if pid is None:
+        return None
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _pid(name) == pid:
+        time.sleep(0.1)
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    (_home() / f"{name}.pid").unlink(missing_ok=True)
+    return pid
 
 
 def status() -> str:
