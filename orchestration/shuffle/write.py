@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -24,6 +25,7 @@ from orchestration.shuffle.core.commitlog import (
     to_micros,
 )
 from orchestration.shuffle.core.keygroups import validate_layout
+from orchestration.shuffle.core.vhash import key_groups
 from orchestration.shuffle.errors import (
     ShuffleKeyError,
     ShuffleOptionError,
@@ -70,6 +72,11 @@ class ShuffleSpec:
         replication_factor: Replicas of the data topic and commit log when they are
             created (None: min(3, brokers)); ``min.insync.replicas`` is one less (at
             least 1), and producers write with ``acks=all``.
+        sort_by: Optional order of each run's rows within each partition: the key columns
+            (in the key's order), then optional further columns, all ascending with nulls
+            first, as Spark orders them. Fixed at creation. Each run is then written by one
+            Spark task per partition, which sorts its rows with Spark's own sort, and the
+            JVM read reports the order to Spark (see README, "Sorted runs").
     """
 
     topic: str
@@ -79,6 +86,7 @@ class ShuffleSpec:
     event_time: str | None = None
     max_out_of_orderness: dt.timedelta = dt.timedelta(0)
     replication_factor: int | None = None
+    sort_by: tuple[str, ...] | str = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.key, str):
@@ -87,6 +95,11 @@ class ShuffleSpec:
             object.__setattr__(self, "key", tuple(self.key))
         if not self.key:
             raise ShuffleOptionError(f"shuffle {self.topic!r}: key must name at least one column")
+        sort_by = (self.sort_by,) if isinstance(self.sort_by, str) else tuple(self.sort_by or ())
+        object.__setattr__(self, "sort_by", sort_by)
+        problem = sort_by_problem(self.key, sort_by)
+        if problem:
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: sort_by {list(sort_by)} {problem}")
         if not self.topic:
             raise ShuffleOptionError("shuffle topic must not be empty")
         try:
@@ -140,6 +153,53 @@ def shuffle_schema(df: DataFrame) -> pa.Schema:
     return pa.schema(fields)
 
 
+def sort_by_problem(key: Sequence[str], sort_by: Sequence[str]) -> str | None:
+    """Why ``sort_by`` cannot order a shuffle keyed by ``key``, or None (also for an empty
+    ``sort_by``: no order). It must start with the key columns in the key's order, since
+    each partition's rows are sorted as one sequence that groups, joins and windows by the
+    key use; further columns may follow, each named once.
+
+    Example::
+
+        sort_by_problem(("k",), ("ts", "k"))  # "must start with the key ..."
+    """
+    if not sort_by:
+        return None
+    for i, c in enumerate(sort_by):
+        if not isinstance(c, str) or not c:
+            return f"names {c!r}, not a column name"
+        if c in sort_by[:i]:
+            return f"names column {c!r} twice"
+    for i, k in enumerate(key):
+        if i >= len(sort_by) or sort_by[i] != k:
+            got = "ends" if i >= len(sort_by) else f"has column {sort_by[i]!r}"
+            return (
+                f"must start with the key columns {list(key)} in that order; at position "
+                f"{i} it {got} where key column {k!r} belongs"
+            )
+    return None
+
+
+def _unorderable(t: T.DataType) -> str | None:
+    """Why Spark's sort, or a read's ordering, cannot be trusted on type ``t``, or None."""
+    if isinstance(t, T.MapType):
+        return "a map, which Spark cannot sort"
+    if type(t).__name__ == "VariantType":
+        return "a variant, which Spark cannot sort"
+    if isinstance(t, T.StringType) and getattr(t, "collation", "UTF8_BINARY") != "UTF8_BINARY":
+        # A shuffle stores plain strings: read back they compare byte by byte, whatever
+        # order the collation would have sorted them in.
+        return f"a string of collation {t.collation}, which a shuffle reads back as UTF8_BINARY"
+    if isinstance(t, T.ArrayType):
+        return _unorderable(t.elementType)
+    if isinstance(t, T.StructType):
+        for f in t.fields:
+            why = _unorderable(f.dataType)
+            if why:
+                return why
+    return None
+
+
 def _check_columns(df: DataFrame, spec: ShuffleSpec) -> None:
     names = df.columns
     for c in spec.key:
@@ -149,6 +209,14 @@ def _check_columns(df: DataFrame, spec: ShuffleSpec) -> None:
         raise ShuffleSchemaError(
             f"shuffle {spec.topic!r}: column name {fr.KEY_GROUP_COLUMN!r} is reserved"
         )
+    for c in spec.sort_by:
+        if c not in names:
+            raise ShuffleSchemaError(
+                f"shuffle {spec.topic!r}: sort_by column {c!r} is not in {names}"
+            )
+        why = _unorderable(df.schema[c].dataType)
+        if why:
+            raise ShuffleSchemaError(f"shuffle {spec.topic!r}: sort_by column {c!r} is {why}")
     if spec.event_time is not None:
         if spec.event_time not in names:
             raise ShuffleSchemaError(
@@ -255,6 +323,7 @@ def write_shuffle(
             schema=schema,
             event_time=spec.event_time,
             max_out_of_orderness_us=spec.max_out_of_orderness // dt.timedelta(microseconds=1),
+            sort_by=tuple(spec.sort_by),
         ),
         spec.replication_factor,
     )
@@ -285,6 +354,8 @@ def write_shuffle(
                 "int"
             ),
         )
+        if layout.sort_by:
+            keyed = _one_sorted_task_per_partition(keyed, layout)
         job = keyed.mapInArrow(ProducerTask(options), ProducerTask.RESULT_SCHEMA)
         path = ROWS_PATH
     try:
@@ -302,6 +373,7 @@ def write_shuffle(
         to_micros(complete_until),
         [TaskResult.from_json(r.task_result) for r in rows],
         attrs,
+        sort_by=layout.sort_by,
     )
     return WriteResult(
         run_id=run_id,
@@ -317,12 +389,56 @@ def write_shuffle(
     )
 
 
+def _partition_salts(num_partitions: int) -> list[int]:
+    """For each Kafka partition p, an int whose Spark ``hash`` is p modulo
+    ``num_partitions``: repartitioning by it sends partition p's rows to Spark partition p,
+    one task each, where hashing p itself would leave about a third of the tasks empty."""
+    salts: list[int | None] = [None] * num_partitions
+    found, start, step = 0, 0, max(1024, 8 * num_partitions)
+    while found < num_partitions:
+        candidates = np.arange(start, start + step, dtype=np.int32)
+        for v, p in zip(
+            candidates.tolist(),
+            key_groups([pa.array(candidates)], num_partitions).tolist(),
+            strict=True,
+        ):
+            if salts[p] is None:
+                salts[p] = v
+                found += 1
+        start += step
+    return [int(v) for v in salts if v is not None]
+
+
+def _one_sorted_task_per_partition(keyed: DataFrame, layout: Layout) -> DataFrame:
+    """``keyed`` (with ``_key_group``) repartitioned so that each Kafka partition's rows
+    are in one Spark task, and sorted within it by the layout's ``sort_by`` with Spark's own
+    sort (so the order is Spark's, type by type: nulls first, NaN last, -0.0 equal to 0.0,
+    strings by their UTF-8 bytes). The producer splits a task's rows by partition keeping
+    their order, so each partition gets one sorted sequence per run, which a read of one
+    run hands to Spark as it is and a read of several merges (see README, "Sorted runs")."""
+    n, m = layout.num_partitions, layout.max_parallelism
+    partition = F.expr(f"cast((`{fr.KEY_GROUP_COLUMN}` * {n}) div {m} as int)")
+    salts = F.array(*[F.lit(v) for v in _partition_salts(n)])
+    # An explicit partition count: adaptive execution neither coalesces nor splits these.
+    spread = keyed.repartition(n, F.element_at(salts, partition + F.lit(1)))
+    return spread.sortWithinPartitions(*[F.col(c).asc_nulls_first() for c in layout.sort_by])
+
+
 def _columnar_plan(
     df: DataFrame, spec: ShuffleSpec, schema: pa.Schema, columnar: bool | None
 ) -> ColumnarPlan | None:
     """The columnar plan of a write, None for the row path (logged with the reason)."""
     if columnar is False:
         log.info("shuffle %r: writing through the row path (columnar=False)", spec.topic)
+        return None
+    if spec.sort_by:
+        # Sorting is left to Spark's sort, which the columnar path's pyarrow reads bypass.
+        if columnar:
+            raise ShuffleOptionError(
+                f"shuffle {spec.topic!r}: columnar=True, but the columnar path does not apply "
+                f"to a shuffle with sort_by {list(spec.sort_by)}: its rows are sorted by Spark"
+            )
+        log.info("shuffle %r: writing through the row path (sort_by)", spec.topic)
         return None
     try:
         plan = plan_columnar(df, schema, spec.key)

@@ -85,6 +85,10 @@ class Layout:
     """How a shuffle is laid out; fixed when it is created.
 
     ``schema`` is the Arrow schema of the shuffled columns (without ``_key_group``).
+    ``sort_by`` (the key columns, then optional further columns; empty: none) is the order
+    each run's rows have within each partition when the run's commit says so too
+    (:attr:`Commit.sort_by`). A layout record without it (every one written before it
+    existed) declares no order.
     """
 
     topic: str
@@ -95,10 +99,15 @@ class Layout:
     event_time: str | None = None
     max_out_of_orderness_us: int = 0
     format_version: int = FRAME_VERSION
+    sort_by: tuple[str, ...] = ()
 
     def to_json(self) -> str:
+        # sort_by is written only when there is one, so an unsorted shuffle's layout record
+        # is byte for byte what it was before sorting existed.
+        extra = {"sort_by": list(self.sort_by)} if self.sort_by else {}
         return json.dumps(
             {
+                **extra,
                 "type": "layout",
                 "topic": self.topic,
                 "key": list(self.key),
@@ -125,6 +134,7 @@ class Layout:
             event_time=d.get("event_time"),
             max_out_of_orderness_us=int(d.get("max_out_of_orderness_us", 0)),
             format_version=int(d.get("format_version", 1)),
+            sort_by=tuple(d.get("sort_by") or ()),
         )
 
     def differences(self, other: Layout) -> list[str]:
@@ -138,6 +148,8 @@ class Layout:
             diffs.append(f"max_parallelism is {self.max_parallelism}, not {other.max_parallelism}")
         if self.event_time != other.event_time:
             diffs.append(f"event_time is {self.event_time!r}, not {other.event_time!r}")
+        if self.sort_by != other.sort_by:
+            diffs.append(f"sort_by is {list(self.sort_by)}, not {list(other.sort_by)}")
         diffs.extend(schema_differences(self.schema, other.schema))
         return diffs
 
@@ -196,7 +208,12 @@ def ranges_from_json(d: dict[str, list]) -> dict[int, PartitionRange]:
 
 @dataclass(frozen=True)
 class Commit:
-    """One committed producer run."""
+    """One committed producer run.
+
+    ``sort_by`` (empty: none) says the run was written sorted: within each partition its
+    rows are one sequence in that order, written by one producer subtask. A commit record
+    without it (every one written before it existed) holds rows in no order.
+    """
 
     run_id: str
     window: str | None
@@ -211,6 +228,7 @@ class Commit:
     watermark: int | None = None
     complete_until: int | None = None
     attrs: dict[str, str] = field(default_factory=dict)
+    sort_by: tuple[str, ...] = ()
 
     @property
     def effective_watermark(self) -> int | None:
@@ -239,8 +257,10 @@ class Commit:
         return frozenset(s for s, _ in self.tasks)
 
     def to_json(self) -> str:
+        extra = {"sort_by": list(self.sort_by)} if self.sort_by else {}
         return json.dumps(
             {
+                **extra,
                 "type": "commit",
                 "run_id": self.run_id,
                 "window": self.window,
@@ -276,6 +296,7 @@ class Commit:
             watermark=d.get("watermark"),
             complete_until=d.get("complete_until"),
             attrs=dict(d.get("attrs") or {}),
+            sort_by=tuple(d.get("sort_by") or ()),
         )
 
 
@@ -312,8 +333,10 @@ def build_commit(
     complete_until: int | None,
     committed_at: dt.datetime | None = None,
     attrs: dict[str, str] | None = None,
+    sort_by: Sequence[str] = (),
 ) -> Commit:
-    """Merges the results of a run's successful subtask attempts into its commit record."""
+    """Merges the results of a run's successful subtask attempts into its commit record.
+    ``sort_by``: the order the run's rows were written in (see :attr:`Commit.sort_by`)."""
     from orchestration.shuffle.core.watermarks import run_watermark
 
     subtasks = [r.subtask for r in results]
@@ -339,6 +362,7 @@ def build_commit(
         watermark=run_watermark([r.watermark for r in results if r.rows], complete_until),
         complete_until=complete_until,
         attrs=dict(attrs or {}),
+        sort_by=tuple(sort_by),
     )
 
 

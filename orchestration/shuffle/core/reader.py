@@ -47,6 +47,9 @@ class Segment:
     tasks: tuple[tuple[int, int], ...]
     window: str | None = None
     rows: int = 0  # the run's rows in this partition, from its commit record
+    # The run's rows in this partition are one sequence in the layout's sort_by order,
+    # written by one subtask: its commit's sort_by is the layout's (and not empty).
+    sorted: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,13 @@ class SplitPlan:
     reads: tuple[PartitionRead, ...]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        d = asdict(self)
+        # "sorted" only when true: the JSON of a read of unsorted runs is as it always was.
+        for r in d["reads"]:
+            for seg in r["segments"]:
+                if not seg["sorted"]:
+                    del seg["sorted"]
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str) -> SplitPlan:
@@ -87,6 +96,7 @@ class SplitPlan:
                             tuple(tuple(t) for t in s["tasks"]),
                             s.get("window"),
                             int(s.get("rows", 0)),
+                            bool(s.get("sorted", False)),
                         )
                         for s in r["segments"]
                     ),
@@ -107,15 +117,22 @@ def overlaps(commit: Commit, start_us: int | None, end_us: int | None) -> bool:
     return not (start_us is not None and commit.event_time_max < start_us)
 
 
-def segments_by_partition(commits: Sequence[Commit], num_partitions: int) -> list[list[Segment]]:
+def segments_by_partition(
+    commits: Sequence[Commit], num_partitions: int, sort_by: Sequence[str] = ()
+) -> list[list[Segment]]:
+    """Each partition's segments, in commit order; a segment is ``sorted`` when its run was
+    written in the order ``sort_by`` (the layout's) declares."""
     out: list[list[Segment]] = [[] for _ in range(num_partitions)]
     for c in commits:
+        ordered = bool(sort_by) and tuple(c.sort_by) == tuple(sort_by)
         for p, rng in c.partitions.items():
             if not 0 <= p < num_partitions:
                 raise ShuffleOptionError(
                     f"commit of run {c.run_id} names partition {p}, outside [0, {num_partitions})"
                 )
-            out[p].append(Segment(c.run_id, rng.first, rng.last, c.tasks, c.window, rng.rows))
+            out[p].append(
+                Segment(c.run_id, rng.first, rng.last, c.tasks, c.window, rng.rows, ordered)
+            )
     return out
 
 
@@ -150,7 +167,7 @@ def plan_splits(
     check_parallelism(parallelism)
     n = layout.num_partitions
     m = layout.max_parallelism
-    segs = segments_by_partition(commits, n)
+    segs = segments_by_partition(commits, n, layout.sort_by)
     if parallelism == AUTO:
         p = auto_parallelism(segs)
     else:

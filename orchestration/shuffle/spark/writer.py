@@ -351,9 +351,13 @@ def commit_run(
     results: list[TaskResult],
     attrs: Mapping[str, str] | None = None,
 ) -> Commit:
-    """Makes a run visible: merges its task results and appends the commit record."""
+    """Makes a run visible: merges its task results and appends the commit record
+    (``sort_by``: the order its rows were written in, see ``Commit.sort_by``)."""
     from orchestration.shuffle.kafka.commitlog import write_commit
 
-    commit = build_commit(run_id, window, results, complete_until_us, attrs=dict(attrs or {}))
+    commit = build_commit(
+        run_id, window, results, complete_until_us, attrs=dict(attrs or {}), sort_by=sort_by
+    )
     write_commit(kafka, topic, commit)
     return commit
+    sort_by: Sequence[str] = (),

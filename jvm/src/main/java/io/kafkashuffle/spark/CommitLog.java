@@ -32,6 +32,7 @@ public final class CommitLog {
     final String committedAt; // ISO 8601, as the writer wrote it
     final Long eventTimeMin;
     final Long eventTimeMax;
+    final List<String> sortBy; // the order the run was written in; empty: none
 
     /** The commit a record of the commit log holds ({@code key} names it in errors). */
     static Commit parse(String value, String key) {
@@ -67,6 +68,9 @@ public final class CommitLog {
       rows = d.get("rows").asLong();
       eventTimeMin = number(d.get("event_time_min"));
       eventTimeMax = number(d.get("event_time_max"));
+      List<String> s = new ArrayList<>();
+      d.path("sort_by").forEach(n -> s.add(n.asText()));
+      sortBy = List.copyOf(s);
     }
   }
 

@@ -28,6 +28,8 @@ public final class Layout {
   public final String eventTime;
   public final int formatVersion;
   public final Schema schema;
+  /** The order each sorted run's rows have in each partition; empty: none (old layouts). */
+  public final List<String> sortBy;
 
   private Layout(String json, JsonNode d, Schema schema) {
     this.json = json;
@@ -41,6 +43,9 @@ public final class Layout {
     this.eventTime = et == null || et.isNull() ? null : et.asText();
     this.formatVersion = d.path("format_version").asInt(1);
     this.schema = schema;
+    List<String> s = new ArrayList<>();
+    d.path("sort_by").forEach(n -> s.add(n.asText()));
+    this.sortBy = List.copyOf(s);
   }
 
   /** Parses a layout record; {@code where} (e.g. the option or topic) goes into errors. */

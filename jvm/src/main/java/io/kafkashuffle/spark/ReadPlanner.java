@@ -347,6 +347,7 @@ public final class ReadPlanner {
       segs.add(new ArrayList<>());
     }
     for (CommitLog.Commit c : commits) {
+      boolean sorted = !layout.sortBy.isEmpty() && layout.sortBy.equals(c.sortBy);
       for (Map.Entry<Integer, long[]> e : c.partitions.entrySet()) {
         int p = e.getKey();
         if (p < 0 || p >= n) {
@@ -354,7 +355,8 @@ public final class ReadPlanner {
               "commit of run " + c.runId + " names partition " + p + ", outside [0, " + n + ")");
         }
         long[] r = e.getValue();
-        segs.get(p).add(new SplitPlan.Segment(c.runId, r[0], r[1], c.tasks, c.window, r[2]));
+        segs.get(p)
+            .add(new SplitPlan.Segment(c.runId, r[0], r[1], c.tasks, c.window, r[2], sorted));
       }
     }
     int p;

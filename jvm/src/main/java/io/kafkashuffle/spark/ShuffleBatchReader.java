@@ -64,6 +64,8 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
   private final SplitPlan split;
   private final Layout layout;
   private final BufferAllocator allocator;
+  // The read's order relies on each sorted run having one writer per partition: checked.
+  private final boolean sorted;
   private final List<AutoCloseable> live = new ArrayList<>();
   private static final ArrowType KEY_GROUP_TYPE = new ArrowType.Int(32, true);
   private KafkaConsumer<byte[], ByteBuffer> consumer;
@@ -73,6 +75,15 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
   private boolean failed;
 
   ShuffleBatchReader(ReadSpec spec, SplitPlan split) {
+    this(spec, split, false);
+  }
+
+  /**
+   * A reader whose split's order Spark was told of ({@code sorted}): a sorted run's DATA frames
+   * in a partition must then all come from one subtask, or the read fails.
+   */
+  ShuffleBatchReader(ReadSpec spec, SplitPlan split, boolean sorted) {
+    this.sorted = sorted;
     this.spec = spec;
     this.split = split;
     this.layout = spec.layout();
@@ -211,6 +222,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     final Map<String, WatermarkMerger> mergers = new HashMap<>();
     final Map<String, long[]> seen = new HashMap<>();
     final Map<String, long[]> ended = new HashMap<>();
+    final Map<String, Integer> writers = new HashMap<>(); // sorted run -> its one subtask
     final Iterator<long[]> intervals;
     // The frame columns this read decompresses: its output's, and those its filters read.
     final Set<String> needed = new HashSet<>();
@@ -355,6 +367,21 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
       long[] counts = seen.computeIfAbsent(key, k -> new long[2]);
       switch (h.type) {
         case Frames.DATA:
+          if (sorted) {
+            Integer writer = writers.putIfAbsent(h.runId, h.subtask);
+            if (writer != null && writer != h.subtask) {
+              throw ShuffleException.format(
+                  "DATA frame at "
+                      + where
+                      + ": run "
+                      + h.runId
+                      + " was committed as sorted, one subtask per partition, but this "
+                      + "partition holds frames of subtasks "
+                      + writer
+                      + " and "
+                      + h.subtask);
+            }
+          }
           return data(value, h.runId, rec.offset(), where, counts);
         case Frames.WATERMARK:
           mergers.get(h.runId).observe(h.subtask, Frames.watermark(value));

@@ -27,9 +27,19 @@ final class SplitPlan implements Serializable {
     final int[][] tasks; // (subtask, attempt) pairs
     final String window;
     final long rows; // the run's rows in this partition (commit record); 0: not recorded
+    // The run's rows here are one sequence in the layout's sort_by order, by one subtask.
+    final boolean sorted;
 
-    Segment(String runId, long first, long last, int[][] tasks, String window, long rows) {
+    Segment(
+        String runId,
+        long first,
+        long last,
+        int[][] tasks,
+        String window,
+        long rows,
+        boolean sorted) {
       this.runId = runId;
+      this.sorted = sorted;
       this.first = first;
       this.last = last;
       this.tasks = tasks;
@@ -107,6 +117,9 @@ final class SplitPlan implements Serializable {
           so.put("window", s.window);
         }
         so.put("rows", s.rows);
+        if (s.sorted) {
+          so.put("sorted", true); // as Python writes it: only when true
+        }
       }
     }
     return d;
@@ -148,6 +161,7 @@ final class SplitPlan implements Serializable {
         }
         JsonNode w = s.get("window");
         JsonNode rows = s.get("rows");
+        JsonNode sorted = s.get("sorted");
         segs.add(
             new Segment(
                 s.get("run_id").asText(),
@@ -155,7 +169,8 @@ final class SplitPlan implements Serializable {
                 s.get("last").asLong(),
                 pairs,
                 w == null || w.isNull() ? null : w.asText(),
-                rows == null || rows.isNull() ? 0 : rows.asLong()));
+                rows == null || rows.isNull() ? 0 : rows.asLong(),
+                sorted != null && sorted.asBoolean()));
       }
       reads.add(
           new PartitionRead(
