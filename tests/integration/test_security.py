@@ -5,7 +5,9 @@ import contextlib
 import io
 import json
 import os
+import re
 import time
+from pathlib import Path
 
 import pytest
 from dagster import build_sensor_context, instance_for_test
@@ -208,6 +210,8 @@ def test_dagster_project_through_env_vars_never_shows_the_password(
         for run in runs:
             assert password not in json.dumps(run.run_config, default=str)
             assert password not in str(run.tags)
+        # Nor any file of the instance (its SQLite storages).
+        assert files_holding(Path(instance.root_directory), {"password": password}) == []
     assert json.loads((out / f"{D1}.json").read_text())
 
 
@@ -282,3 +286,172 @@ def test_spark_style_settings_librdkafka_cannot_use_are_refused_naming_them(spar
         assert password not in text
     with pytest.raises(ShuffleOptionError, match="ssl.truststore.location"):
         write_shuffle(rows(spark, 10), spec_for(unique("t")), kafka=jks)
+
+
+UI_QUERY = """
+query Everything($repo: RepositorySelector!) {
+  runsOrError {
+    ... on Runs { results { runId status runConfigYaml tags { key value } } }
+  }
+  allTopLevelResourceDetailsOrError(repositorySelector: $repo) {
+    ... on ResourceDetailsList {
+      results {
+        name
+        configuredValues { key value type }
+        nestedResources { name resource { configuredValues { key value type } } }
+      }
+    }
+  }
+  assetNodes { assetKey { path } description metadataEntries { label description } }
+}
+"""
+
+UI_RUN_QUERY = """
+query RunLogs($runId: ID!) {
+  logsForRun(runId: $runId) {
+    ... on EventConnection {
+      events {
+        __typename
+        ... on MessageEvent { message }
+        ... on MaterializationEvent {
+          metadataEntries {
+            label
+            ... on TextMetadataEntry { text }
+            ... on JsonMetadataEntry { jsonString }
+            ... on UrlMetadataEntry { url }
+            ... on PathMetadataEntry { path }
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def files_holding(root, secrets: dict[str, str]) -> list[str]:
+    """``name: path`` of each file under ``root`` whose bytes hold a secret's value."""
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        found += [f"{name}: {path}" for name, value in secrets.items() if value.encode() in data]
+    return found
+
+
+@pytest.mark.timeout(600)
+def test_a_dagster_run_in_step_processes_leaves_no_secret_in_storage_logs_or_ui(users, tmp_path):
+    """The README's project, its Kafka resource over SASL_SSL from environment variables,
+    materialized with ``dagster asset materialize`` (a process per step, compute logs
+    captured) on a persistent instance, with S3 keys in the environment too: no secret's
+    value is in the instance's files (SQLite storages, compute logs), the command's output,
+    or what the UI's GraphQL API serves (runs, logs, resources, asset metadata)."""
+    import subprocess
+    import sys
+
+    from dagster import DagsterInstance, DagsterRunStatus
+    from dagster_graphql.test.utils import (
+        define_out_of_process_context,
+        execute_dagster_graphql,
+        infer_repository_selector,
+    )
+
+    from devstack import locals3
+    from tests.integration.test_readme_dagster import BLOCKS, KAFKA, as_run_here
+    from tests.integration.test_user_project import D1, events_of
+
+    # A day of events where the README's project reads them (the day in the folder's name).
+    data = tmp_path / "data"
+    (data / "events" / f"day={D1}").mkdir(parents=True)
+    events_of(D1, 1).drop(columns="day").to_parquet(
+        data / "events" / f"day={D1}" / "part-0.parquet",
+        index=False,
+        coerce_timestamps="us",
+        allow_truncated_timestamps=True,
+    )
+    producer, admin = users["producer"], users["admin"]
+    (block,) = [b for b in BLOCKS if "defs = Definitions(" in b.code and not b.not_run]
+    code = as_run_here(block, data)
+    prefix = re.search(r"topic_prefix='([^']+)'", code)[1]
+    sasl = ", ".join(f"{f}=EnvVar({v!r})" for f, v in KAFKA_SECURITY_ENV.items())
+    code = code.replace(f"{KAFKA[:-1]}, topic_prefix=", f"{KAFKA[:-1]}, {sasl}, topic_prefix=")
+    assert "KAFKA_SASL_PASSWORD" in code
+    # The Kafka resource top-level too, so that the UI's resource page shows its settings.
+    code = code.replace('"spark": spark,', '"spark": spark, "kafka": kafka,')
+    grant_shuffle_access(prefix, kafka=admin, writers=["User:producer"], prefixed=True)
+    example = tmp_path / "secure_example.py"
+    example.write_text(code)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    s3 = locals3.env()
+    secrets = {
+        "KAFKA_SASL_PASSWORD": producer["sasl.password"],
+        "AWS_SECRET_ACCESS_KEY": s3["AWS_SECRET_ACCESS_KEY"],
+        "AWS_ACCESS_KEY_ID": s3["AWS_ACCESS_KEY_ID"],
+    }
+    env = {
+        **os.environ,
+        **s3,
+        "DAGSTER_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+        "KAFKA_BOOTSTRAP_SERVERS": producer["bootstrap.servers"],
+        "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "KAFKA_SASL_MECHANISM": producer["sasl.mechanism"],
+        "KAFKA_SASL_USERNAME": "producer",
+        "KAFKA_SASL_PASSWORD": producer["sasl.password"],
+        "KAFKA_SSL_CA_LOCATION": producer["ssl.ca.location"],
+    }
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "dagster"),
+            "asset",
+            "materialize",
+            "-f",
+            str(example),
+            "--select",
+            "events_by_user,user_clicks",
+            "--partition",
+            D1,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-6000:]
+    output = done.stdout + done.stderr
+    assert [name for name, value in secrets.items() if value in output] == []
+    # What the instance stored: runs, event logs (metadata, messages), compute logs.
+    stored = [p for p in home.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".db" for p in stored), stored
+    assert any(p.suffix in (".err", ".out") and p.stat().st_size for p in stored), stored
+    assert files_holding(home, secrets) == []
+    # What the UI shows, through its GraphQL API, with the project loaded by a code server
+    # whose environment has the secrets (as a deployment's would).
+    os_env = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: v for k, v in env.items() if k not in ("PYSPARK_PYTHON",)})
+    try:
+        with DagsterInstance.from_config(str(home)) as instance:
+            (run,) = instance.get_runs()
+            assert run.status == DagsterRunStatus.SUCCESS
+            with define_out_of_process_context(str(example), "defs", instance) as ctx:
+                answer = execute_dagster_graphql(
+                    ctx, UI_QUERY, {"repo": infer_repository_selector(ctx)}
+                )
+                logs = execute_dagster_graphql(ctx, UI_RUN_QUERY, {"runId": run.run_id})
+    finally:
+        for k, v in os_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    shown = json.dumps([answer.data, logs.data])
+    assert not answer.errors and not logs.errors, (answer.errors, logs.errors)
+    # The UI shows the resource's settings (the password by its variable's name) and the
+    # run's events, and no secret's value.
+    assert "shuffle/run_id" in shown, shown[:3000]
+    assert '{"key": "sasl_password", "value": "KAFKA_SASL_PASSWORD", "type": "ENV_VAR"}' in (
+        shown
+    ), shown[:3000]
+    assert [name for name, value in secrets.items() if value in shown] == []
