@@ -35,7 +35,9 @@ def events(out: Path) -> list[dict]:
 def _parquet(path: Path) -> pd.DataFrame | None:
     if not path.exists():
         return None
-    return pads.dataset(str(path), format="parquet", partitioning="hive").to_table().to_pandas()
+    table = pads.dataset(str(path), format="parquet", partitioning="hive").to_table()
+    # A folder a run is still writing holds no file yet (only Spark's _temporary).
+    return table.to_pandas() if table.num_columns else None
 
 
 def _expected_days(instance) -> list[str]:
