@@ -104,6 +104,7 @@ class Soak:
         self.app: subprocess.Popen | None = None
         self.rss: dict[str, list[tuple[float, float]]] = {"driver": [], "daemon": []}
         self.rss_pid: dict[str, list[int]] = {}
+        self.load: list[tuple[float, float]] = []
         self.faults: list[dict] = []
         self.done = threading.Event()
         self.start_t = time.time()
@@ -162,6 +163,7 @@ class Soak:
         are processes of their own)."""
         while not self.done.wait(5):
             now = time.time()
+            self.load.append((now, os.getloadavg()[0]))
             for name, proc, tree in (("driver", self.app, True), ("daemon", self.daemon, False)):
                 if proc is not None and proc.poll() is None:
                     self.rss[name].append((now, rss_mib(proc.pid, tree=tree)))
@@ -413,7 +415,9 @@ class Soak:
                 problems.setdefault("memory", []).append(f"{name} RSS grew: {text}")
         commits = verify.commit_times(self.conf)
         per_minute = verify.throughput(commits, self.start_t)
-        stalls = verify.stalls(timeline, self.faults, self.start_t, end)
+        stalls = verify.stalls(
+            timeline, self.faults, self.start_t, end, self.load, os.cpu_count() or 1
+        )
         runs = instance.get_runs()
         summary = {
             "minutes": self.args.minutes,
@@ -432,6 +436,7 @@ class Soak:
             "throughput_per_minute": per_minute,
             "stalls": stalls,
             "memory": memory,
+            "load_average": [(round(t - self.start_t), v) for t, v in self.load],
             "rss_mib": {
                 k: [(round(t - self.start_t), round(v)) for t, v in s] for k, s in self.rss.items()
             },  # fmt: skip

@@ -298,9 +298,18 @@ def throughput(commits: dict, start: float, bucket: float = 60.0) -> list[dict]:
     return [rows[k] for k in sorted(rows)]
 
 
-def stalls(timeline: list[dict], faults: list[dict], start: float, end: float) -> list[dict]:
+def stalls(
+    timeline: list[dict],
+    faults: list[dict],
+    start: float,
+    end: float,
+    load: list[tuple[float, float]] = (),  # type: ignore[assignment]
+    cores: int = 2,
+) -> list[dict]:
     """Gaps longer than :data:`STALL_S` in the continuous work (the streaming producer's
-    commits and the streaming consumer's batches), each with what happened around it."""
+    commits and the streaming consumer's batches), each with what happened around it: the
+    faults, the queries' failures, and the machine's load average when it exceeded twice
+    its cores."""
     found = []
     for event, what in (("stream_commit", "streaming producer"),
                         ("stream_batch", "streaming consumer")):  # fmt: skip
@@ -318,6 +327,9 @@ def stalls(timeline: list[dict], faults: list[dict], start: float, end: float) -
                 if e["event"] in ("query_failed", "app_started", "app_draining")
                 and a - 5 <= e["t"] <= b + 5
             ]
+            busy = [v for t, v in load if a <= t <= b]
+            if busy and max(busy) > 2 * cores:
+                causes.append(f"machine load up to {max(busy):.0f} on {cores} cores")
             found.append({"what": what, "from_s": round(a - start, 1), "seconds": round(b - a, 1),
                           "causes": causes or ["none recorded"]})  # fmt: skip
     return sorted(found, key=lambda s: s["from_s"])

@@ -50,6 +50,9 @@ def test_a_gap_in_the_streaming_work_is_a_stall_with_the_faults_around_it():
     # but the broker fault.
     consumer = [s for s in found if s["what"] == "streaming consumer"]
     assert consumer[0]["seconds"] == 36.0
+    # A stall on a machine busier than twice its cores says so.
+    busy = stalls(timeline, [], start, start + 36, load=[(start + 12, 9.0)], cores=2)
+    assert "machine load up to 9 on 2 cores" in busy[0]["causes"]
 
 
 def test_memory_is_judged_over_one_process_and_only_after_eight_minutes():
