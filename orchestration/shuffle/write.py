@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +103,9 @@ class ShuffleSpec:
             raise ShuffleOptionError(f"shuffle {self.topic!r}: sort_by {list(sort_by)} {problem}")
         if not self.topic:
             raise ShuffleOptionError("shuffle topic must not be empty")
+        problem = topic_name_problem(self.topic)
+        if problem:
+            raise ShuffleOptionError(f"shuffle topic {self.topic!r} {problem}")
         try:
             validate_layout(self.num_partitions, self.max_parallelism)
         except ValueError as exc:
@@ -153,6 +157,39 @@ def shuffle_schema(df: DataFrame) -> pa.Schema:
     return pa.schema(fields)
 
 
+# Kafka's own rule for topic names (kafka.common.internals.Topic): what a broker refuses.
+_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
+_TOPIC_MAX = 249
+
+
+def topic_name_problem(topic: str) -> str | None:
+    """Why Kafka would refuse ``topic`` as a shuffle's data topic (its commit log,
+    ``<topic>__commits``, must be a legal name too), or None.
+
+    Example::
+
+        topic_name_problem("flights/by tailnum")  # "holds characters ..."
+    """
+    if not isinstance(topic, str):
+        return f"is a {type(topic).__name__}, not a string"
+    if topic in (".", ".."):
+        return "is not a name Kafka takes ('.' and '..' are refused)"
+    if not _TOPIC_CHARS.fullmatch(topic):
+        bad = sorted({c for c in topic if not _TOPIC_CHARS.fullmatch(c)})
+        return (
+            f"holds characters Kafka refuses in a topic name ({''.join(bad)!r}); "
+            "only ASCII letters, digits, '.', '_' and '-' are allowed"
+        )
+    longest = _TOPIC_MAX - len(commit_topic(""))
+    if len(topic) > longest:
+        return (
+            f"is {len(topic)} characters long; a shuffle's topic may have at most {longest} "
+            f"(Kafka's limit of {_TOPIC_MAX}, less the commit log's suffix "
+            f"{commit_topic('')!r})"
+        )
+    return None
+
+
 def sort_by_problem(key: Sequence[str], sort_by: Sequence[str]) -> str | None:
     """Why ``sort_by`` cannot order a shuffle keyed by ``key``, or None (also for an empty
     ``sort_by``: no order). It must start with the key columns in the key's order, since
@@ -200,11 +237,29 @@ def _unorderable(t: T.DataType) -> str | None:
     return None
 
 
+def _unhashable(t: T.DataType) -> bool:
+    """Whether Spark's ``hash`` refuses a column of type ``t`` (a map, at any depth)."""
+    if isinstance(t, T.MapType):
+        return True
+    if isinstance(t, T.ArrayType):
+        return _unhashable(t.elementType)
+    if isinstance(t, T.StructType):
+        return any(_unhashable(f.dataType) for f in t.fields)
+    return False
+
+
 def _check_columns(df: DataFrame, spec: ShuffleSpec) -> None:
     names = df.columns
     for c in spec.key:
         if c not in names:
             raise ShuffleSchemaError(f"shuffle {spec.topic!r}: key column {c!r} is not in {names}")
+        t = df.schema[c].dataType
+        if _unhashable(t):
+            raise ShuffleKeyError(
+                f"shuffle {spec.topic!r}: key column {c!r} has type {t.simpleString()}, which "
+                "Spark cannot hash (equal maps may hash differently); key by other columns, or "
+                "by the map turned into a sorted array of entries"
+            )
     if fr.KEY_GROUP_COLUMN in names:
         raise ShuffleSchemaError(
             f"shuffle {spec.topic!r}: column name {fr.KEY_GROUP_COLUMN!r} is reserved"
@@ -290,8 +345,10 @@ def write_shuffle(
         The committed run's :class:`WriteResult`.
 
     Raises:
-        ShuffleKeyError: Some rows have a null key (nothing is written).
-        ShuffleOptionError: ``columnar=True`` and the columnar path does not apply.
+        ShuffleKeyError: Some rows have a null key, or a key column is of a type Spark
+            cannot hash (a map); nothing is written.
+        ShuffleOptionError: ``columnar=True`` and the columnar path does not apply, or
+            ``window`` is not a string.
         ShuffleLayoutError: The shuffle exists with another key, partition count,
             max_parallelism or schema.
         ShuffleConnectionError: Kafka is unreachable.
@@ -300,6 +357,11 @@ def write_shuffle(
     if columnar not in (None, True, False):
         raise ShuffleOptionError(
             f"shuffle {spec.topic!r}: columnar must be True, False or None, got {columnar!r}"
+        )
+    if window is not None and not isinstance(window, str):
+        raise ShuffleOptionError(
+            f"shuffle {spec.topic!r}: window must be a string or None, got "
+            f"{type(window).__name__} {window!r}"
         )
     client = KafkaClient.of(kafka)
     _check_columns(df, spec)

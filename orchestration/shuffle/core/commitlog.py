@@ -25,7 +25,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import overload
+from typing import TypeVar, overload
 
 import pyarrow as pa
 
@@ -407,6 +407,22 @@ class Expired:
         )
 
 
+_R = TypeVar("_R", "Layout", "Commit", "Expired")
+
+
+def parse_record(kind: type[_R], value: JsonText, where: str, key: str, at: str = "") -> _R:
+    """``value`` read as a ``kind`` record; a :class:`ShuffleFormatError` naming ``where``
+    (the commit log), the record's key and ``at`` (its offset) when it is not one (not JSON,
+    cut short, a field missing or of the wrong type)."""
+    try:
+        return kind.from_json(value)
+    except (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as exc:
+        raise ShuffleFormatError(
+            f"{where}: record {key!r}{at} is not a readable {kind.__name__.lower()} record "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+
+
 @dataclass
 class ShuffleLog:
     """A shuffle's commit log, as read: its layout and its commits in log order."""
@@ -418,37 +434,48 @@ class ShuffleLog:
 
     @classmethod
     def from_records(
-        cls, topic: str, records: Iterable[tuple[bytes | str | None, bytes | None]]
+        cls,
+        topic: str,
+        records: Iterable[tuple[bytes | str | None, bytes | None]],
+        offsets: Iterable[int] | None = None,
     ) -> ShuffleLog:
-        """Builds the log from (key, value) records in offset order; None values are deletes."""
+        """Builds the log from (key, value) records in offset order; None values are deletes.
+
+        ``offsets`` (the records' offsets in the commit log, when known) go into the error
+        that a record without a key, with a key this version does not know, or whose value
+        is not a record of its kind raises.
+
+        Raises:
+            ShuffleFormatError: Naming the commit-log topic, the record's key and offset.
+        """
         log = cls(topic)
         by_run: dict[str, int] = {}
+        where = f"commit log {commit_topic(topic)!r}"
+        positions = iter(offsets) if offsets is not None else None
         for key, value in records:
-            k = key.decode() if isinstance(key, bytes) else key
+            offset = next(positions, None) if positions is not None else None
+            at = "" if offset is None else f" at partition 0 offset {offset}"
+            k = key.decode(errors="replace") if isinstance(key, bytes) else key
             if k is None:
-                raise ShuffleFormatError(
-                    f"commit log {commit_topic(topic)!r} has a record without a key"
-                )
+                raise ShuffleFormatError(f"{where} has a record without a key{at}")
             if k == LAYOUT_KEY:
                 if value is not None:
-                    log.layout = Layout.from_json(value)
+                    log.layout = parse_record(Layout, value, where, k, at)
             elif k.startswith(COMMIT_PREFIX):
                 run = k[len(COMMIT_PREFIX) :]
                 if run in by_run:
                     log.commits[by_run.pop(run)] = None  # type: ignore[call-overload]
                 if value is not None:
                     by_run[run] = len(log.commits)
-                    log.commits.append(Commit.from_json(value))
+                    log.commits.append(parse_record(Commit, value, where, k, at))
             elif k.startswith(EXPIRED_PREFIX):
                 run = k[len(EXPIRED_PREFIX) :]
                 if value is None:
                     log.expired.pop(run, None)
                 else:
-                    log.expired[run] = Expired.from_json(value)
+                    log.expired[run] = parse_record(Expired, value, where, k, at)
             else:
-                raise ShuffleFormatError(
-                    f"commit log {commit_topic(topic)!r} has a record with unknown key {k!r}"
-                )
+                raise ShuffleFormatError(f"{where} has a record with unknown key {k!r}{at}")
         log.commits = [c for c in log.commits if c is not None]
         return log
 

@@ -21,7 +21,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestration.shuffle.core.commitlog import COMMIT_PREFIX, Commit, ShuffleLog
+from orchestration.shuffle.core.commitlog import (
+    COMMIT_PREFIX,
+    Commit,
+    ShuffleLog,
+    commit_topic,
+    parse_record,
+)
 from orchestration.shuffle.core.options import Options
 from orchestration.shuffle.errors import ShuffleOptionError
 
@@ -111,11 +117,14 @@ class StreamOffset:
             ) from None
 
 
-def _commit_of(r: LogRecord) -> Commit | None:
-    """The commit a record holds; None for a layout record, an expiry marker or a tombstone."""
-    if r.value is None or not (r.key or b"").decode().startswith(COMMIT_PREFIX):
+def _commit_of(r: LogRecord, topic: str | None = None) -> Commit | None:
+    """The commit a record holds; None for a layout record, an expiry marker or a tombstone.
+    A commit record that cannot be read raises, naming ``topic``'s commit log and its offset."""
+    key = (r.key or b"").decode(errors="replace")
+    if r.value is None or not key.startswith(COMMIT_PREFIX):
         return None
-    return Commit.from_json(r.value)
+    where = "commit log" if topic is None else f"commit log {commit_topic(topic)!r}"
+    return parse_record(Commit, r.value, where, key, f" at partition 0 offset {r.offset}")
 
 
 def visible_runs(topic: str, records: Sequence[LogRecord], before: int) -> set[str]:
@@ -142,7 +151,7 @@ def stream_commits(
     for r in records:
         if r.offset < start.log or (end is not None and r.offset >= end):
             continue
-        commit = _commit_of(r)
+        commit = _commit_of(r, topic)
         if commit is None:
             continue
         if r.offset < start.snapshot and commit.run_id not in visible:

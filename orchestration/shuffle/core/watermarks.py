@@ -91,9 +91,18 @@ class WatermarkMerger:
         return None
 
 
+# 0001-01-01T00:00:00Z in epoch microseconds: the earliest instant a Python datetime (and a
+# Spark timestamp) can hold.
+EARLIEST_US = -62_135_596_800_000_000
+
+
 def subtask_watermark(max_event_time: int | None, max_out_of_orderness: int) -> int | None:
-    """A producer subtask's watermark: the largest event time seen minus the allowance."""
-    return None if max_event_time is None else max_event_time - max_out_of_orderness
+    """A producer subtask's watermark: the largest event time seen minus the allowance, but
+    never before 0001-01-01 (:data:`EARLIEST_US`): nothing can be later than that, and a
+    watermark before it could not be shown as a datetime."""
+    if max_event_time is None:
+        return None
+    return max(max_event_time - max_out_of_orderness, min(max_event_time, EARLIEST_US))
 
 
 def run_watermark(

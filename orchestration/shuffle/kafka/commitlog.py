@@ -15,6 +15,7 @@ from orchestration.shuffle.core.commitlog import (
     Layout,
     ShuffleLog,
     commit_topic,
+    parse_record,
 )
 from orchestration.shuffle.core.stream import LogRecord
 from orchestration.shuffle.errors import (
@@ -87,18 +88,17 @@ def log_end(kafka: KafkaClient, topic: str) -> int:
     return high
 
 
-def _read_records(
-    kafka: KafkaClient, topic: str, offset: int = 0
-) -> tuple[list[tuple[bytes | None, bytes | None]], int]:
-    """(key, value) records of the commit log from ``offset`` on, and the next offset."""
-    records, high = read_log_records(kafka, topic, offset)
-    return [(r.key, r.value) for r in records], high
-
-
 def read_log(kafka: KafkaClient, topic: str) -> ShuffleLog:
-    """Reads a shuffle's whole commit log (small: one record per run)."""
-    records, _ = _read_records(kafka, topic)
-    return ShuffleLog.from_records(topic, records)
+    """Reads a shuffle's whole commit log (small: one record per run).
+
+    Raises:
+        ShuffleFormatError: A record is not the engine's (no key, a key it does not know, a
+            value that is not a record of its kind), naming its offset.
+    """
+    records, _ = read_log_records(kafka, topic)
+    return ShuffleLog.from_records(
+        topic, [(r.key, r.value) for r in records], offsets=[r.offset for r in records]
+    )
 
 
 def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str) -> None:
@@ -153,6 +153,7 @@ def create_or_check(
             topic, layout.num_partitions, config=DATA_TOPIC_CONFIG, replication_factor=rf
         ):
             check_partitions(kafka, layout)  # made by someone else: is it the right one?
+            _refuse_orphaned_records(kafka, layout)
         _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
         return layout, True
     diffs = log.layout.differences(layout)
@@ -162,6 +163,26 @@ def create_or_check(
         )
     check_partitions(kafka, log.layout)
     return log.layout, False
+
+
+def _refuse_orphaned_records(kafka: KafkaClient, layout: Layout) -> None:
+    """Refuses to start a shuffle on a data topic that already holds records: its commit log
+    was deleted (or the topic is another application's), and a new layout over the old
+    frames would hide what they were without a word."""
+    held = [
+        (p, low, high)
+        for p, (low, high) in enumerate(kafka.end_offsets(layout.topic, layout.num_partitions))
+        if high > low
+    ]
+    if held:
+        p, low, high = held[0]
+        raise ShuffleLayoutError(
+            f"data topic {layout.topic!r} holds records (partition {p}: offsets [{low}, {high})"
+            f", {len(held)} partition(s) in all) but its commit log "
+            f"{commit_topic(layout.topic)!r} has no layout record: the commit log was deleted "
+            "or the topic is not a shuffle's. Its runs cannot be read again; delete the data "
+            "topic (or choose another topic) to start the shuffle anew."
+        )
 
 
 def check_partitions(kafka: KafkaClient, layout: Layout, grace_s: float = CREATE_GRACE_S) -> None:
@@ -205,12 +226,14 @@ def read_commits_since(kafka: KafkaClient, topic: str, offset: int) -> tuple[lis
     What a sensor calls on each tick: its cost depends on what is new, not on the size of
     the shuffle or of its commit log.
     """
-    records, next_offset = _read_records(kafka, topic, offset)
-    commits = [
-        Commit.from_json(value)
-        for key, value in records
-        if value is not None and (key or b"").decode().startswith(COMMIT_PREFIX)
-    ]
+    records, next_offset = read_log_records(kafka, topic, offset)
+    where = f"commit log {commit_topic(topic)!r}"
+    commits = []
+    for r in records:
+        key = (r.key or b"").decode(errors="replace")
+        if r.value is not None and key.startswith(COMMIT_PREFIX):
+            at = f" at partition 0 offset {r.offset}"
+            commits.append(parse_record(Commit, r.value, where, key, at))
     return commits, next_offset
 
 

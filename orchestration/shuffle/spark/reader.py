@@ -44,7 +44,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from orchestration.shuffle.core import aggregation as agg
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core import perkey as grouping
-from orchestration.shuffle.core.commitlog import Layout, ShuffleLog, schema_from_b64
+from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog, schema_from_b64
 from orchestration.shuffle.core.optiondefs import BATCH, SHUFFLE, STREAM
 from orchestration.shuffle.core.options import Options, kafka_to_options
 from orchestration.shuffle.core.reader import (
@@ -92,7 +92,46 @@ def plan_shuffle(
         log = read_log(kafka, topic)
     plan = options.plan(log)
     check_partitions(kafka, plan.layout)
+    check_offsets(kafka, topic, plan.layout.num_partitions, plan.commits)
     return plan
+
+
+def check_offsets(
+    kafka: KafkaClient, topic: str, num_partitions: int, commits: Sequence[Commit]
+) -> None:
+    """Refuses a read whose committed offsets the data topic no longer holds: deleted below
+    the partition's start (retention, ``delete_records``) or past its end (the topic was
+    made again, or lost acknowledged records). Checked on the driver, before any task
+    runs, so the error names the run, window and offsets instead of a fetch's failure.
+
+    Raises:
+        ShuffleFormatError: Naming the topic, partition, run, window, committed offsets
+            and the offsets the partition holds now.
+    """
+    wanted = [(p, r, c) for c in commits for p, r in c.partitions.items()]
+    if not wanted:
+        return
+    bounds = kafka.end_offsets(topic, num_partitions)
+    for p, r, c in wanted:
+        if not 0 <= p < num_partitions:
+            continue  # the planner refuses it, naming the partition
+        low, high = bounds[p]
+        if r.first >= low and r.last < high:
+            continue
+        what = (
+            f"topic {topic!r} partition {p}: run {c.run_id} (window {c.window!r}) was "
+            f"committed at offsets [{r.first}, {r.last}], but the partition holds "
+            f"[{low}, {high})"
+        )
+        if r.first < low:
+            raise ShuffleFormatError(
+                f"{what}: offsets below {low} were deleted (retention or delete_records); "
+                "expire the run (expire_shuffle) or write its window again"
+            )
+        raise ShuffleFormatError(
+            f"{what}: the commit names offsets past the partition's end; the topic lost "
+            "records or was deleted and made again"
+        )
 
 
 def source_options(
@@ -269,6 +308,25 @@ def _release_memory() -> None:
         libc.malloc_trim(0)
 
 
+def _decoded_batch(frame: fr.Frame, columns: set[str] | None, where: str) -> pa.RecordBatch:
+    """The rows of a DATA frame, or a :class:`ShuffleFormatError` naming where it is.
+
+    Frames carry no checksum of their own (Kafka's CRC covers them on disk and on the wire):
+    a payload damaged before it was produced is refused here only when Arrow cannot decode
+    it or its buffers do not add up (``validate``, which costs no pass over the data).
+    """
+    try:
+        batch = frame.batch(columns)
+        batch.validate()
+    except (pa.ArrowException, OSError, StopIteration, ValueError) as exc:
+        h = frame.header
+        raise ShuffleFormatError(
+            f"DATA frame at {where} (run {h.run_id} subtask {h.subtask} attempt {h.attempt}) "
+            f"cannot be decoded: {type(exc).__name__}: {exc}"
+        ) from exc
+    return batch
+
+
 class ShuffleReader(DataSourceReader):
     """Reads the splits of a shuffle read (batch, or one micro-batch of a stream): rows, or
     per-key aggregates (option ``aggregate``), or a per-key function's results (``per_key``)."""
@@ -310,7 +368,10 @@ class ShuffleReader(DataSourceReader):
         plan = SplitPlan.from_json(partition.value)
         _bound_worker_memory()
         try:
-            with self.opts.kafka.consumer() as c:
+            # librdkafka does not check the CRC of what it fetches unless asked (Kafka's Java
+            # consumer does): a record batch damaged on a broker's disk or on the way is
+            # then refused rather than decoded.
+            with self.opts.kafka.consumer(**{"check.crcs": True}) as c:
                 if self.opts.per_key:
                     yield from self._per_key(c, plan)
                     return
@@ -370,7 +431,7 @@ class ShuffleReader(DataSourceReader):
                     continue
                 counts = seen.setdefault((h.run_id, h.subtask), [0, 0])
                 if h.type is fr.FrameType.DATA:
-                    batch = frame.batch(self._decoded)
+                    batch = _decoded_batch(frame, self._decoded, where)
                     counts[0] += batch.num_rows
                     counts[1] += 1
                     out = self._rows(batch, pr, h.run_id, windows[h.run_id], m.offset(), where)

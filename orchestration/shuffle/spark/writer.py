@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import KafkaError
 
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core.columnar import ParquetScan, Piece, read_pieces
@@ -33,6 +34,9 @@ from orchestration.shuffle.core.vhash import key_groups
 from orchestration.shuffle.core.watermarks import subtask_watermark
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWriteError
 from orchestration.shuffle.kafka.client import KafkaClient, kafka_errors
+
+# What a broker (or the producer itself) answers to a message over the size limit.
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE}
 
 # A DATA frame is cut when a partition's buffer reaches either bound (before compression).
 DEFAULT_FRAME_ROWS = 64 * 1024
@@ -118,6 +122,14 @@ class _Subtask:
 
     def _on_delivery(self, err, msg) -> None:
         if err is not None:
+            if err.code() in _TOO_LARGE:
+                self.errors.append(
+                    f"partition {msg.partition()}: a frame of {len(msg.value() or b'')} bytes is "
+                    "larger than the topic's max.message.bytes (or the broker's "
+                    f"message.max.bytes) allows; write fewer rows per frame (frame_rows) or "
+                    f"smaller rows ({err.str()})"
+                )
+                return
             self.errors.append(f"partition {msg.partition()}: {err}")
             return
         rng = self.offsets.get(msg.partition())
