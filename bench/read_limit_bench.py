@@ -1,0 +1,147 @@
+"""Benchmark: reading a shuffle against Kafka's own consumer over the same bytes.
+
+A shuffle of the synthetic rows of ``shuffle_bench`` (Zipf string keys, a timestamp, five
+numeric columns; ``--partitions`` Kafka partitions) is written once. Then, ``--repeat``
+times, alternating order:
+
+- ``kafka_consumer_perf_test``: Kafka's own ``ConsumerPerformance`` tool (a Java consumer,
+  one thread, a fresh group each time) reads every record of the data topic; its bytes per
+  second of fetching (``fetch.MB.sec``: its JVM start-up and group join excluded) is the
+  read-side limit of this broker on this machine;
+- ``shuffle_read_jvm``: ``read_shuffle(engine="jvm")`` into the ``noop`` sink (every frame
+  fetched, decoded into Spark's columns);
+- ``shuffle_read_python``: ``read_shuffle(engine="python")`` into the ``noop`` sink.
+
+Each read's bytes per second is the run's bytes (the commit record's: the frames' keys and
+values as produced) over its wall time. The ratio of each to the perf test's rate, medians of
+the repeats, is the result (target: >= 0.8 on the JVM path). Medians and every measurement
+go to ``.local/bench/read_limit.json``.
+
+Run::
+
+    scripts/dev bench-read-limit                      # 10M rows, 3 repeats
+    scripts/dev bench-read-limit --rows 2000000 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shuffle_bench import WORK, drop_topics, generate, noop  # noqa: E402
+
+from devstack import localstack  # noqa: E402
+from orchestration.shuffle import ShuffleSpec, jvm_spark_conf, read_shuffle, write_shuffle  # noqa: E402
+from orchestration.shuffle.spark.session import spark_session  # noqa: E402
+
+
+def consumer_perf_test(kafka: dict, topic: str, records: int) -> float:
+    """Kafka's ``ConsumerPerformance`` over every record of ``topic``: its fetch rate, in
+    bytes per second (the tool reports MB as 2^20 bytes)."""
+    cmd = [
+        localstack.java_executable(), "-cp", localstack.kafka_classpath(),
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server", kafka["bootstrap.servers"],
+        "--topic", topic,
+        "--messages", str(records),
+        "--group", f"perf-{uuid.uuid4().hex[:8]}",
+        "--timeout", "60000",
+        "--hide-header",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True).stdout
+    # One CSV line: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg,
+    # nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
+    fields = [f.strip() for f in out.strip().splitlines()[-1].split(",")]
+    consumed = int(fields[4])
+    if consumed < records:
+        raise RuntimeError(f"ConsumerPerformance read {consumed} of {records} records:\n{out}")
+    mb, fetch_ms = float(fields[2]), float(fields[7])
+    return mb * 2**20 / (fetch_ms / 1000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--out", default=str(ROOT / ".local" / "bench" / "read_limit.json"))
+    args = parser.parse_args(argv)
+
+    kafka = {"bootstrap.servers": localstack.start()}
+    spark = spark_session(
+        master=args.master,
+        app_name="kafka-shuffle-bench-read-limit",
+        conf={**jvm_spark_conf(kafka=kafka), "spark.driver.memory": "6g"},
+    )
+    src = WORK / f"source-{args.rows}.parquet"
+    generate(spark, args.rows, src)
+    topic = f"bench.readlimit.{uuid.uuid4().hex[:8]}"
+    spec = ShuffleSpec(topic=topic, key="k", num_partitions=args.partitions, event_time="ts")
+    written = write_shuffle(spark.read.parquet(str(src)), spec, kafka=kafka, window="bench")
+    records = sum(hi - lo for lo, hi in written.offsets.values())
+    print(f"shuffle {topic}: {written.rows} rows, {written.bytes / 2**20:.1f} MiB in "
+          f"{written.frames} frames, {records} records", flush=True)  # fmt: skip
+
+    def timed(engine: str):
+        def run() -> float:
+            start = time.perf_counter()
+            noop(read_shuffle(spark, topic, kafka=kafka, engine=engine))
+            return written.bytes / (time.perf_counter() - start)
+
+        return run
+
+    phases = {
+        "kafka_consumer_perf_test": lambda: consumer_perf_test(kafka, topic, records),
+        "shuffle_read_jvm": timed("jvm"),
+        "shuffle_read_python": timed("python"),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in phases}
+    for i in range(args.repeat):
+        order = list(phases)
+        if i % 2:
+            order.reverse()
+        for name in order:
+            rate = phases[name]()
+            rates[name].append(rate)
+            print(f"  repeat={i} {name:<26} {rate / 2**20:8.1f} MiB/s", flush=True)
+    med = {name: statistics.median(v) for name, v in rates.items()}
+    limit = med["kafka_consumer_perf_test"]
+    report = {
+        "rows": written.rows,
+        "bytes": written.bytes,
+        "records": records,
+        "partitions": args.partitions,
+        "repeat": args.repeat,
+        "master": args.master,
+        "median_mib_per_s": {k: v / 2**20 for k, v in med.items()},
+        "ratio_to_consumer_perf_test": {
+            "jvm": med["shuffle_read_jvm"] / limit,
+            "python": med["shuffle_read_python"] / limit,
+        },
+        "all_mib_per_s": {k: [x / 2**20 for x in v] for k, v in rates.items()},
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    for engine, ratio in report["ratio_to_consumer_perf_test"].items():
+        verdict = "meets" if engine != "jvm" or ratio >= 0.8 else "misses"
+        print(f"read on the {engine} path: {ratio:.2f} of Kafka's consumer perf test"
+              + (f" ({verdict} the 0.8 target)" if engine == "jvm" else ""))  # fmt: skip
+    print(f"results: {out}")
+    drop_topics(kafka, [topic, f"{topic}__commits"])
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
