@@ -7,6 +7,7 @@ equal the same queries over the same rows from a plain DataFrame."""
 
 import math
 import random
+import uuid
 from dataclasses import replace
 
 import pytest
@@ -15,10 +16,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from orchestration.shuffle import ShuffleSpec, read_shuffle, shuffle_log, write_shuffle
+from orchestration.shuffle.core.commitlog import TaskResult
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleSchemaError
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import write_commit
 from orchestration.shuffle.spark.session import explain_text
+from orchestration.shuffle.spark.writer import ProducerTask, WriteOptions, commit_run
 from tests.integration import test_jvm_read
 
 pytestmark = pytest.mark.integration
@@ -219,3 +222,30 @@ def test_sort_by_is_checked(jspark, kafka_conf, unique):
     lcase = df.withColumn("c", F.col("s").cast("string collate UTF8_LCASE"))
     with pytest.raises(ShuffleSchemaError, match="sort_by column 'c' is a string of collation"):
         write_shuffle(lcase, spec(unique("sorted-bad"), ("s",), ("s", "c")), kafka=kafka_conf)
+
+
+def test_a_sorted_run_written_by_two_tasks_in_a_partition_fails_the_read(
+    jspark, kafka_conf, unique
+):
+    """A commit that claims a sort its frames do not have (here: each task sorted, but two
+    tasks wrote to every partition) fails the read, naming both subtasks, rather than
+    handing Spark rows out of the order it was told."""
+    topic = unique("sorted-two")
+    df = jspark.createDataFrame(generated(41, 200), SCHEMA)
+    write_shuffle(df, spec(topic, ("s",), ("s", "id")), kafka=kafka_conf, window="w0")
+    client = KafkaClient.of(kafka_conf)
+    run = str(uuid.uuid4())
+    options = WriteOptions(topic=topic, run_id=run, kafka=client, num_partitions=N,
+                           max_parallelism=M)  # fmt: skip
+    keyed = (
+        df.repartition(2)
+        .sortWithinPartitions("s", "id")
+        .withColumn("_key_group", F.pmod(F.hash("s"), F.lit(M)).cast("int"))
+    )
+    results = keyed.mapInArrow(ProducerTask(options), ProducerTask.RESULT_SCHEMA).collect()
+    tasks = [TaskResult.from_json(r.task_result) for r in results]
+    commit_run(client, topic, run, "w1", None, tasks, sort_by=("s", "id"))
+    jvm = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm", windows=["w1"])
+    assert "ordered=" in description(jvm)
+    with pytest.raises(Exception, match="committed as sorted, one subtask per partition"):
+        jvm.collect()
