@@ -271,9 +271,12 @@ expiry_job = shuffle_expiry_job(
 
 
 def _no_expiry_pending(context: ScheduleEvaluationContext) -> bool:
-    # Every two minutes, unless the last one has not run yet (a queue behind a fault).
-    runs = context.instance.get_runs(RunsFilter(job_name="soak_expiry_job", statuses=ACTIVE))
-    return not runs
+    # Every two minutes once the shuffle exists, unless the last one has not run yet (a
+    # queue behind a fault).
+    instance = context.instance
+    if instance.get_latest_materialization_event(AssetKey("soak_events")) is None:
+        return False
+    return not instance.get_runs(RunsFilter(job_name="soak_expiry_job", statuses=ACTIVE))
 
 
 defs = Definitions(
