@@ -20,6 +20,10 @@ Example::
   and why; :func:`~orchestration.shuffle_expiry_job` records that result for each window it
   empties, so an expired partition shows as such while its materializations stay in the
   asset's history.
+  Records of the commit log that readers skip (another application's, or cut short:
+  ``ShuffleLog.bad_records``) fail it too, naming each record's key and offset: with
+  severity ERROR when one may be a later run of a partition checked (reads of it are
+  refused), else WARN.
 
 The checks of a partitioned asset are partitioned as the asset is, so they check a
 partition, not the asset as a whole:
@@ -58,7 +62,7 @@ from dagster import (
 from orchestration.io_manager import DAGSTER_RUN_ATTR
 from orchestration.sensors import asset_io_manager_key, asset_shuffle
 from orchestration.shuffle import Commit, ShuffleError, ShuffleLog, plan_shuffle_read, shuffle_log
-from orchestration.shuffle.core.commitlog import Expired
+from orchestration.shuffle.core.commitlog import Expired, commit_topic
 from orchestration.shuffle.core.frames import FrameType, decode
 from orchestration.shuffle.errors import ShuffleFormatError
 from orchestration.shuffle.kafka import KafkaClient, check_partitions, read_range
@@ -236,14 +240,24 @@ def readability(log: ShuffleLog, keys: Sequence[str] | None) -> Readability:
         if partitioned
         else ({None} if any(c.window is None for c in log.commits) else set())
     )
-    readable = [w for w in wanted if w in visible]
-    expired = [w for w in wanted if w not in visible and w in gone]
-    missing = [w for w in wanted if w not in visible and w not in gone]
-    problems = [
-        f"{'the asset' if w is None else f'window {w}'}: its last run {gone[w].run_id} "
-        f"expired {gone[w].expired_at}: {gone[w].reason}"
-        for w in expired
-    ] + [f"{'the asset' if w is None else f'window {w}'}: no committed run" for w in missing]
+    refused: dict[str | None, str] = {}
+    for w in wanted:
+        try:
+            log.require_readable(windows=None if w is None else [w])
+        except ShuffleFormatError as exc:
+            refused[w] = str(exc)
+    readable = [w for w in wanted if w in visible and w not in refused]
+    expired = [w for w in wanted if w not in visible and w in gone and w not in refused]
+    missing = [w for w in wanted if w not in visible and w not in gone and w not in refused]
+    problems = (
+        list(refused.values())
+        + [
+            f"{'the asset' if w is None else f'window {w}'}: its last run {gone[w].run_id} "
+            f"expired {gone[w].expired_at}: {gone[w].reason}"
+            for w in expired
+        ]
+        + [f"{'the asset' if w is None else f'window {w}'}: no committed run" for w in missing]
+    )
     metadata: dict[str, Any] = {"readable": len(readable)}
     if len(expired) == 1 and not missing:
         metadata.update(expired_metadata(gone[expired[0]]))
@@ -260,10 +274,25 @@ def readability(log: ShuffleLog, keys: Sequence[str] | None) -> Readability:
         )
     if missing:
         metadata["missing"] = MetadataValue.json([str(w) for w in missing[:50]])
+    if log.bad_records:
+        problems.append(
+            f"commit log {commit_topic(log.topic)} has {len(log.bad_records)} record(s) "
+            "readers skip: "
+            + "; ".join(
+                f"{'no key' if b.key is None else repr(b.key)} at offset {b.offset}"
+                for b in log.bad_records[:5]
+            )
+        )
+        metadata["bad_records"] = MetadataValue.json(
+            [{"offset": b.offset, "key": b.key, "reason": b.reason} for b in log.bad_records[:50]]
+        )
+    if refused:
+        metadata["refused"] = MetadataValue.json(list(refused.values())[:50])
     return Readability(
         passed=not problems,
-        # Retention emptying a window is what it was asked to do: worth seeing, not an alarm.
-        severity=AssetCheckSeverity.ERROR if missing else AssetCheckSeverity.WARN,
+        # Retention emptying a window is what it was asked to do, and a record readers skip
+        # hides no run: worth seeing, not an alarm.
+        severity=AssetCheckSeverity.ERROR if missing or refused else AssetCheckSeverity.WARN,
         description="; ".join(problems[:5]) or None,
         metadata=metadata,
     )
@@ -373,7 +402,8 @@ def shuffle_asset_checks(
     @decorate(
         READABLE_CHECK,
         "Each partition has a run readers can read; a window retention emptied says when "
-        "and why (severity WARN).",
+        "and why (severity WARN); commit-log records readers skip are named (WARN, or ERROR "
+        "when one may hide a later run of a partition checked).",
     )
     def _readable(context: AssetCheckExecutionContext) -> AssetCheckResult:
         keys = _partition_keys(context, partitioned)

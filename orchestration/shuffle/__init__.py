@@ -44,6 +44,7 @@ _EXPORTS = {
     "Commit": "core.commitlog",
     "Layout": "core.commitlog",
     "ShuffleLog": "core.commitlog",
+    "BadRecord": "core.commitlog",
     "ShuffleAuthorizationError": "errors",
     "ShuffleConnectionError": "errors",
     "ShuffleError": "errors",
@@ -84,7 +85,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog
+    from orchestration.shuffle.core.commitlog import BadRecord, Commit, Layout, ShuffleLog
     from orchestration.shuffle.core.keygroups import key_group_of, key_group_range, partition_of
     from orchestration.shuffle.core.metrics import BatchMetrics, summarize_stream_metrics
     from orchestration.shuffle.core.queue import DeliveryPolicy, QueueCounts

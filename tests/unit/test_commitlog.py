@@ -14,6 +14,7 @@ from orchestration.shuffle.core.commitlog import (
     build_commit,
     commit_topic,
     from_micros,
+    recover_window,
     to_micros,
 )
 from orchestration.shuffle.errors import ShuffleFormatError, ShuffleLayoutError
@@ -97,9 +98,12 @@ def test_commit_watermark_as_time_and_completeness():
     assert unknown.watermark_time is None and not unknown.complete_through(day_end)
 
 
-def test_a_record_without_a_key_is_a_format_error():
-    with pytest.raises(ShuffleFormatError, match="without a key"):
-        ShuffleLog.from_records("t", [(None, b"{}")])
+def test_a_record_without_a_key_is_skipped_and_reported():
+    log = ShuffleLog.from_records("t", [(None, b"{}")], offsets=[7])
+    assert [(b.offset, b.key) for b in log.bad_records] == [(7, None)]
+    assert "'t__commits' partition 0 offset 7: record without a key" in (
+        log.bad_records[0].describe("t")
+    )
 
 
 def records(*items):
@@ -138,9 +142,36 @@ def test_rewritten_and_deleted_commit_records():
         log.require_layout()
 
 
-def test_unknown_record_key_is_an_error():
-    with pytest.raises(ShuffleFormatError, match="unknown key 'junk'"):
-        ShuffleLog.from_records("t", records(("junk", "{}")))
+def test_unknown_record_key_is_skipped_and_reported():
+    log = ShuffleLog.from_records("t", records(("junk", "{}")))
+    assert [(b.offset, b.key, b.is_commit) for b in log.bad_records] == [(0, "junk", False)]
+    log.require_readable()  # a foreign record hides no run
+
+
+def test_an_unreadable_layout_record_is_a_format_error():
+    with pytest.raises(ShuffleFormatError, match="record 'layout' at partition 0 offset 3 is"):
+        ShuffleLog.from_records("t", records((LAYOUT_KEY, '{"topic": "t"')), offsets=[3])
+    # One written again after it is the layout.
+    log = ShuffleLog.from_records(
+        "t", records((LAYOUT_KEY, '{"topic": "t"'), (LAYOUT_KEY, layout().to_json()))
+    )
+    assert log.layout == layout() and log.bad_records == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"run_id": "r", "window": "2013-01-01", "tas', (True, "2013-01-01")),
+        ('{"window":"caf\\u00e9 \\"x\\"", "run_id": ', (True, 'café "x"')),
+        ('{"window": null, "run_id": ', (True, None)),
+        ('{"run_id": "r", "window": "2013-01', (False, None)),
+        ('{"attrs": {"window": "a"}, "window": "b"', (False, None)),
+        ("not json at all", (False, None)),
+    ],
+)
+def test_recover_window_from_a_record_cut_short(text, expected):
+    assert recover_window(text) == expected
+    assert recover_window(text.encode()) == expected
 
 
 def test_watermark_is_the_furthest_visible():

@@ -69,6 +69,32 @@ def test_an_unpartitioned_shuffle_is_gone_when_its_last_run_is():
     assert found.description.startswith("the asset: its last run r2 expired")
 
 
+def test_records_readers_skip_are_named_and_a_window_they_may_hide_is_an_error():
+    d1, d2 = commit("r1", "d1"), commit("r2", "d2")
+    log = log_of(
+        ("commit/r1", d1.to_json()),
+        ("user-42", '{"event": "click"}'),
+        ("commit/r3", '{"run_id": "r3", "window": "d1", "commi'),
+        ("commit/r2", d2.to_json()),
+    )
+    # d2 is not affected: the foreign record and the cut commit (of d1) are a warning.
+    ok = readability(log, ["d2"])
+    assert not ok.passed and ok.severity == AssetCheckSeverity.WARN
+    assert ok.description == (
+        "commit log t__commits has 2 record(s) readers skip: 'user-42' at offset 2; "
+        "'commit/r3' at offset 3"
+    )
+    assert [b["offset"] for b in ok.metadata["bad_records"].value] == [2, 3]
+    assert ok.metadata["readable"] == 1
+    # d1's latest readable run is older than a commit of d1 that cannot be read.
+    hidden = readability(log, ["d1", "d2"])
+    assert not hidden.passed and hidden.severity == AssetCheckSeverity.ERROR
+    assert hidden.description.startswith(
+        "shuffle 't': window 'd1' cannot be read: record 'commit/r3' at partition 0 offset 3"
+    )
+    assert hidden.metadata["readable"] == 1
+
+
 @asset(
     partitions_def=DailyPartitionsDefinition(start_date="2024-05-01"),
     io_manager_key="shuffle_io",

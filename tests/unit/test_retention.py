@@ -6,7 +6,7 @@ import pytest
 
 from orchestration.shuffle.core.commitlog import Commit, PartitionRange, ShuffleLog
 from orchestration.shuffle.core.retention import bytes_deleted, marker, plan_expiry
-from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
 
 NOW = dt.datetime(2024, 1, 10, tzinfo=dt.UTC)
 
@@ -85,3 +85,13 @@ def test_bytes_deleted_counts_what_the_cut_removes():
     assert bytes_deleted([m], {0: 0}, {0: 5}) == {0: 250}
     # Already gone before this call: nothing counted again.
     assert bytes_deleted([m], {0: 10}, {0: 10}) == {}
+
+
+def test_a_commit_record_that_cannot_be_read_stops_expiry():
+    records = [(f"commit/{c.run_id}", c.to_json()) for c in (A, B, C)]
+    broken = ShuffleLog.from_records("t", [*records, ("commit/x", '{"run_id": "x", "win')])
+    with pytest.raises(ShuffleFormatError, match="'t__commits' partition 0 offset 3: record "):
+        plan_expiry(broken, now=NOW)
+    # A foreign record does not.
+    foreign = ShuffleLog.from_records("t", [*records, ("user-42", "{}")])
+    assert plan_expiry(foreign, now=NOW).runs == ["a"]

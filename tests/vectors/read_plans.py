@@ -1,9 +1,11 @@
 """The read-plan vectors both planners are tested against: commit-log records in, plan out.
 
 ``read_plans.json`` holds, per case, a shuffle's commit-log records (``[key, value]``, value
-null for a delete), a read's string options, and what the Python planner
-(:func:`orchestration.shuffle.core.reader.plan_read` through ``ReadOptions.parse``) makes of
-them: the splits as ``SplitPlan.to_json`` writes them, or the error's class and message.
+null for a delete; a record's offset is its index), a read's string options, and what the
+Python planner (:func:`orchestration.shuffle.core.reader.plan_read` through
+``ReadOptions.parse``) makes of them: the splits as ``SplitPlan.to_json`` writes them, or the
+error's class and message; and, when the log skipped records, ``bad_records``: each as
+``[offset, key, window_known, window]``.
 ``tests/unit/test_read_plan_vectors.py`` checks the Python planner against the file and the
 file against :func:`cases`; ``tests/integration/test_jvm_read.py`` checks the JVM planner
 (``io.kafkashuffle.spark.ReadPlanner``) against the same file.
@@ -227,6 +229,7 @@ def cases() -> list[dict[str, Any]]:
             "options": {},
         },
         {"name": "a record without a key", "records": [layout(), (None, "{}")], "options": {}},
+        *bad_record_cases(w),
         {
             "name": "a layout record deleted keeps the layout",
             "records": [layout(), delete(LAYOUT_KEY), HISTORY[1]],
@@ -236,14 +239,83 @@ def cases() -> list[dict[str, Any]]:
     return out
 
 
+# Commit records that cannot be read, each appended to HISTORY (offsets 13 on).
+CUT_TOLD = (
+    COMMIT_PREFIX + "bad-1",
+    '{"run_id": "bad-1", "window": "2013-01-03", "committed_at": "20',
+)
+CUT_UNTOLD = (COMMIT_PREFIX + "bad-2", '{"attrs": {}, "bytes": 12, "committed_at": "2013-01-0')
+NO_WINDOW = (COMMIT_PREFIX + "bad-3", '{"window": null, "run_id": "bad-3", "rows": ')
+MISSING_FIELDS = (COMMIT_PREFIX + "bad-4", '{"run_id": "bad-4", "window": "2013-01-01"}')
+NOT_JSON = (COMMIT_PREFIX + "bad-5", "\u0000\u0001 not json")
+TWO_WINDOWS = (
+    COMMIT_PREFIX + "bad-6",
+    '{"attrs": {"window": "2013-01-02"}, "window": "2013-01-03", "tasks": [',
+)
+FOREIGN = ("user-42", '{"event": "click", "user": 42}')
+BAD_MARKER = (EXPIRED_PREFIX + "d9-a", '{"run_id": "d9-a"}')
+
+
+def bad_record_cases(w: Any) -> list[dict[str, Any]]:
+    """Records the log skips, and the reads they refuse or leave alone."""
+    later_d3 = commit("d3-b", "2013-01-03", {3: (40, 41, 70)}, day=2)
+    later_d5 = commit("d5-a", "2013-01-05", {1: (42, 43, 70)}, day=4)
+    cases = [
+        ("a foreign record and a bad expiry marker are reported only", [FOREIGN, BAD_MARKER], {}),
+        ("a cut commit refuses its window", [CUT_TOLD], {"windows": w(["2013-01-03"])}),
+        ("a cut commit refuses a read of everything", [CUT_TOLD], {}),
+        ("a cut commit leaves other windows", [CUT_TOLD], {"windows": w(["2013-01-01"])}),
+        ("a cut commit with a later commit of its window", [CUT_TOLD, later_d3], {}),
+        (
+            "a commit missing fields refuses its window",
+            [MISSING_FIELDS],
+            {"windows": w(["2013-01-01"])},
+        ),
+        (
+            "a commit whose window cannot be told refuses earlier windows",
+            [CUT_UNTOLD, later_d5],
+            {"windows": w(["2013-01-01"])},
+        ),
+        (
+            "a commit whose window cannot be told leaves later windows",
+            [CUT_UNTOLD, later_d5],
+            {"windows": w(["2013-01-05"])},
+        ),
+        ("a commit whose window cannot be told refuses everything", [NOT_JSON, later_d5], {}),
+        ("two window fields are not guessed at", [TWO_WINDOWS], {"windows": w(["2013-01-02"])}),
+        ("a cut commit of a run without a window refuses everything", [NO_WINDOW], {}),
+        (
+            "a cut commit of a run without a window leaves windows",
+            [NO_WINDOW],
+            {"windows": w(["2013-01-02"])},
+        ),
+        ("a read of the unreadable run", [CUT_TOLD], {"runs": w(["bad-1", "d1-a"])}),
+        ("a read of other runs", [CUT_TOLD, CUT_UNTOLD], {"runs": w(["d1-a"])}),
+        (
+            "a commit record written again replaces the unreadable one",
+            [CUT_TOLD, commit("bad-1", "2013-01-03", {0: (44, 45, 5)}, day=2)],
+            {"windows": w(["2013-01-03"])},
+        ),
+        ("a tombstone removes the unreadable record", [CUT_UNTOLD, delete(CUT_UNTOLD[0])], {}),
+    ]
+    return [
+        {"name": name, "records": [*HISTORY, *extra], "options": options}
+        for name, extra, options in cases
+    ]
+
+
 def python_plan(topic: str, records: list[Record], options: dict[str, str]) -> dict[str, Any]:
     """What the Python planner makes of a case, in the file's form."""
+    out: dict[str, Any] = {}
     try:
         log = ShuffleLog.from_records(topic, records)
+        bad = [[b.offset, b.key, b.window_known, b.window] for b in log.bad_records]
+        if bad:
+            out["bad_records"] = bad
         plan = ReadOptions.parse(Options(options, OWNER)).plan(log)
     except ShuffleError as exc:
-        return {"error": {"kind": type(exc).__name__, "message": str(exc)}}
-    return {"splits": [json.loads(s.to_json()) for s in plan.splits]}
+        return {**out, "error": {"kind": type(exc).__name__, "message": str(exc)}}
+    return {**out, "splits": [json.loads(s.to_json()) for s in plan.splits]}
 
 
 def vectors() -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, overload
@@ -423,14 +424,97 @@ def parse_record(kind: type[_R], value: JsonText, where: str, key: str, at: str 
         ) from None
 
 
+# Where a commit record's window is said, when the record cannot be parsed as a whole: the
+# field, then a JSON string or null. The JVM planner (CommitLog.java) uses the same pattern.
+_WINDOW_FIELD = re.compile(r'"window"\s*:')
+_WINDOW_VALUE = re.compile(r'"window"\s*:\s*(?:"((?:[^"\\]|\\.)*)"|(null)\b)')
+
+
+def recover_window(value: JsonText | None) -> tuple[bool, str | None]:
+    """The window a commit record that cannot be parsed names, read from its text:
+    ``(True, window)`` (a string, or None for a run without a window) when the text has the
+    field exactly once with a whole value, else ``(False, None)``: the window cannot be told.
+    A record with two ``"window"`` fields (one inside ``attrs``) is not guessed at."""
+    if value is None:
+        return False, None
+    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+    if len(_WINDOW_FIELD.findall(text)) != 1:
+        return False, None
+    m = _WINDOW_VALUE.search(text)
+    if m is None:
+        return False, None
+    if m.group(2) is not None:
+        return True, None
+    try:
+        return True, json.loads(f'"{m.group(1)}"')
+    except ValueError:
+        return False, None
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """A commit-log record that :meth:`ShuffleLog.from_records` skipped: its key is none the
+    engine writes (``layout``, ``commit/<run>``, ``expired/<run>``), or its value is not a
+    record of its kind (not JSON, cut short, a field missing). ``offset``: in partition 0
+    of the commit log.
+
+    For a commit record (``key`` ``commit/<run>``), ``window_known`` says whether its
+    window could still be read from the record's text (:func:`recover_window`) and
+    ``window`` is that window (None: a run without one).
+
+    Example::
+
+        for bad in shuffle_log("events", kafka=conf).bad_records:
+            print(bad.offset, bad.key, bad.reason)
+    """
+
+    offset: int
+    key: str | None
+    reason: str
+    window: str | None = None
+    window_known: bool = False
+
+    @property
+    def is_commit(self) -> bool:
+        """Whether the record is a commit record (by its key) that could not be read."""
+        return self.key is not None and self.key.startswith(COMMIT_PREFIX)
+
+    @property
+    def run_id(self) -> str | None:
+        """The run a commit record's key names (None for any other record)."""
+        return self.key[len(COMMIT_PREFIX) :] if self.is_commit else None  # type: ignore[index]
+
+    def describe(self, topic: str) -> str:
+        """The record in words, naming the commit log of ``topic``, partition and offset."""
+        what = "without a key" if self.key is None else repr(self.key)
+        return (
+            f"commit log {commit_topic(topic)!r} partition 0 offset {self.offset}: record "
+            f"{what} skipped: {self.reason}"
+        )
+
+
+def _unreadable(kind: type, exc: BaseException) -> str:
+    return f"not a readable {kind.__name__.lower()} record ({type(exc).__name__}: {exc})"
+
+
+_PARSE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException)
+
+
 @dataclass
 class ShuffleLog:
-    """A shuffle's commit log, as read: its layout and its commits in log order."""
+    """A shuffle's commit log, as read: its layout and its commits in log order.
+
+    ``bad_records``: the records it skipped (:class:`BadRecord`), in log order; reads of
+    what they may hide are refused (:meth:`require_readable`). ``commit_offsets``: each
+    commit's record offset (its index among the records when the offsets were not given).
+    """
 
     topic: str
     layout: Layout | None = None
     commits: list[Commit] = field(default_factory=list)
     expired: dict[str, Expired] = field(default_factory=dict)
+    bad_records: tuple[BadRecord, ...] = ()
+    commit_offsets: dict[str, int] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_records(
@@ -441,43 +525,142 @@ class ShuffleLog:
     ) -> ShuffleLog:
         """Builds the log from (key, value) records in offset order; None values are deletes.
 
-        ``offsets`` (the records' offsets in the commit log, when known) go into the error
-        that a record without a key, with a key this version does not know, or whose value
-        is not a record of its kind raises.
+        ``offsets``: the records' offsets in the commit log (when not given, a record's index
+        stands for it). A record without a key, with a key the engine does not write, or
+        whose value is not a record of its kind is skipped and kept in :attr:`bad_records`
+        (a later record of the same key replaces it, as compaction would); a commit record
+        skipped also removes an earlier commit of its run. Reads it may affect are refused
+        by :meth:`require_readable`.
 
         Raises:
-            ShuffleFormatError: Naming the commit-log topic, the record's key and offset.
+            ShuffleFormatError: The layout record in effect cannot be read (nothing can be
+                read without it), naming the commit log, its key and offset.
         """
         log = cls(topic)
         by_run: dict[str, int] = {}
+        bad: dict[object, BadRecord] = {}
+        layout_error: str | None = None
         where = f"commit log {commit_topic(topic)!r}"
         positions = iter(offsets) if offsets is not None else None
-        for key, value in records:
-            offset = next(positions, None) if positions is not None else None
-            at = "" if offset is None else f" at partition 0 offset {offset}"
+        for index, (key, value) in enumerate(records):
+            offset = next(positions, index) if positions is not None else index
             k = key.decode(errors="replace") if isinstance(key, bytes) else key
             if k is None:
-                raise ShuffleFormatError(f"{where} has a record without a key{at}")
+                bad[("no key", offset)] = BadRecord(offset, None, "a record without a key")
+                continue
+            bad.pop(k, None)
             if k == LAYOUT_KEY:
                 if value is not None:
-                    log.layout = parse_record(Layout, value, where, k, at)
+                    try:
+                        log.layout = Layout.from_json(value)
+                        layout_error = None
+                    except _PARSE_ERRORS as exc:
+                        layout_error = (
+                            f"{where}: record {k!r} at partition 0 offset {offset} is "
+                            f"{_unreadable(Layout, exc)}"
+                        )
             elif k.startswith(COMMIT_PREFIX):
                 run = k[len(COMMIT_PREFIX) :]
                 if run in by_run:
                     log.commits[by_run.pop(run)] = None  # type: ignore[call-overload]
+                    log.commit_offsets.pop(run, None)
                 if value is not None:
+                    try:
+                        commit = Commit.from_json(value)
+                    except _PARSE_ERRORS as exc:
+                        known, window = recover_window(value)
+                        bad[k] = BadRecord(offset, k, _unreadable(Commit, exc), window, known)
+                        continue
                     by_run[run] = len(log.commits)
-                    log.commits.append(parse_record(Commit, value, where, k, at))
+                    log.commits.append(commit)
+                    log.commit_offsets[run] = offset
             elif k.startswith(EXPIRED_PREFIX):
                 run = k[len(EXPIRED_PREFIX) :]
                 if value is None:
                     log.expired.pop(run, None)
                 else:
-                    log.expired[run] = parse_record(Expired, value, where, k, at)
-            else:
-                raise ShuffleFormatError(f"{where} has a record with unknown key {k!r}{at}")
+                    try:
+                        log.expired[run] = Expired.from_json(value)
+                    except _PARSE_ERRORS as exc:
+                        log.expired.pop(run, None)
+                        bad[k] = BadRecord(offset, k, _unreadable(Expired, exc))
+            elif value is not None:
+                bad[k] = BadRecord(offset, k, "a key the engine does not write")
+        if layout_error is not None:
+            raise ShuffleFormatError(layout_error)
         log.commits = [c for c in log.commits if c is not None]
+        log.bad_records = tuple(sorted(bad.values(), key=lambda b: b.offset))
         return log
+
+    def require_readable(
+        self, windows: Iterable[str] | None = None, runs: Iterable[str] | None = None
+    ) -> None:
+        """Refuses a read that a skipped commit record (:attr:`bad_records`) may change:
+        never is an older run of a window shown in place of one whose commit cannot be read.
+
+        The rules, for each commit record skipped (at offset ``o``):
+
+        - a read by ``runs`` naming its run is refused; other reads by runs are not (a
+          run named is read as it is, whatever else the log holds);
+        - its window known (read from its text): that window is refused unless a commit
+          of the window that could be read comes after ``o`` (that one supersedes it);
+          a run without a window refuses a read of everything (it would be left out);
+        - its window unknown: it may be a later run of any window, a new window or a run
+          without one, so a read of everything is refused, and so is a read of a window
+          with no commit after ``o``. A window whose latest commit comes after ``o`` cannot
+          be changed by it, so such reads go on. This keeps every window written after the
+          damage readable and never serves a window the record may have replaced; the
+          cost is that windows last written before it wait until the record is repaired
+          (written again, or deleted with a tombstone) or the window is written again.
+
+        Records with a foreign key and expiry markers that cannot be read change no read
+        (a marker only says why a run is gone): they are reported, not refused.
+
+        Raises:
+            ShuffleFormatError: Naming the window or run, the record's key and offset.
+        """
+        bad = [b for b in self.bad_records if b.is_commit]
+        if not bad:
+            return
+        ctopic = commit_topic(self.topic)
+        if runs is not None:
+            wanted_runs = set(runs)
+            for b in bad:
+                if b.run_id in wanted_runs:
+                    raise ShuffleFormatError(
+                        f"shuffle {self.topic!r}: run {b.run_id!r} cannot be read: its commit "
+                        f"record at partition 0 offset {b.offset} of {ctopic!r} cannot be read"
+                    )
+            return
+        latest = {
+            w: self.commit_offsets.get(c.run_id, -1) for w, c in self.latest_by_window().items()
+        }
+        wanted = None if windows is None else sorted(set(windows))
+        for b in bad:
+            record = f"record {b.key!r} at partition 0 offset {b.offset} of {ctopic!r}"
+            if b.window_known and b.window is not None:
+                if (wanted is None or b.window in wanted) and latest.get(b.window, -1) < b.offset:
+                    raise ShuffleFormatError(
+                        f"shuffle {self.topic!r}: window {b.window!r} cannot be read: {record} "
+                        "is a commit of it that cannot be read, and no later commit of the "
+                        "window replaces it"
+                    )
+                continue
+            if wanted is None:
+                what = "a run without a window" if b.window_known else "a window it does not tell"
+                raise ShuffleFormatError(
+                    f"shuffle {self.topic!r}: a read of every run is refused: {record} is a "
+                    f"commit (of {what}) that cannot be read; select windows to read the others"
+                )
+            if b.window_known:
+                continue
+            for w in wanted:
+                if latest.get(w, -1) < b.offset:
+                    raise ShuffleFormatError(
+                        f"shuffle {self.topic!r}: window {w!r} cannot be read: {record} is a "
+                        "commit that cannot be read nor its window told, and no commit of the "
+                        "window comes after it"
+                    )
 
     def require_layout(self) -> Layout:
         if self.layout is None:

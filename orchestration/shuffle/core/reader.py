@@ -458,9 +458,12 @@ def plan_read(
             message says so of one that retention expired, with when and why).
         ShuffleOptionError: An event-time range on a shuffle without an event-time column,
             or a parallelism that is not positive.
+        ShuffleFormatError: A commit record the log skipped may be a later run of a window
+            read (:meth:`ShuffleLog.require_readable`), naming its offset.
     """
     layout = log.require_layout()
     topic = log.topic
+    log.require_readable(windows, runs)
     commits = log.visible(windows, runs)
     if windows is not None:
         missing = sorted(set(windows) - {c.window for c in commits})

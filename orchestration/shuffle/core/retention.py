@@ -16,6 +16,10 @@ the first frame of a run that stays, and never past ``protect_from`` (the first 
 written less than ``min_age`` ago), so frames of a run still being written are kept. Frames
 of failed attempts below the cutoff go with them.
 
+A commit log holding a commit record that cannot be read (``ShuffleLog.bad_records``) is
+not expired: the run it records is unknown, so neither whether it is superseded nor where its
+frames lie can be told, and a cutoff could delete them.
+
 Expiring twice is harmless: markers record the expired runs' offsets, so an interrupted
 expiry computes the same cutoffs when it runs again.
 """
@@ -27,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from orchestration.shuffle.core.commitlog import Commit, Expired, PartitionRange, ShuffleLog
-from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,13 @@ def plan_expiry(
         raise ShuffleOptionError(f"shuffle {log.topic!r}: keep_last must be >= 1, got {keep_last}")
     if older_than is not None and older_than < dt.timedelta(0):
         raise ShuffleOptionError(f"shuffle {log.topic!r}: older_than must not be negative")
+    unreadable = [b for b in log.bad_records if b.is_commit]
+    if unreadable:
+        raise ShuffleFormatError(
+            f"shuffle {log.topic!r} is not expired: "
+            + "; ".join(b.describe(log.topic) for b in unreadable[:5])
+            + " (its run's frames could be deleted; repair or delete the record first)"
+        )
     latest = {c.run_id for c in log.latest_by_window().values()}
     kept_windows: set[str] | None = None
     if keep_last is not None:

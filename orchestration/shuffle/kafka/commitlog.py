@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from confluent_kafka import KafkaError
@@ -29,6 +30,8 @@ from orchestration.shuffle.kafka.client import (
     quick_end_offsets,
     read_range,
 )
+
+logger = logging.getLogger(__name__)
 
 # How long a topic missing from one broker's metadata is looked for again (see
 # check_partitions).
@@ -91,14 +94,20 @@ def log_end(kafka: KafkaClient, topic: str) -> int:
 def read_log(kafka: KafkaClient, topic: str) -> ShuffleLog:
     """Reads a shuffle's whole commit log (small: one record per run).
 
+    A record that is not the engine's (no key, a key it does not write, a value that is
+    not a record of its kind) is skipped, logged as a warning naming the commit log,
+    partition and offset, and kept in the log's ``bad_records``.
+
     Raises:
-        ShuffleFormatError: A record is not the engine's (no key, a key it does not know, a
-            value that is not a record of its kind), naming its offset.
+        ShuffleFormatError: The layout record cannot be read, naming its offset.
     """
     records, _ = read_log_records(kafka, topic)
-    return ShuffleLog.from_records(
+    shuffle = ShuffleLog.from_records(
         topic, [(r.key, r.value) for r in records], offsets=[r.offset for r in records]
     )
+    for bad in shuffle.bad_records:
+        logger.warning("%s", bad.describe(topic))
+    return shuffle
 
 
 def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str) -> None:

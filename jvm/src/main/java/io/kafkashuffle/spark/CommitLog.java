@@ -9,12 +9,16 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
- * A shuffle's commit log as read: the latest layout, the commits in log order and the
- * retention markers. The same rules as {@code ShuffleLog.from_records} and {@code
- * ShuffleLog.visible} in {@code orchestration/shuffle/core/commitlog.py}; both are checked
- * against the vectors in {@code tests/vectors/read_plans.json}.
+ * A shuffle's commit log as read: the latest layout, the commits in log order, the
+ * retention markers and the records it skipped. The same rules as {@code
+ * ShuffleLog.from_records}, {@code ShuffleLog.visible} and {@code ShuffleLog.require_readable}
+ * in {@code orchestration/shuffle/core/commitlog.py} (whose docstrings give the reasons); both
+ * are checked against the vectors in {@code tests/vectors/read_plans.json}.
  */
 public final class CommitLog {
   static final String LAYOUT_KEY = "layout";
@@ -44,6 +48,17 @@ public final class CommitLog {
     }
 
     private Commit(JsonNode d) {
+      // The fields commitlog.py's Commit.from_json cannot do without.
+      for (String f : new String[] {"run_id", "committed_at", "tasks", "partitions"}) {
+        if (!d.has(f)) {
+          throw new IllegalArgumentException("KeyError: '" + f + "'");
+        }
+      }
+      for (String f : new String[] {"rows", "bytes", "frames"}) {
+        if (!d.path(f).isNumber() && !d.path(f).isTextual()) {
+          throw new IllegalArgumentException("field '" + f + "' is not a number");
+        }
+      }
       runId = d.get("run_id").asText();
       window = text(d.get("window"));
       committedAt = text(d.get("committed_at"));
@@ -90,6 +105,85 @@ public final class CommitLog {
     }
   }
 
+  /**
+   * A record the log skipped: a key the engine does not write (or none), or a value that is
+   * not a record of its kind. For a commit record, whether its window could be read from its
+   * text, and that window (null: a run without one).
+   */
+  static final class BadRecord {
+    final long offset;
+    final String key;
+    final String reason;
+    final boolean windowKnown;
+    final String window;
+
+    BadRecord(long offset, String key, String reason, boolean windowKnown, String window) {
+      this.offset = offset;
+      this.key = key;
+      this.reason = reason;
+      this.windowKnown = windowKnown;
+      this.window = window;
+    }
+
+    boolean isCommit() {
+      return key != null && key.startsWith(COMMIT_PREFIX);
+    }
+
+    String runId() {
+      return isCommit() ? key.substring(COMMIT_PREFIX.length()) : null;
+    }
+
+    /** The record in words, as {@code BadRecord.describe} in commitlog.py. */
+    String describe(String topic) {
+      return "commit log '"
+          + topic
+          + ShuffleCatalog.COMMITS_SUFFIX
+          + "' partition 0 offset "
+          + offset
+          + ": record "
+          + (key == null ? "without a key" : ReadPlanner.repr(key))
+          + " skipped: "
+          + reason;
+    }
+  }
+
+  // Where a commit record's window is said (commitlog.py's _WINDOW_FIELD, _WINDOW_VALUE).
+  private static final Pattern WINDOW_FIELD = Pattern.compile("\"window\"\\s*:");
+  private static final Pattern WINDOW_VALUE =
+      Pattern.compile("\"window\"\\s*:\\s*(?:\"((?:[^\"\\\\]|\\\\.)*)\"|(null)\\b)");
+
+  /**
+   * The window a commit record that cannot be parsed names, read from its text, as {@code
+   * recover_window} in commitlog.py: {@code {window}} (null inside: a run without one) when
+   * the text has the field exactly once with a whole value; null when it cannot be told.
+   */
+  static String[] recoverWindow(String value) {
+    if (value == null) {
+      return null;
+    }
+    Matcher fields = WINDOW_FIELD.matcher(value);
+    int count = 0;
+    while (fields.find()) {
+      count++;
+    }
+    if (count != 1) {
+      return null;
+    }
+    Matcher m = WINDOW_VALUE.matcher(value);
+    if (!m.find()) {
+      return null;
+    }
+    if (m.group(2) != null) {
+      return new String[] {null};
+    }
+    try {
+      JsonNode n = Layout.JSON.readTree("\"" + m.group(1) + "\"");
+      return n != null && n.isTextual() ? new String[] {n.asText()} : null;
+    } catch (IOException | RuntimeException e) {
+      return null;
+    }
+  }
+
   final String topic;
   // The data topic's partition count when the log was read (-1: not looked up).
   int dataPartitions = -1;
@@ -97,6 +191,12 @@ public final class CommitLog {
   // Insertion order is log order: a run committed again is removed and added at the end.
   private final LinkedHashMap<String, Commit> commits = new LinkedHashMap<>();
   private final LinkedHashMap<String, Expired> expired = new LinkedHashMap<>();
+  // The record offset of each commit, by run.
+  private final Map<String, Long> commitOffsets = new java.util.HashMap<>();
+  // The records skipped, the latest of each key (a record without a key: by its offset).
+  private final Map<Object, BadRecord> bad = new LinkedHashMap<>();
+  private String layoutError;
+  private long applied;
 
   CommitLog(String topic) {
     this.topic = topic;
@@ -108,6 +208,10 @@ public final class CommitLog {
     c.layout = layout;
     c.commits.putAll(commits);
     c.expired.putAll(expired);
+    c.commitOffsets.putAll(commitOffsets);
+    c.bad.putAll(bad);
+    c.layoutError = layoutError;
+    c.applied = applied;
     return c;
   }
 
@@ -115,43 +219,175 @@ public final class CommitLog {
     return "commit log '" + topic + ShuffleCatalog.COMMITS_SUFFIX + "'";
   }
 
-  /** Applies one record, in offset order; a null value is a delete. */
+  /** Applies one record, in offset order, its index among those applied as its offset. */
   void apply(String key, String value) {
+    apply(key, value, applied);
+  }
+
+  /**
+   * Applies the record at {@code offset}, in offset order; a null value is a delete. A record
+   * without a key, with a key the engine does not write, or whose value is not a record of
+   * its kind is skipped and kept among {@link #badRecords} (a later record of the key replaces
+   * it); a layout record that cannot be read makes {@link #layoutJson} refuse.
+   */
+  void apply(String key, String value, long offset) {
+    applied++;
     if (key == null) {
-      throw ShuffleException.format(where() + " has a record without a key");
+      bad.put(offset, new BadRecord(offset, null, "a record without a key", false, null));
+      return;
     }
+    bad.remove(key);
     if (key.equals(LAYOUT_KEY)) {
       if (value != null) {
-        layout = value;
+        try {
+          Layout.JSON.readTree(value).get("topic").asText();
+          layout = value;
+          layoutError = null;
+        } catch (IOException | RuntimeException e) {
+          layoutError =
+              where()
+                  + ": record 'layout' at partition 0 offset "
+                  + offset
+                  + " is not a readable layout record ("
+                  + e
+                  + ")";
+        }
       }
     } else if (key.startsWith(COMMIT_PREFIX)) {
       String run = key.substring(COMMIT_PREFIX.length());
       commits.remove(run);
+      commitOffsets.remove(run);
       if (value != null) {
-        commits.put(run, new Commit(parse(value, key)));
+        Commit c;
+        try {
+          c = new Commit(Layout.JSON.readTree(value));
+        } catch (IOException | RuntimeException e) {
+          String[] w = recoverWindow(value);
+          bad.put(
+              key,
+              new BadRecord(
+                  offset,
+                  key,
+                  "not a readable commit record (" + e + ")",
+                  w != null,
+                  w == null ? null : w[0]));
+          return;
+        }
+        commits.put(run, c);
+        commitOffsets.put(run, offset);
       }
     } else if (key.startsWith(EXPIRED_PREFIX)) {
       String run = key.substring(EXPIRED_PREFIX.length());
-      if (value == null) {
-        expired.remove(run);
-      } else {
-        expired.put(run, new Expired(parse(value, key)));
+      expired.remove(run);
+      if (value != null) {
+        try {
+          expired.put(run, new Expired(Layout.JSON.readTree(value)));
+        } catch (IOException | RuntimeException e) {
+          bad.put(
+              key,
+              new BadRecord(offset, key, "not a readable expired record (" + e + ")", false, null));
+        }
       }
-    } else {
-      throw ShuffleException.format(where() + " has a record with unknown key '" + key + "'");
+    } else if (value != null) {
+      bad.put(key, new BadRecord(offset, key, "a key the engine does not write", false, null));
     }
   }
 
-  private JsonNode parse(String value, String key) {
-    try {
-      return Layout.JSON.readTree(value);
-    } catch (IOException e) {
-      throw ShuffleException.format(where() + ": record '" + key + "' is not JSON: " + e);
+  /** The records skipped, in log order. */
+  List<BadRecord> badRecords() {
+    List<BadRecord> out = new ArrayList<>(bad.values());
+    out.sort((a, b) -> Long.compare(a.offset, b.offset));
+    return out;
+  }
+
+  /**
+   * Refuses a read that a skipped commit record may change, with the rules and messages of
+   * {@code ShuffleLog.require_readable} in commitlog.py: never is an older run of a window
+   * shown in place of one whose commit cannot be read. Null selects everything.
+   */
+  void requireReadable(Set<String> windows, Set<String> runs) {
+    List<BadRecord> commitsBad = new ArrayList<>();
+    for (BadRecord b : badRecords()) {
+      if (b.isCommit()) {
+        commitsBad.add(b);
+      }
+    }
+    if (commitsBad.isEmpty()) {
+      return;
+    }
+    String ctopic = ReadPlanner.repr(topic + ShuffleCatalog.COMMITS_SUFFIX);
+    String shuffle = "shuffle " + ReadPlanner.repr(topic);
+    if (runs != null) {
+      for (BadRecord b : commitsBad) {
+        if (runs.contains(b.runId())) {
+          throw ShuffleException.format(
+              shuffle
+                  + ": run "
+                  + ReadPlanner.repr(b.runId())
+                  + " cannot be read: its commit record at partition 0 offset "
+                  + b.offset
+                  + " of "
+                  + ctopic
+                  + " cannot be read");
+        }
+      }
+      return;
+    }
+    Map<String, Long> latest = new java.util.HashMap<>();
+    for (Map.Entry<String, Commit> e : latestByWindow().entrySet()) {
+      latest.put(e.getKey(), commitOffsets.getOrDefault(e.getValue().runId, -1L));
+    }
+    TreeSet<String> wanted = windows == null ? null : new TreeSet<>(windows);
+    for (BadRecord b : commitsBad) {
+      String record =
+          "record " + ReadPlanner.repr(b.key) + " at partition 0 offset " + b.offset + " of " + ctopic;
+      if (b.windowKnown && b.window != null) {
+        if ((wanted == null || wanted.contains(b.window))
+            && latest.getOrDefault(b.window, -1L) < b.offset) {
+          throw ShuffleException.format(
+              shuffle
+                  + ": window "
+                  + ReadPlanner.repr(b.window)
+                  + " cannot be read: "
+                  + record
+                  + " is a commit of it that cannot be read, and no later commit of the window"
+                  + " replaces it");
+        }
+        continue;
+      }
+      if (wanted == null) {
+        String what = b.windowKnown ? "a run without a window" : "a window it does not tell";
+        throw ShuffleException.format(
+            shuffle
+                + ": a read of every run is refused: "
+                + record
+                + " is a commit (of "
+                + what
+                + ") that cannot be read; select windows to read the others");
+      }
+      if (b.windowKnown) {
+        continue;
+      }
+      for (String w : wanted) {
+        if (latest.getOrDefault(w, -1L) < b.offset) {
+          throw ShuffleException.format(
+              shuffle
+                  + ": window "
+                  + ReadPlanner.repr(w)
+                  + " cannot be read: "
+                  + record
+                  + " is a commit that cannot be read nor its window told, and no commit of the"
+                  + " window comes after it");
+        }
+      }
     }
   }
 
-  /** The latest layout record's JSON, or null. */
+  /** The latest layout record's JSON, or null; refuses one that cannot be read. */
   String layoutJson() {
+    if (layoutError != null) {
+      throw ShuffleException.format(layoutError);
+    }
     return layout;
   }
 

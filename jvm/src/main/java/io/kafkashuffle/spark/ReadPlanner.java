@@ -170,6 +170,7 @@ public final class ReadPlanner {
     checkPartitions(log, layout);
     Set<String> windows = selection.windows == null ? null : new LinkedHashSet<>(selection.windows);
     Set<String> runs = selection.runs == null ? null : new LinkedHashSet<>(selection.runs);
+    log.requireReadable(windows, runs);
     List<CommitLog.Commit> commits = log.visible(windows, runs);
     if (windows != null) {
       TreeSet<String> missing = new TreeSet<>(windows);
@@ -410,17 +411,27 @@ public final class ReadPlanner {
    * Plans a read from commit-log records, for the vectors both planners are tested against:
    * {@code recordsJson} is a JSON list of {@code [key, value]} pairs (value null: a delete),
    * {@code optionsJson} the read's string options. Returns {@code {"splits": [...]}} with
-   * each split as {@code SplitPlan.to_json} writes it, or {@code {"error": {"kind", "message"}}}.
+   * each split as {@code SplitPlan.to_json} writes it, or {@code {"error": {"kind", "message"}}};
+   * with {@code "bad_records"} ({@code [offset, key, window_known, window]}, a record's offset
+   * being its index) when the log skipped any.
    */
   public static String planVector(String topic, String recordsJson, String optionsJson)
       throws IOException {
     ObjectNode result = Layout.JSON.createObjectNode();
+    ArrayNode bad = null;
     try {
       CommitLog log = new CommitLog(topic);
+      long offset = 0;
       for (JsonNode r : Layout.JSON.readTree(recordsJson)) {
         JsonNode k = r.get(0);
         JsonNode v = r.get(1);
-        log.apply(k.isNull() ? null : k.asText(), v.isNull() ? null : v.asText());
+        log.apply(k.isNull() ? null : k.asText(), v.isNull() ? null : v.asText(), offset++);
+      }
+      if (!log.badRecords().isEmpty()) {
+        bad = result.putArray("bad_records");
+        for (CommitLog.BadRecord b : log.badRecords()) {
+          bad.addArray().add(b.offset).add(b.key).add(b.windowKnown).add(b.window);
+        }
       }
       Map<String, String> options = new HashMap<>();
       Layout.JSON
@@ -434,6 +445,9 @@ public final class ReadPlanner {
       }
     } catch (ShuffleException e) {
       result.removeAll();
+      if (bad != null) {
+        result.set("bad_records", bad);
+      }
       ObjectNode err = result.putObject("error");
       err.put("kind", e.kind().pythonName);
       err.put("message", e.getMessage().substring(e.kind().pythonName.length() + 2));

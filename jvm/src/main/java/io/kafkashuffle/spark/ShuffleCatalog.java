@@ -25,6 +25,8 @@ import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -38,6 +40,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * partition_of_<max_parallelism>_<num_partitions>} (see {@link PartitionFunction}).
  */
 public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
+  private static final Logger LOG = LoggerFactory.getLogger(ShuffleCatalog.class);
+
   static final String COMMITS_SUFFIX = "__commits";
   static final String LAYOUT_KEY = "layout";
   static final String WITH_METADATA = "with_metadata";
@@ -263,7 +267,10 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
           continue; // applied by the earlier read
         }
         String key = keyOf(r);
-        log.apply(key, r.value() == null ? null : StandardCharsets.UTF_8.decode(r.value()).toString());
+        log.apply(
+            key,
+            r.value() == null ? null : StandardCharsets.UTF_8.decode(r.value()).toString(),
+            r.offset());
         lastOffset = r.offset();
         lastTs = r.timestamp();
         lastKey = key;
@@ -271,6 +278,12 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
     }
     if (!checked) {
       return null; // the record is gone (compacted away): read the log again
+    }
+    long seen = before == null ? -1 : before.lastOffset;
+    for (CommitLog.BadRecord b : log.badRecords()) {
+      if (b.offset > seen) {
+        LOG.warn(b.describe(topic));
+      }
     }
     return new LogRead(begin, end, log, lastOffset, lastTs, lastKey);
   }

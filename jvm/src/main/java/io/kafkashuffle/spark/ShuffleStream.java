@@ -291,7 +291,7 @@ final class ShuffleStream
     CommitLog log = new CommitLog(spec.topic);
     for (Record r : records) {
       if (r.offset < before && r.key != null && r.key.startsWith(CommitLog.COMMIT_PREFIX)) {
-        log.apply(r.key, r.value);
+        log.apply(r.key, r.value, r.offset);
       }
     }
     Set<String> out = new HashSet<>();
@@ -545,7 +545,7 @@ final class ShuffleStream
         String k = r.get(0).isNull() ? null : r.get(0).asText();
         String v = r.get(1).isNull() ? null : r.get(1).asText();
         records.add(new Record(i++, k, v));
-        log.apply(k, v);
+        log.apply(k, v, i - 1);
       }
       Map<String, String> options = new java.util.HashMap<>();
       Layout.JSON
