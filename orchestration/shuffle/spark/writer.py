@@ -362,6 +362,7 @@ def commit_run(
     complete_until_us: int | None,
     results: list[TaskResult],
     attrs: Mapping[str, str] | None = None,
+    sort_by: Sequence[str] = (),
 ) -> Commit:
     """Makes a run visible: merges its task results and appends the commit record
     (``sort_by``: the order its rows were written in, see ``Commit.sort_by``)."""
@@ -372,4 +373,3 @@ def commit_run(
     )
     write_commit(kafka, topic, commit)
     return commit
-    sort_by: Sequence[str] = (),
