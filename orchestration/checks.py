@@ -12,9 +12,10 @@ Example::
 - ``shuffle_rows``: the committed runs of the partitions checked are complete in Kafka: in
   each run's committed offset ranges, every committed subtask attempt's END frame is found,
   its DATA frames are all there, and the rows the END frames declare add up to the rows of
-  the commit record, per Kafka partition and in total. Only the 40-byte frame headers (and
-  the END frames' counts) are read, never an Arrow payload; ``full_read=True`` reads every
-  row back with Spark instead (counted inside the reader, no rows cross to the JVM).
+  the commit record, per Kafka partition and in total. Only the frame headers (and the END
+  frames' counts) are read, and each payload's checksum checked, never an Arrow payload
+  decoded; ``full_read=True`` reads every row back with Spark instead (counted inside the
+  reader, no rows cross to the JVM).
 - ``shuffle_window_readable``: each partition checked has a run readers can read. A window
   that retention left with no run fails it with severity WARN, saying which run went, when
   and why; :func:`~orchestration.shuffle_expiry_job` records that result for each window it

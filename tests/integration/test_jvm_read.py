@@ -493,6 +493,32 @@ def test_corrupt_frame_names_topic_partition_offset(jspark, kafka_conf, unique):
     assert "not a shuffle frame" in str(info.value)
 
 
+def test_frame_checksums_and_version_1_frames_on_both_paths(jspark, kafka_conf, unique):
+    from tests.integration.test_bad_inputs import (
+        HANDMADE,
+        Ctx,
+        as_version_1,
+        data_frame,
+        flipped,
+    )
+
+    c = Ctx(jspark, kafka_conf, unique("jvm-crc"))
+    c.write()
+    c.handmade_run(lambda run: [as_version_1(data_frame(run))], 3, "v1")
+    # The last byte of an uncompressed body: a timestamp Arrow would decode into another.
+    c.handmade_run(lambda run: [flipped(data_frame(run, compression=None), -12)], 3, "flip")
+    errors = []
+    for engine in ("jvm", "python"):
+        assert c.read(windows=["v1"], engine=engine) == HANDMADE, engine
+        with pytest.raises(Exception, match="fails its checksum") as info:
+            c.read(windows=["flip"], engine=engine)
+        text = str(info.value)
+        assert "ShuffleFormatError: DATA frame at topic" in text, text[:2000]
+        errors.append(text[text.index("DATA frame at") :].split("\n")[0])
+    # The same words on both paths.
+    assert errors[0] == errors[1], errors
+
+
 def test_a_lost_frame_is_an_error_on_both_paths(jspark, kafka_conf, unique):
     topic = unique("jvm-lost")
     res = write_shuffle(rows_df(jspark, 300), spec_for(topic), kafka=kafka_conf)

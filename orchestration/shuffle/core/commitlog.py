@@ -30,13 +30,15 @@ from typing import TypeVar, overload
 
 import pyarrow as pa
 
-from orchestration.shuffle.core.frames import VERSION as FRAME_VERSION
 from orchestration.shuffle.errors import ShuffleFormatError, ShuffleLayoutError
 
 LAYOUT_KEY = "layout"
 COMMIT_PREFIX = "commit/"
 EXPIRED_PREFIX = "expired/"
 COMMIT_TOPIC_SUFFIX = "__commits"
+# The layout record's format_version: 1, whose shuffles hold frames of version 1 or 2, each
+# frame saying which (core/frames.py). A frame version readers of 1 cannot read would make it 2.
+LAYOUT_FORMAT_VERSION = 1
 
 # A record's JSON as Kafka hands it over (bytes) or as text. Named so that the classes below,
 # whose ``bytes`` field shadows the built-in inside their bodies, can annotate it.
@@ -99,7 +101,7 @@ class Layout:
     schema: pa.Schema
     event_time: str | None = None
     max_out_of_orderness_us: int = 0
-    format_version: int = FRAME_VERSION
+    format_version: int = LAYOUT_FORMAT_VERSION
     sort_by: tuple[str, ...] = ()
 
     def to_json(self) -> str:

@@ -1,18 +1,20 @@
-"""Frame format v1: what one Kafka message of a shuffle's data topic holds. No Spark, no Kafka.
+"""Frame format v2: what one Kafka message of a shuffle's data topic holds. No Spark, no Kafka.
 
-Every message value is a frame: a fixed 40-byte header, then a payload.
+Every message value is a frame: a fixed header (44 bytes; 40 in version 1), then a payload.
 
 Header (big-endian)::
 
     offset size  field
     0      4     magic       b"KSHF"
-    4      1     version     1
+    4      1     version     2 (1: frames written before the checksum, still read)
     5      1     type        1 = DATA, 2 = WATERMARK, 3 = END
     6      2     flags       0 (reserved)
     8      16    run_id      the producer run (a UUID)
     24     4     subtask     the producer subtask (Spark task partition id)
     28     4     attempt     the subtask's attempt number (Spark task attempt)
     32     8     sequence    per (run, subtask, attempt), counting every frame it writes
+    40     4     crc32       version 2 only: CRC-32 (zlib's, java.util.zip.CRC32's) of the
+                             payload
 
 Payloads:
 
@@ -26,13 +28,17 @@ Payloads:
   partition. Broadcast to every partition when the subtask has written everything.
 
 A reader refuses a frame with an unknown magic, version or type (naming topic, partition
-and offset): a newer writer's frames are never misread.
+and offset): a newer writer's frames are never misread. It refuses a version 2 frame whose
+payload does not match its checksum: Kafka's record CRC covers the disk and the wire, not a
+value changed before it was produced (a writer's memory, a tool that rewrote the topic), and
+an Arrow value buffer changed that way decodes into other values without a word.
 """
 
 from __future__ import annotations
 
 import struct
 import uuid
+import zlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from enum import IntEnum
@@ -42,9 +48,13 @@ import pyarrow as pa
 from orchestration.shuffle.errors import ShuffleFormatError
 
 MAGIC = b"KSHF"
-VERSION = 1
-_HEADER = struct.Struct(">4sBBH16sIIQ")
-HEADER_SIZE = _HEADER.size  # 40
+VERSION = 2  # what writers write
+VERSIONS = (1, 2)  # what readers read
+_HEADER_V1 = struct.Struct(">4sBBH16sIIQ")
+_HEADER = struct.Struct(">4sBBH16sIIQI")
+HEADER_SIZE_V1 = _HEADER_V1.size  # 40
+HEADER_SIZE = _HEADER.size  # 44
+_CRC = struct.Struct(">I")
 _WATERMARK = struct.Struct(">q")
 _END = struct.Struct(">QQ")
 
@@ -65,7 +75,8 @@ class FrameHeader:
     attempt: int
     sequence: int
 
-    def encode(self) -> bytes:
+    def encode(self, payload: bytes | memoryview | pa.Buffer = b"") -> bytes:
+        """The header of a frame holding ``payload`` (its checksum is the payload's)."""
         return _HEADER.pack(
             MAGIC,
             VERSION,
@@ -75,6 +86,7 @@ class FrameHeader:
             self.subtask,
             self.attempt,
             self.sequence,
+            zlib.crc32(payload),
         )
 
 
@@ -120,44 +132,64 @@ def encode_data(
 ) -> bytes:
     """A DATA frame holding ``batch``."""
     sink = pa.BufferOutputStream()
-    sink.write(header.encode())
     with pa.ipc.new_stream(sink, batch.schema, options=_ipc_options(compression)) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    body = sink.getvalue()
+    # One copy of the payload: join reads the Arrow buffer in place.
+    return b"".join((header.encode(body), memoryview(body)))
 
 
 def encode_watermark(header: FrameHeader, event_time_us: int) -> bytes:
-    return header.encode() + _WATERMARK.pack(event_time_us)
+    payload = _WATERMARK.pack(event_time_us)
+    return header.encode(payload) + payload
 
 
 def encode_end(header: FrameHeader, rows: int, frames: int) -> bytes:
-    return header.encode() + _END.pack(rows, frames)
+    payload = _END.pack(rows, frames)
+    return header.encode(payload) + payload
 
 
 def decode(value: bytes | memoryview, where: str = "") -> Frame:
-    """Parses a frame; ``where`` (topic, partition, offset) goes into any error message."""
+    """Parses a frame and checks a version 2 frame's payload against its checksum; ``where``
+    (topic, partition, offset) goes into any error message."""
     buf = memoryview(value)
     loc = f" at {where}" if where else ""
-    if len(buf) < HEADER_SIZE:
+    if len(buf) < HEADER_SIZE_V1:
         raise ShuffleFormatError(f"message{loc} is {len(buf)} bytes, shorter than a frame header")
-    magic, version, ftype, _flags, run, subtask, attempt, seq = _HEADER.unpack_from(buf)
+    magic, version, ftype, _flags, run, subtask, attempt, seq = _HEADER_V1.unpack_from(buf)
     if magic != MAGIC:
         raise ShuffleFormatError(
             f"message{loc} is not a shuffle frame (magic {bytes(magic)!r}, expected {MAGIC!r})"
         )
-    if version != VERSION:
+    if version not in VERSIONS:
         raise ShuffleFormatError(
-            f"frame{loc} has format version {version}; this reader understands version {VERSION}"
+            f"frame{loc} has format version {version}; this reader understands versions "
+            + " and ".join(map(str, VERSIONS))
         )
     try:
         kind = FrameType(ftype)
     except ValueError:
         raise ShuffleFormatError(f"frame{loc} has unknown frame type {ftype}") from None
     header = FrameHeader(kind, str(uuid.UUID(bytes=bytes(run))), subtask, attempt, seq)
-    payload = buf[HEADER_SIZE:]
+    if version == 1:
+        payload = buf[HEADER_SIZE_V1:]
+    elif len(buf) < HEADER_SIZE:
+        raise ShuffleFormatError(f"message{loc} is {len(buf)} bytes, shorter than a frame header")
+    else:
+        payload = buf[HEADER_SIZE:]
     expected = {FrameType.WATERMARK: _WATERMARK.size, FrameType.END: _END.size}.get(kind)
     if expected is not None and len(payload) != expected:
         raise ShuffleFormatError(
             f"{kind.name} frame{loc} has a {len(payload)}-byte payload, expected {expected}"
         )
+    if version == 2:
+        (crc,) = _CRC.unpack_from(buf, HEADER_SIZE_V1)
+        actual = zlib.crc32(payload)
+        if actual != crc:
+            raise ShuffleFormatError(
+                f"{kind.name} frame{loc} (run {header.run_id} subtask {subtask} attempt "
+                f"{attempt}) fails its checksum: its {len(payload)}-byte payload has CRC-32 "
+                f"{actual:08x}, its header says {crc:08x} (the frame was changed after it "
+                "was written)"
+            )
     return Frame(header, payload)

@@ -79,15 +79,16 @@ public final class Layout {
               + " and max_parallelism "
               + layout.maxParallelism);
     }
-    if (layout.formatVersion != Frames.VERSION) {
+    // The layout record's own format (commitlog.py LAYOUT_FORMAT_VERSION): frames of versions
+    // 1 and 2 alike, each frame saying which.
+    if (layout.formatVersion != 1) {
       throw ShuffleException.format(
           where
               + ": shuffle "
               + layout.topic
               + " has frame format version "
               + layout.formatVersion
-              + "; this reader understands version "
-              + Frames.VERSION);
+              + "; this reader understands version 1");
     }
     return layout;
   }

@@ -363,6 +363,8 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
       if (tasks == null || !tasks.contains(pair(h.subtask, h.attempt))) {
         return null;
       }
+      // Only the frames read are checked: those of other attempts are skipped unread.
+      Frames.verify(value, h, where);
       String key = h.runId + "/" + h.subtask;
       long[] counts = seen.computeIfAbsent(key, k -> new long[2]);
       switch (h.type) {
