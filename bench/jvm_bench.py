@@ -21,12 +21,24 @@ string keys, a timestamp, five numeric columns), ``--repeat`` times alternating 
   over the shuffles (a storage-partitioned join) and one on each side over Parquet;
 - reuse: the write plus three consumers written in plain Spark (per-key totals, the largest
   gap between a key's consecutive events with a window ``lag``, each key's top three rows
-  with ``row_number``) over the JVM read / the bucketed table's write plus the same three.
+  with ``row_number``) over the JVM read / the bucketed table's write plus the same three;
+- sorted: the same rows written as sorted runs (``sort_by=("k", "ts")``, the per-key side
+  ``sort_by=("k",)``) against unsorted ones (the write cost of sorting: one task per Kafka
+  partition, Spark's sort), and against a bucketed table sorted the same way
+  (``bucketBy(...).sortBy("k", "ts")``): the join with no broadcast (a sort-merge join
+  with neither an Exchange nor a Sort over the sorted shuffles, asserted; Spark sorts the
+  bucketed table's buckets, since a bucket of several files is not one sorted sequence, and
+  both sides of the Parquet join), and the reuse of a sorted write by a window ``lag`` and
+  each key's first three rows (``Window.partitionBy("k").orderBy("ts")``: no Sort over the
+  sorted read, asserted) / the bucketed sorted table's write plus the same two.
 
 Targets (issue "keyed reads that Spark's own planner understands"): read >= 1x the bucketed
 table's and >= 30x Spark's ``kafka`` source reading the rows into their columns; agg >= 1x
 over the bucketed table and >= 2x over plain Parquet; join >= 2x; reuse
-<= 0.6 of the bucketed table's time. Medians go to ``.local/bench/jvm.json``.
+<= 0.6 of the bucketed table's time. Sorted runs (set with them): the sorted join >= 2x the
+Parquet join and >= 1x the bucketed sorted table's; the sorted reuse <= 1x the bucketed
+sorted table's; a sorted write <= 2x an unsorted one. Medians go to
+``.local/bench/jvm.json``.
 
 Run::
 
@@ -56,6 +68,7 @@ from shuffle_bench import (  # noqa: E402
     group_by,
     noop,
     spark_consumers,
+    spark_gaps,
     spark_kafka_rows,
     spark_kafka_source,
     spark_kafka_write,
@@ -78,10 +91,35 @@ TARGETS = (
     ("join vs Parquet, no broadcast", "jvm_join_smj", "parquet_join_smj", "speedup", 2.0),
     ("reuse vs bucketed", "jvm_reuse", "bucketed_reuse", "ratio", 0.6),
     ("read, JVM vs Python path", "jvm_read", "python_read", "speedup", 1.0),
-)
+    ("sorted join vs Parquet, no broadcast", "jvm_sorted_join_smj", "parquet_join_smj",
+     "speedup", 2.0),
+    ("sorted join vs bucketed sorted", "jvm_sorted_join_smj", "bucketed_sorted_join_smj",
+     "speedup", 1.0),
+    ("sorted reuse vs bucketed sorted", "jvm_sorted_reuse", "bucketed_sorted_reuse", "ratio",
+     1.0),
+    ("sorted write vs unsorted write", "write_sorted", "write_unsorted", "ratio", 2.0),
+)  # fmt: skip
+
+
+def sorted_consumers(df) -> None:
+    """Two consumers whose windows a read sorted by (k, ts) serves as it is: the largest gap
+    between a key's consecutive events (``lag``) and each key's first three rows."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    spark_gaps(df)
+    first = F.row_number().over(Window.partitionBy("k").orderBy("ts"))
+    noop(df.withColumn("r", first).where("r <= 3").select("k", "ts", "b"))
+
+
+def sorts(plan: str) -> list[str]:
+    """The Sort nodes of a plan's text."""
+    nodes = (line.strip().lstrip("+-*:( 0123456789)") for line in plan.splitlines())
+    return [n for n in nodes if n.startswith("Sort ")]
 
 
 def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dict:
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     src = WORK / f"source-{rows}.parquet"
@@ -97,11 +135,22 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
     topic, other_topic = f"bench.jvm.{tag}", f"bench.jvm2.{tag}"
     table = f"bench_jvm_bucketed_{tag}"
 
-    def spec(t: str, event_time: str | None = "ts") -> ShuffleSpec:
-        return ShuffleSpec(topic=t, key=("k",), num_partitions=partitions, event_time=event_time)
+    sorted_topic, sorted_other_topic = f"bench.jvm.sorted.{tag}", f"bench.jvm2.sorted.{tag}"
+    sorted_table, sorted_other_table = f"{table}_sorted", f"{table}_sorted_other"
+
+    def spec(t: str, event_time: str | None = "ts", sort_by: tuple = ()) -> ShuffleSpec:
+        return ShuffleSpec(
+            topic=t, key=("k",), num_partitions=partitions, event_time=event_time, sort_by=sort_by
+        )
 
     write_shuffle(df, spec(topic), kafka=kafka, window="bench")
     write_shuffle(other, spec(other_topic, None), kafka=kafka, window="bench")
+
+    def sorted_write() -> None:
+        write_shuffle(df, spec(sorted_topic, sort_by=("k", "ts")), kafka=kafka, window="bench")
+
+    sorted_write()
+    write_shuffle(other, spec(sorted_other_topic, None, ("k",)), kafka=kafka, window="bench")
     # The same rows as plain messages, one per row, keyed as Kafka users key them.
     messages = f"bench.jvm.rows.{tag}"
     KafkaClient(kafka).ensure_topic(messages, partitions, config={"retention.ms": "-1"})
@@ -120,6 +169,24 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
         df.write.bucketBy(partitions, "k").format("parquet").saveAsTable(table)
 
     bucketed_write()
+
+    def bucketed_sorted_write() -> None:
+        spark.sql(f"DROP TABLE IF EXISTS {sorted_table}")
+        df.write.bucketBy(partitions, "k").sortBy("k", "ts").format("parquet").saveAsTable(
+            sorted_table
+        )
+
+    bucketed_sorted_write()
+    spark.sql(f"DROP TABLE IF EXISTS {sorted_other_table}")
+    other.write.bucketBy(partitions, "k").sortBy("k").format("parquet").saveAsTable(
+        sorted_other_table
+    )
+
+    def jvm_sorted() -> object:
+        return read_shuffle(spark, sorted_topic, kafka=kafka, engine="jvm")
+
+    def jvm_sorted_other() -> object:
+        return read_shuffle(spark, sorted_other_topic, kafka=kafka, engine="jvm")
 
     def jvm() -> object:
         return read_shuffle(spark, topic, kafka=kafka, engine="jvm")
@@ -148,6 +215,12 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
     assert "Exchange" not in plan, plan
     plan = without_broadcast(lambda: explain_text(jvm().join(jvm_other(), "k")))()
     assert "SortMergeJoin" in plan and "Exchange" not in plan, plan
+    # Sorted runs: the same join, and the windows, with no Sort over the sorted reads.
+    plan = without_broadcast(lambda: explain_text(jvm_sorted().join(jvm_sorted_other(), "k")))()
+    assert "SortMergeJoin" in plan and "Exchange" not in plan and not sorts(plan), plan
+    for w in (Window.partitionBy("k").orderBy("ts"),):
+        plan = explain_text(jvm_sorted().withColumn("prev", F.lag("ts").over(w)))
+        assert "Exchange" not in plan and not sorts(plan), plan
     pairs = [
         (("jvm_read", lambda: noop(jvm())), ("bucketed_read", lambda: noop(spark.table(table)))),
         (
@@ -178,10 +251,35 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
             ),
             ("bucketed_reuse", lambda: (bucketed_write(), spark_consumers(spark.table(table)))),
         ),
+        (
+            ("write_sorted", sorted_write),
+            ("write_unsorted", lambda: write_shuffle(df, spec(topic), kafka=kafka, window="bench")),
+        ),
+        (
+            (
+                "jvm_sorted_join_smj",
+                without_broadcast(lambda: join(jvm_sorted(), jvm_sorted_other())),
+            ),
+            (
+                "bucketed_sorted_join_smj",
+                without_broadcast(
+                    lambda: join(spark.table(sorted_table), spark.table(sorted_other_table))
+                ),
+            ),
+        ),
+        (
+            ("jvm_sorted_reuse", lambda: (sorted_write(), sorted_consumers(jvm_sorted()))),
+            (
+                "bucketed_sorted_reuse",
+                lambda: (bucketed_sorted_write(), sorted_consumers(spark.table(sorted_table))),
+            ),
+        ),
     ]
     times = side_by_side(pairs, repeat, f"rows={rows:>9}")
-    drop_topics(kafka, [t for x in (topic, other_topic) for t in (x, commit_topic(x))] + [messages])
-    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    shuffles = (topic, other_topic, sorted_topic, sorted_other_topic)
+    drop_topics(kafka, [t for x in shuffles for t in (x, commit_topic(x))] + [messages])
+    for t in (table, sorted_table, sorted_other_table):
+        spark.sql(f"DROP TABLE IF EXISTS {t}")
     med = {k: statistics.median(v) for k, v in times.items()}
     targets = {}
     for name, ours, base, kind, bound in TARGETS:
