@@ -7,7 +7,7 @@ of every frame the write made against the time to encode and decode them. Prints
 object with the medians. Run it once with the checkout's library and once with another's
 (``PYTHONPATH=<other checkout>``) to compare two frame formats on one machine::
 
-    scripts/dev run python -m bench.checksum_bench --rows 2000000 --repeat 3
+    .venv/bin/python -m bench.checksum_bench --rows 2000000 --repeat 3
 """
 
 from __future__ import annotations

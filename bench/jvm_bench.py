@@ -56,29 +56,26 @@ import sys
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from session_bench import side_by_side  # noqa: E402  (bench/ is the script's directory)
-from shuffle_bench import (  # noqa: E402
+from bench.common import (
     BASELINE_JARS,
+    ROOT,
     WORK,
     drop_topics,
     generate,
     group_by,
     noop,
+    side_by_side,
     spark_consumers,
     spark_gaps,
     spark_kafka_rows,
     spark_kafka_source,
     spark_kafka_write,
 )
-
-from devstack import localstack  # noqa: E402
-from orchestration.shuffle import ShuffleSpec, jvm_spark_conf, read_shuffle, write_shuffle  # noqa: E402
-from orchestration.shuffle.core.commitlog import commit_topic  # noqa: E402
-from orchestration.shuffle.kafka import KafkaClient  # noqa: E402
-from orchestration.shuffle.spark.session import explain_text, spark_session  # noqa: E402
+from devstack import localstack
+from orchestration.shuffle import ShuffleSpec, jvm_spark_conf, read_shuffle, write_shuffle
+from orchestration.shuffle.core.commitlog import commit_topic
+from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle.spark.session import explain_text, spark_session
 
 # (target, ours, baseline, kind, bound): "speedup" is baseline / ours, at least the bound;
 # "ratio" is ours / baseline, at most the bound.

@@ -29,7 +29,6 @@ import argparse
 import hashlib
 import json
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -38,15 +37,12 @@ from pathlib import Path
 import pyarrow as pa
 from confluent_kafka import Producer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import WORK
+from devstack import localstack
+from orchestration.shuffle import process_queue, register_data_sources
+from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle.spark.session import spark_session
 
-from devstack import localstack  # noqa: E402
-from orchestration.shuffle import process_queue, register_data_sources  # noqa: E402
-from orchestration.shuffle.kafka.client import KafkaClient  # noqa: E402
-from orchestration.shuffle.spark.session import spark_session  # noqa: E402
-
-WORK = ROOT / ".local" / "bench"
 SCHEMA = "id long, digest string"
 IDLE = 2.0
 

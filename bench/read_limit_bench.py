@@ -29,19 +29,14 @@ import argparse
 import json
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from shuffle_bench import WORK, drop_topics, generate, noop  # noqa: E402
-
-from devstack import localstack  # noqa: E402
-from orchestration.shuffle import ShuffleSpec, jvm_spark_conf, read_shuffle, write_shuffle  # noqa: E402
-from orchestration.shuffle.spark.session import spark_session  # noqa: E402
+from bench.common import WORK, drop_topics, generate, noop
+from devstack import localstack
+from orchestration.shuffle import ShuffleSpec, jvm_spark_conf, read_shuffle, write_shuffle
+from orchestration.shuffle.spark.session import spark_session
 
 
 def consumer_perf_test(kafka: dict, topic: str, records: int) -> float:
@@ -74,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--out", default=str(ROOT / ".local" / "bench" / "read_limit.json"))
+    parser.add_argument("--out", default=str(WORK / "read_limit.json"))
     args = parser.parse_args(argv)
 
     kafka = {"bootstrap.servers": localstack.start()}

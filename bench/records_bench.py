@@ -34,13 +34,9 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from shuffle_bench import BASELINE_JARS, WORK  # noqa: E402  (the same connector and folder)
-
-from devstack import localstack  # noqa: E402
-from orchestration.shuffle import (  # noqa: E402
+from bench.common import BASELINE_JARS, ROOT, WORK
+from devstack import localstack
+from orchestration.shuffle import (
     ShuffleSpec,
     jvm_spark_conf,
     read_records,
@@ -49,8 +45,8 @@ from orchestration.shuffle import (  # noqa: E402
     register_data_sources,
     write_shuffle,
 )
-from orchestration.shuffle.kafka import KafkaClient  # noqa: E402
-from orchestration.shuffle.spark.session import spark_session  # noqa: E402
+from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle.spark.session import spark_session
 
 
 def produce(kafka: dict, topic: str, messages: int, value_bytes: int, partitions: int) -> None:

@@ -1,17 +1,17 @@
 """Writes the README's benchmark tables from the benchmark's results (never by hand).
 
-Reads ``.local/bench/results.json`` (written by ``bench/shuffle_bench.py``) and replaces
-what stands between ``<!-- bench:NAME:start -->`` and ``<!-- bench:NAME:end -->`` in
-README.md, for NAME in ``targets`` (each target: ours, the baseline, the ratio, met or
+Reads ``.local/bench/results.json`` (written by ``scripts/dev bench``, ``bench.shuffle_bench``)
+and replaces what stands between ``<!-- bench:NAME:start -->`` and ``<!-- bench:NAME:end -->``
+in README.md, for NAME in ``targets`` (each target: ours, the baseline, the ratio, met or
 not), ``io`` (write and read against Spark's Kafka sink and source) and ``memory`` (peak
 resident memory of a Python worker per phase).
 
 Run::
 
-    python bench/report.py                      # results.json -> README.md
-    python bench/report.py --check              # exit 1 if README.md is not up to date
-    python bench/report.py --results a.json b.json --chart .local/bench/results.png
-    python bench/report.py --results a.json --memory no-reuse.json
+    python -m bench.report                      # results.json -> README.md
+    python -m bench.report --check              # exit 1 if README.md is not up to date
+    python -m bench.report --results a.json b.json --chart .local/bench/results.png
+    python -m bench.report --results a.json --memory no-reuse.json
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import json
 import re
 import sys
 from pathlib import Path
+
+from bench.results import MEMORY_PHASES, T9_BOUND, chart, memory_growth
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,48 +101,6 @@ def io_table(report: dict) -> str:
             f"{_seconds(handover['median_seconds']) if handover else 'not run'} |"
         )
     return "\n".join(lines)
-
-
-T9_BOUND = 1.2  # peak worker memory, largest size / smallest, per phase of ours
-MEMORY_PHASES = (
-    "shuffle_write",
-    "shuffle_write_rows",
-    "shuffle_read",
-    "shuffle_per_key",
-    "shuffle_per_key_arrow",
-    "shuffle_aggregate",
-    "shuffle_per_key_200k",
-    "shuffle_aggregate_200k",
-    "reuse_three_consumers",
-    "reuse_three_consumers_arrow",
-    "recover_one_consumer",
-    "read_1_of_30_windows",
-    "read_30_windows",
-)
-
-
-def memory_growth(report: dict) -> dict:
-    """T9: per phase of ours, the peak worker memory at the largest size over the smallest."""
-    sizes = sorted(report["sizes"], key=int)
-    if len(sizes) < 2:
-        return {}
-    small, large = report["sizes"][sizes[0]], report["sizes"][sizes[-1]]
-    out = {}
-    for name in MEMORY_PHASES:
-        if name not in small or name not in large:
-            continue
-        a, b = small[name]["worker_peak_rss_mib"], large[name]["worker_peak_rss_mib"]
-        ratio = b / a if a else float("inf")
-        out[name] = {
-            "small_rows": int(sizes[0]),
-            "large_rows": int(sizes[-1]),
-            "small_mib": a,
-            "large_mib": b,
-            "ratio": ratio,
-            "bound": T9_BOUND,
-            "met": ratio <= T9_BOUND,
-        }
-    return out
 
 
 def memory_table(report: dict) -> str:
@@ -505,9 +465,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     report = merge([json.loads(Path(p).read_text()) for p in args.results])
     if args.chart:
-        sys.path.insert(0, str(ROOT / "bench"))
-        from shuffle_bench import chart
-
         chart(report, Path(args.chart))
     readme = Path(args.readme)
     before = readme.read_text()

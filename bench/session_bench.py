@@ -19,7 +19,7 @@ Each size runs in a process of its own, so that its session starts fresh:
   (``--idle``: Spark stops its idle Python planner processes after a minute).
 
 Medians go to ``.local/bench/session.json`` (a run replaces the sizes and parts it
-measures and keeps the others); ``bench/report.py --targets`` prints them with the other
+measures and keeps the others); ``python -m bench.report --targets`` prints them with the other
 targets.
 
 Run::
@@ -40,13 +40,11 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from shuffle_bench import (  # noqa: E402  (bench/ is the script's directory)
+from bench.common import (
     AGGREGATIONS,
     BATCH_SCHEMA,
     PER_KEY_SCHEMA,
+    ROOT,
     WORK,
     batch_stats,
     drop_topics,
@@ -54,10 +52,11 @@ from shuffle_bench import (  # noqa: E402  (bench/ is the script's directory)
     group_by,
     noop,
     per_key_stats,
+    seconds,
+    side_by_side,
 )
-
-from devstack import localstack  # noqa: E402
-from orchestration.shuffle import (  # noqa: E402
+from devstack import localstack
+from orchestration.shuffle import (
     ShuffleSpec,
     aggregate_shuffle,
     apply_per_key,
@@ -65,36 +64,14 @@ from orchestration.shuffle import (  # noqa: E402
     plan_shuffle_read,
     write_shuffle,
 )
-from orchestration.shuffle.core.commitlog import commit_topic  # noqa: E402
-from orchestration.shuffle.spark.session import spark_session  # noqa: E402
+from orchestration.shuffle.core.commitlog import commit_topic
+from orchestration.shuffle.spark.session import spark_session
 
 P1_WITHIN = 0.9  # the ratio after the applyInPandas job, as a share of the fresh one
 P1_BOUNDS = {"T2": 1.0, "T3": 2.0}
 SMALL_ROWS = 1_000
 SMALL_WINDOWS = 30
 IDLE_SECONDS = 65
-
-
-def _seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def side_by_side(pairs: list, repeat: int, label: str) -> dict[str, list[float]]:
-    """Each pair ``(name, fn)`` twice over ``repeat`` times, alternating which goes first (a
-    pair whose second is None is one phase alone): the seconds of every run."""
-    out: dict[str, list[float]] = {}
-    for i in range(repeat):
-        for a, b in pairs:
-            order = [a] + ([b] if b else [])
-            if i % 2:
-                order.reverse()
-            for name, fn in order:
-                s = _seconds(fn)
-                out.setdefault(name, []).append(s)
-                print(f"  {label} repeat={i} {name:<32} {s:8.3f}s", flush=True)
-    return out
 
 
 def _ratios(times: dict[str, list[float]]) -> dict[str, float]:
@@ -127,7 +104,7 @@ def p1(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dict:
         ]
 
     fresh = side_by_side(pairs(), repeat, f"rows={rows} fresh")
-    job = _seconds(lambda: noop(df.groupBy("k").applyInPandas(per_key_stats, PER_KEY_SCHEMA)))
+    job = seconds(lambda: noop(df.groupBy("k").applyInPandas(per_key_stats, PER_KEY_SCHEMA)))
     print(f"  rows={rows} groupBy.applyInPandas over the source: {job:.1f}s", flush=True)
     after = side_by_side(pairs(), repeat, f"rows={rows} after")
     drop_topics(kafka, [topic, commit_topic(topic)])
@@ -277,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind, rows in runs:
         # A fresh process, so a fresh session and JVM, for each size.
         result = WORK / f"session-child-{uuid.uuid4().hex[:8]}.json"
-        cmd = [sys.executable, __file__, "--child", str(result), "--repeat", str(args.repeat)]
+        cmd = [sys.executable, "-m", "bench.session_bench", "--child", str(result)]
+        cmd += ["--repeat", str(args.repeat)]
         cmd += ["--partitions", str(args.partitions), "--master", args.master]
         cmd += ["--rows-one", str(rows)] if kind == "p1" else ["--small-only"]
         if not args.idle:
@@ -285,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.jvm:
             cmd.append("--jvm")
         print(f"== {kind} {rows or ''} (fresh session)", flush=True)
-        # The per-key functions come from shuffle_bench: Spark's Python workers import it.
-        paths = [str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]
+        # The child runs as `-m bench.session_bench`, and Spark's Python workers import the
+        # per-key functions from bench.common: both need the checkout on the path.
+        paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
         subprocess.run(cmd, check=True, env=env)
         got = json.loads(result.read_text())

@@ -49,7 +49,7 @@ and the targets, each against its own baseline:
 It samples the resident memory of Spark's Python worker processes during each phase,
 prints a line per phase and the medians, writes every measurement to
 ``.local/bench/results.json`` and draws ``.local/bench/results.png`` (one panel per target).
-``bench/report.py`` turns the JSON into the README's tables.
+``python -m bench.report`` turns the JSON into the README's tables.
 
 Run::
 
@@ -75,15 +75,29 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from confluent_kafka.admin import AdminClient
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from report import T9_BOUND, memory_growth  # noqa: E402  (bench/ is the script's directory)
-
-from devstack import localstack  # noqa: E402
-from orchestration.shuffle import (  # noqa: E402
+from bench.common import (
+    AGGREGATIONS,
+    BASELINE_JARS,
+    BATCH_SCHEMA,
+    PER_KEY_SCHEMA,
+    ROOT,
+    WORK,
+    batch_stats,
+    drop_topics,
+    function_cpu,
+    generate,
+    group_by,
+    noop,
+    per_key_stats,
+    spark_consumers,
+    spark_gaps,
+    spark_kafka_rows,
+    spark_kafka_write,
+)
+from bench.results import T9_BOUND, chart, memory_growth, targets
+from devstack import localstack
+from orchestration.shuffle import (
     ShuffleSpec,
     aggregate_shuffle,
     apply_per_key,
@@ -91,12 +105,11 @@ from orchestration.shuffle import (  # noqa: E402
     shuffle_commits_since,
     write_shuffle,
 )
-from orchestration.shuffle.core.commitlog import commit_topic  # noqa: E402
-from orchestration.shuffle.kafka import KafkaClient  # noqa: E402
-from orchestration.shuffle.kafka.commitlog import log_end  # noqa: E402
-from orchestration.shuffle.spark.session import spark_session  # noqa: E402
+from orchestration.shuffle.core.commitlog import commit_topic
+from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle.kafka.commitlog import log_end
+from orchestration.shuffle.spark.session import spark_session
 
-WORK = ROOT / ".local" / "bench"
 PHASES = (
     "arrow_handover",
     "shuffle_write",
@@ -136,56 +149,8 @@ PHASES = (
     "reuse_three_consumers_b",
     "bucketed_three_consumers",
 )
-# (target, title, ours, baseline, kind, bound): "speedup" is baseline / ours and must be at
-# least the bound; "ratio" is ours / baseline and must be at most the bound.
-TARGETS = (
-    ("T1", "apply_per_key / applyInPandas, per key, 200k keys",
-     "shuffle_per_key_200k", "spark_apply_in_pandas_200k", "speedup", 15.0),
-    ("T2", "apply_per_key(per=batch) / groupBy.agg",
-     "shuffle_per_key", "spark_group_by", "speedup", 1.0),
-    ("T2-arrow", "apply_per_key(per=batch, data=arrow) / groupBy.agg",
-     "shuffle_per_key_arrow", "spark_group_by", "speedup", 1.0),
-    ("T3", "aggregate_shuffle / groupBy.agg, bench keys",
-     "shuffle_aggregate", "spark_group_by_agg", "speedup", 2.0),
-    ("T3-200k", "aggregate_shuffle / groupBy.agg, 200k keys",
-     "shuffle_aggregate_200k", "spark_group_by_200k", "speedup", 2.0),
-    ("T4", "write_shuffle / Spark kafka sink (JSON per row)",
-     "shuffle_write", "spark_write", "speedup", 5.0),
-    ("T5", "write bytes/s / Kafka ProducerPerformance bytes/s",
-     "shuffle_write", "kafka_perf_test", "speedup", 0.5),
-    ("T6", "write + 3 consumers / 3 x (Parquet + Spark shuffle + consumer)",
-     "reuse_three_consumers", "spark_three_consumers", "ratio", 0.5),
-    ("T6-arrow", "the same, per-key consumers on Arrow (data=arrow)",
-     "reuse_three_consumers_arrow", "spark_three_consumers", "ratio", 0.5),
-    ("T7", "re-run 1 consumer for 1 day / re-run the day's pipeline",
-     "recover_one_consumer", "rerun_day_pipeline", "ratio", 0.25),
-    ("T8-tick", "sensor tick, 30 windows / 1 window",
-     "tick_30_windows", "tick_1_window", "ratio", 1.2),
-    ("T8-read", "read 1 of 30 windows / all 30",
-     "read_1_of_30_windows", "read_30_windows", "ratio", 0.1),
-    ("T8-read-auto", "read 1 of 30 windows / all 30, parallelism=auto",
-     "read_1_of_30_windows_auto", "read_30_windows_auto", "ratio", 0.1),
-    ("B-write", "write_shuffle / bucketed Parquet table write (bucketBy 8)",
-     "shuffle_write_b", "bucketed_write", "speedup", 1.0),
-    ("B-read", "read_shuffle / read of the bucketed table",
-     "shuffle_read_b", "bucketed_read", "speedup", 1.0),
-    ("B-agg", "aggregate_shuffle / groupBy.agg over the bucketed table",
-     "shuffle_aggregate_b", "bucketed_group_by", "speedup", 1.0),
-    ("B-gaps", "apply_per_key gaps / window lag over the bucketed table",
-     "shuffle_gaps_b", "bucketed_gaps", "speedup", 1.0),
-    ("B-reuse", "write + 3 consumers / bucketed write + the 3 over the table",
-     "reuse_three_consumers_b", "bucketed_three_consumers", "ratio", 0.6),
-    ("P6", "row-path write / Arrow hand-over floor",
-     "shuffle_write_rows", "arrow_handover", "ratio", 1.15),
-)  # fmt: skip
 WINDOWS = 30
 TICKS = 50  # ticks timed per run (a tick takes milliseconds); their median is the run's time
-BASELINE_JARS = (
-    "spark-sql-kafka-0-10_2.13",
-    "spark-token-provider-kafka-0-10_2.13",
-    "kafka-clients",
-    "commons-pool2",
-)
 
 
 class WorkerMemory:
@@ -230,23 +195,6 @@ def timed(fn) -> tuple[float, int, object]:
     return seconds, mem.peak, out
 
 
-def generate(spark, rows: int, path: Path, keys: int = 100_000) -> None:
-    if (path / "_SUCCESS").exists():
-        return
-    # Zipf-like key: rank = floor(u^(-1/0.2)), folded into `keys` keys: a heavy head
-    # (~13% of rows on one key) and a long tail.
-    rank = "pmod(floor(least(pow(rand(7), -5.0), 1e15)), " + str(keys) + ")"
-    spark.range(rows).selectExpr(
-        f"concat('key-', cast({rank} as string)) as k",
-        "timestamp_seconds(1356998400 + id % 86400) as ts",
-        "cast(id as double) * 0.5 as a",
-        "rand(11) * 100 as b",
-        "cast(id % 1000 as bigint) as c",
-        "cast(pmod(id * 7, 97) as int) as d",
-        "randn(13) as e",
-    ).write.mode("overwrite").parquet(str(path))
-
-
 def logical_bytes_per_row(path: Path) -> float:
     """Uncompressed Arrow bytes per row, from the first row group of the Parquet source."""
     files = sorted(path.glob("*.parquet"))
@@ -254,92 +202,10 @@ def logical_bytes_per_row(path: Path) -> float:
     return table.nbytes / max(table.num_rows, 1)
 
 
-def drop_topics(kafka: dict, topics: list[str]) -> None:
-    admin = AdminClient(kafka)
-    for fut in admin.delete_topics(topics, operation_timeout=60).values():
-        try:
-            fut.result(60)
-        except Exception:  # noqa: BLE001 - a topic that is already gone is fine here
-            pass
-
-
-def per_key_stats(pdf):
-    """T1's function, one key at a time: what applyInPandas users write."""
-    import pandas as pd
-
-    return pd.DataFrame(
-        {"k": [pdf["k"].iat[0]], "n": [len(pdf)], "sa": [pdf["a"].sum()], "mc": [pdf["c"].max()]}
-    )
-
-
-PER_KEY_SCHEMA = "k string, n long, sa double, mc long"
-
-
-def batch_stats(pdf):
-    """T2's function over whole keys at once: a vectorized pandas aggregation."""
-    g = pdf.groupby("k", as_index=False)
-    return g.agg(n=("a", "size"), sa=("a", "sum"), mb=("b", "mean"), mc=("c", "max"))
-
-
-BATCH_SCHEMA = "k string, n long, sa double, mb double, mc long"
-
-
 def batch_stats_arrow(table):
     """T2's function written with Arrow's hash aggregation instead of pandas (data="arrow")."""
     out = table.group_by("k").aggregate([("a", "count"), ("a", "sum"), ("b", "mean"), ("c", "max")])
     return out.rename_columns({"a_count": "n", "a_sum": "sa", "b_mean": "mb", "c_max": "mc"})
-
-
-AGGREGATIONS = {"n": ("a", "count"), "sa": ("a", "sum"), "mb": ("b", "mean"), "mc": ("c", "max")}
-
-
-def noop(df) -> None:
-    df.write.format("noop").mode("overwrite").save()
-
-
-def spark_kafka_write(df, kafka: dict, topic: str) -> None:
-    """The rows as Kafka users write them with Spark: one message per row, keyed by ``k``,
-    the row as JSON, through Spark's ``kafka`` sink."""
-    (
-        df.selectExpr("k as key", "to_json(struct(*)) as value")
-        .write.format("kafka")
-        .option("kafka.bootstrap.servers", kafka["bootstrap.servers"])
-        .option("topic", topic)
-        .save()
-    )
-
-
-def spark_kafka_source(spark, kafka: dict, topic: str):
-    """All of ``topic`` through Spark's ``kafka`` source: key, value and the record columns."""
-    return (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", kafka["bootstrap.servers"])
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("endingOffsets", "latest")
-        .load()
-    )
-
-
-def spark_kafka_rows(spark, kafka: dict, topic: str, schema):
-    """What :func:`spark_kafka_write` wrote, read back into its columns (``from_json``)."""
-    from pyspark.sql import functions as F
-
-    parsed = F.from_json(F.col("value").cast("string"), schema).alias("r")
-    return spark_kafka_source(spark, kafka, topic).select(parsed).select("r.*")
-
-
-def group_by(df) -> None:
-    from pyspark.sql import functions as F
-
-    noop(
-        df.groupBy("k").agg(
-            F.count("a").alias("n"),
-            F.sum("a").alias("sa"),
-            F.avg("b").alias("mb"),
-            F.max("c").alias("mc"),
-        )
-    )
 
 
 def gaps_batch(pdf):
@@ -397,27 +263,6 @@ def top3_arrow(table):
     return table.filter(pa.array(rank < 3)).select(["k", "ts", "b"])
 
 
-def spark_gaps(df) -> None:
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    ts = F.col("ts").cast("double")
-    gap = ts - F.lag(ts).over(Window.partitionBy("k").orderBy("ts"))
-    noop(
-        df.withColumn("gap", gap)
-        .groupBy("k")
-        .agg(F.count("*").alias("n"), F.max("gap").alias("max_gap"))
-    )
-
-
-def spark_top3(df) -> None:
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    rank = F.row_number().over(Window.partitionBy("k").orderBy(F.desc("b")))
-    noop(df.withColumn("r", rank).where("r <= 3").select("k", "ts", "b"))
-
-
 # T6's two per-key consumers: (function, output schema, order_by) per data form.
 PER_KEY_CONSUMERS = {
     "pandas": [(gaps_batch, GAPS_SCHEMA, ["ts"]), (top3_batch, TOP3_SCHEMA, [])],
@@ -442,14 +287,6 @@ def our_gaps(spark, kafka: dict, topic: str, windows) -> None:
     """T7's failed consumer (the pandas gaps one)."""
     fn, schema, order_by = PER_KEY_CONSUMERS["pandas"][0]
     our_per_key(spark, kafka, topic, windows, fn, schema, order_by, "pandas")
-
-
-def spark_consumers(df) -> None:
-    """The same three consumers as Spark runs them: each from the source, through its own
-    shuffle."""
-    group_by(df)
-    spark_gaps(df)
-    spark_top3(df)
 
 
 def kafka_perf_test(kafka: dict, topic: str, record_bytes: int, total_bytes: int) -> float:
@@ -798,8 +635,6 @@ def run_size(
     if "shuffle_per_key_200k" in summary:
         # T1's bound as overhead: what each engine adds to the function's own CPU time spread
         # over the cores (measured once, in the driver, over the same rows and keys).
-        from per_key_floor import function_cpu
-
         summary["t1_function"] = function_cpu(WORK / f"source-{rows}-k200000.parquet")
         summary["t1_function"]["cores"] = spark.sparkContext.defaultParallelism
         f = summary["t1_function"]
@@ -812,96 +647,6 @@ def run_size(
     summary["targets"] = targets(summary)
     summary["logical_bytes_per_row"] = bpr
     return summary
-
-
-def targets(summary: dict) -> dict:
-    """Each target's medians side by side, its ratio and whether it is met."""
-    out = {}
-    for name, title, ours, base, kind, bound in TARGETS:
-        if ours not in summary or base not in summary:
-            continue
-        o, b = summary[ours]["median_seconds"], summary[base]["median_seconds"]
-        ratio = b / o if kind == "speedup" else o / b
-        met = ratio >= bound if kind == "speedup" else ratio <= bound
-        out[name] = {
-            "title": title,
-            "ours": ours,
-            "baseline": base,
-            "ours_seconds": o,
-            "baseline_seconds": b,
-            "kind": kind,
-            "ratio": ratio,
-            "bound": bound,
-            "met": met,
-            "runs": len(summary[ours]["runs"]),
-        }
-    f = summary.get("t1_function")
-    if f and "T1" in out:
-        # Restated as overhead: (ours - fn/cores) against (applyInPandas - fn/cores).
-        floor = f["function_cpu_seconds"] / f["cores"]
-        t1 = out["T1"]
-        o, b = t1["ours_seconds"] - floor, t1["baseline_seconds"] - floor
-        ratio = b / o if o > 0 else float("inf")
-        out["T1-overhead"] = {
-            **t1,
-            "title": "T1 as overhead: (apply_per_key - fn CPU / cores) / (applyInPandas - same)",
-            "ours_seconds": o,
-            "baseline_seconds": b,
-            "floor_seconds": floor,
-            "ratio": ratio,
-            "met": ratio >= t1["bound"],
-        }
-    return out
-
-
-def chart(report: dict, path: Path) -> None:
-    """One panel per target: ours and the baseline (median seconds) per size, and the time
-    ours must stay under to meet the target (dashed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [t[0] for t in TARGETS]
-    names.insert(names.index("T1") + 1, "T1-overhead")
-    sizes = sorted(report["sizes"], key=int)
-    cols = min(len(names), 5)
-    grid = -(-len(names) // cols)
-    fig, axes = plt.subplots(grid, cols, figsize=(3.6 * cols, 4.2 * grid), squeeze=False)
-    for ax in axes.flat[len(names) :]:
-        ax.set_axis_off()
-    for ax, name in zip(axes.flat, names, strict=False):
-        rows = [(size, report["sizes"][size]["targets"].get(name)) for size in sizes]
-        rows = [(size, t) for size, t in rows if t]
-        ax.set_title(name, fontsize=10)
-        if not rows:
-            ax.text(0.5, 0.5, "not run", ha="center", transform=ax.transAxes)
-            continue
-        x = list(range(len(rows)))
-        ours = [t["ours_seconds"] for _, t in rows]
-        base = [t["baseline_seconds"] for _, t in rows]
-        ax.bar([i - 0.2 for i in x], ours, 0.4, label="ours", color="#2a7ab9")
-        ax.bar([i + 0.2 for i in x], base, 0.4, label="baseline", color="#b0b0b0")
-        for i, (_, t) in enumerate(rows):
-            limit = (
-                t["baseline_seconds"] / t["bound"]
-                if t["kind"] == "speedup"
-                else t["baseline_seconds"] * t["bound"]
-            )
-            ax.hlines(limit, i - 0.45, i + 0.05, colors="#c0392b", linestyles="dashed",
-                      label="target" if i == 0 else None)  # fmt: skip
-            mark = "met" if t["met"] else "missed"
-            ratio = f"{t['ratio']:.2f}x" if t["kind"] == "speedup" else f"{t['ratio']:.3f}"
-            ax.annotate(f"{ratio}\n{mark}", (i, max(t["ours_seconds"], t["baseline_seconds"])),
-                        ha="center", va="bottom", fontsize=8)  # fmt: skip
-        ax.set_xticks(x, [f"{int(size) / 1e6:g}M rows" for size, _ in rows])
-        ax.set_ylabel("seconds (median)")
-        ax.margins(y=0.25)
-        ax.set_xlabel(rows[0][1]["title"], fontsize=7)
-        ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,20 +1,11 @@
 """The README's benchmark tables come from the results file, between their markers."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_report():
-    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "bench" / "report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from bench import report
+from bench.results import targets
 
 RESULTS = {
     "master": "local[2]",
@@ -39,7 +30,6 @@ RESULTS = {
 
 
 def test_tables_replace_only_what_stands_between_the_markers():
-    report = load_report()
     readme = (
         "intro\n<!-- bench:targets:start -->\nold\n<!-- bench:targets:end -->\nmiddle\n"
         "<!-- bench:io:start -->\n<!-- bench:io:end -->\n"
@@ -57,11 +47,10 @@ def test_tables_replace_only_what_stands_between_the_markers():
 
 def test_missing_markers_are_an_error():
     with pytest.raises(SystemExit, match="bench:targets"):
-        load_report().render("no markers here\n", RESULTS)
+        report.render("no markers here\n", RESULTS)
 
 
 def test_results_of_several_runs_merge_by_size():
-    report = load_report()
     other = {
         "master": "local[2]", "partitions": 8, "repeat": 1, "cores": 2,
         "sizes": {"1000000": {"x": {"median_seconds": 1.0},
@@ -78,7 +67,6 @@ def test_results_of_several_runs_merge_by_size():
 
 
 def test_memory_growth_is_the_largest_size_over_the_smallest_per_phase():
-    report = load_report()
     results = {
         "master": "local[2]", "partitions": 8, "repeat": 1, "cores": 2,
         "sizes": {
@@ -104,7 +92,6 @@ def test_memory_growth_is_the_largest_size_over_the_smallest_per_phase():
 
 
 def test_memory_table_can_come_from_another_run():
-    report = load_report()
     readme = (
         "<!-- bench:targets:start -->\n<!-- bench:targets:end -->\n"
         "<!-- bench:io:start -->\n<!-- bench:io:end -->\n"
@@ -119,7 +106,6 @@ def test_memory_table_can_come_from_another_run():
 
 
 def test_round_three_targets_say_met_missed_or_not_run(tmp_path):
-    report = load_report()
     (tmp_path / "records.json").write_text(
         json.dumps(
             {
@@ -162,7 +148,6 @@ def test_round_three_targets_say_met_missed_or_not_run(tmp_path):
 
 
 def test_jvm_table_lists_every_size_and_target_or_says_not_run(tmp_path):
-    report = load_report()
     assert "not run" in report.jvm_table(tmp_path)
     targets = {
         "read vs bucketed": {"ours_seconds": 0.3, "baseline_seconds": 0.36, "kind": "speedup",
@@ -184,7 +169,6 @@ def test_jvm_table_lists_every_size_and_target_or_says_not_run(tmp_path):
 
 
 def test_other_benchmarks_tables_come_from_their_files_where_readme_has_markers(tmp_path):
-    report = load_report()
     (tmp_path / "records.json").write_text(json.dumps({"sizes": {"10000000": {
         "kafka_records_jvm": {"median_seconds": 2.0}, "kafka_records": {"median_seconds": 9.5},
         "spark_kafka_source": {"median_seconds": 10.0},
@@ -220,20 +204,14 @@ def test_other_benchmarks_tables_come_from_their_files_where_readme_has_markers(
     assert "default batching" in table and "I/O-bound 3.10x active (2.78x wall)" in table
 
 
-def test_t1_is_restated_as_overhead_over_the_function_s_own_cpu_time(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # the script imports report from there
-    spec = importlib.util.spec_from_file_location(
-        "bench_shuffle", ROOT / "bench" / "shuffle_bench.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_t1_is_restated_as_overhead_over_the_function_s_own_cpu_time():
     summary = {
         "shuffle_per_key_200k": {"median_seconds": 36.0, "runs": [{}]},
         "spark_apply_in_pandas_200k": {"median_seconds": 216.0, "runs": [{}]},
     }
-    assert "T1-overhead" not in bench.targets(summary)  # no function time measured
+    assert "T1-overhead" not in targets(summary)  # no function time measured
     summary["t1_function"] = {"function_cpu_seconds": 60.0, "cores": 2}
-    t = bench.targets(summary)
+    t = targets(summary)
     assert t["T1"]["ratio"] == pytest.approx(6.0) and not t["T1"]["met"]
     over = t["T1-overhead"]
     # (216 - 30) / (36 - 30): Spark adds 186 s to the function, we add 6 s.

@@ -14,6 +14,13 @@ Python process; the others run none).
   count: those under ``if TYPE_CHECKING:`` and those inside functions are left out. An
   import of ``a.b.c`` is an edge to ``a.b.c`` only, not to the packages ``a`` and ``a.b``
   that Python loads on the way.
+- No module edits ``sys.path``: the checkout is importable through ``PYTHONPATH``
+  (``scripts/dev``) or pytest's ``pythonpath``, so imports mean the same wherever they run.
+- The benchmarks (``bench/``, a package) are entry points side by side, each run as
+  ``python -m bench.<name>``: no module of ``bench`` imports an entry point (a module with an
+  ``if __name__ == "__main__":`` block) or a sibling by its bare name; what they share is in
+  modules of their own. No import cycle among bench's modules, counting every import (inside
+  functions too).
 - The layer table of docs/ARCHITECTURE.md (``LAYERS`` below, stated there verbatim): a
   module imports only from the layers its layer lists, and none of the third-party packages
   it forbids. Every import counts here, in functions and under ``TYPE_CHECKING`` too.
@@ -182,15 +189,6 @@ def _import_nodes(node: ast.AST, at_load: bool) -> Iterator[tuple[ast.stmt, bool
         yield from _import_nodes(child, at_load)
 
 
-def _resolve(written: str, package: str, known: dict[str, Path]) -> str:
-    # A script folder without __init__.py (bench/) imports its siblings by bare name, since
-    # Python puts a script's own directory on sys.path.
-    first = written.split(".")[0]
-    if first not in TOPS and package and package not in known and f"{package}.{first}" in known:
-        return f"{package}.{written}"
-    return written
-
-
 def read_imports(
     module: str, known: dict[str, Path], root: Path
 ) -> tuple[list[Import], ast.Module]:
@@ -204,7 +202,7 @@ def read_imports(
         line = node.lineno
         if isinstance(node, ast.Import):
             for alias in node.names:
-                target = _resolve(alias.name, package, known)
+                target = alias.name
                 # `import a.b.c` binds `a`; `import a.b.c as m` binds `m` to a.b.c.
                 if alias.asname:
                     binds = (alias.asname, target)
@@ -219,7 +217,7 @@ def read_imports(
             base = package.split(".")[: len(package.split(".")) - node.level + 1]
             source = ".".join(base + ([node.module] if node.module else []))
         else:
-            source = _resolve(node.module or "", package, known)
+            source = node.module or ""
         for alias in node.names:
             sub = f"{source}.{alias.name}"
             if sub in known:
@@ -315,21 +313,85 @@ def library_imports_of_application(root: Path) -> list[str]:
     return problems
 
 
-def import_cycles(root: Path) -> list[str]:
-    """Cycles among the library's modules, through imports that run while a module loads."""
+def import_cycles(root: Path, top: str = LIBRARY, every_import: bool = False) -> list[str]:
+    """Cycles among the modules under ``top``, through imports that run while a module loads
+    (with ``every_import``, through every import: in functions and under TYPE_CHECKING too)."""
     known = project_modules(root)
-    library = [m for m in known if m.split(".")[0] == LIBRARY]
-    members = set(library)
+    members = {m for m in known if m.split(".")[0] == top}
     graph: dict[str, list[str]] = {}
-    for module in library:
+    for module in sorted(members):
         graph[module] = sorted(
             {
                 imp.target
                 for imp in read_imports(module, known, root)[0]
-                if imp.at_load and imp.target in members and imp.target != module
+                if (imp.at_load or every_import) and imp.target in members and imp.target != module
             }
         )
     return [" -> ".join(_cycle_in(scc, graph)) for scc in _strongly_connected(graph)]
+
+
+def _sys_aliases(tree: ast.Module) -> set[str]:
+    return {"sys"} | {
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name == "sys" and alias.asname
+    }
+
+
+def sys_path_uses(root: Path) -> list[str]:
+    """Uses of ``sys.path`` (``sys.path.insert(...)`` and the like, ``from sys import path``)."""
+    problems: set[tuple[str, int]] = set()
+    for path in project_modules(root).values():
+        tree = ast.parse(path.read_text(), str(path))
+        names = _sys_aliases(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "path"
+                and isinstance(node.value, ast.Name)
+                and node.value.id in names
+            ) or (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "sys"
+                and any(a.name == "path" for a in node.names)
+            ):
+                problems.add((str(path.relative_to(root)), node.lineno))
+    return [f"{where}:{line}: uses sys.path" for where, line in sorted(problems)]
+
+
+def _is_entry_point(tree: ast.Module) -> bool:
+    """A module with an ``if __name__ == "__main__":`` block at its top level."""
+    return any(
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+        and any(
+            isinstance(c, ast.Constant) and c.value == "__main__" for c in node.test.comparators
+        )
+        for node in tree.body
+    )
+
+
+def benchmark_imports(root: Path) -> list[str]:
+    """Imports, in ``bench``, of an entry point (another benchmark) or of a bench module by its
+    bare name (as a script folder on ``sys.path`` would have it)."""
+    known = project_modules(root)
+    members = sorted(m for m in known if m.split(".")[0] == "bench")
+    entry_points = {
+        m for m in members if _is_entry_point(ast.parse(known[m].read_text(), str(known[m])))
+    }
+    bare = {m.split(".")[-1] for m in members if m != "bench"}
+    problems: set[tuple[str, int, str]] = set()
+    for module in members:
+        for imp in read_imports(module, known, root)[0]:
+            if imp.target in entry_points and imp.target != module:
+                problems.add((imp.path, imp.line, f"imports the entry point {imp.target}"))
+            elif imp.target.split(".")[0] in bare:
+                problems.add((imp.path, imp.line, f"imports bench's {imp.target} by bare name"))
+    return [f"{where}:{line}: {what}" for where, line, what in sorted(problems)]
 
 
 def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
@@ -488,6 +550,18 @@ def test_no_import_cycle_in_the_library():
     assert_none(import_cycles(ROOT))
 
 
+def test_no_module_edits_sys_path():
+    assert_none(sys_path_uses(ROOT))
+
+
+def test_no_benchmark_imports_another():
+    assert_none(benchmark_imports(ROOT))
+
+
+def test_no_import_cycle_in_bench():
+    assert_none(import_cycles(ROOT, "bench", every_import=True))
+
+
 def test_layers_import_only_what_the_table_allows():
     assert_none(layer_breaches(ROOT))
 
@@ -529,7 +603,7 @@ def plant(root: Path, files: dict[str, str]) -> Path:
         path.write_text(source)
         for parent in path.relative_to(root).parents:
             init = root / parent / "__init__.py"
-            if parent != Path(".") and parent.parts[0] != "bench" and not init.exists():
+            if parent != Path(".") and not init.exists():
                 init.write_text("")
     return root
 
@@ -640,3 +714,60 @@ def test_layer_breach_is_reported(tmp_path):
         "orchestration/shuffle/spark/reader.py:2: spark imports integration "
         "(orchestration.io_manager.X)",
     ]
+
+
+def test_sys_path_use_is_reported(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "bench/a.py": "import sys\nsys.path.insert(0, 'x')\nsys.exit(0)\n",
+            "devstack/b.py": "import sys as system\n\n\ndef f():\n    system.path.append('y')\n",
+            "tests/c.py": "from sys import path\n",
+            # Not sys.path: a string, another module's attribute.
+            "jobs/d.py": "import os\nX = 'sys.path'\nY = os.path.join('a', 'b')\n",
+        },
+    )
+    assert sys_path_uses(root) == [
+        "bench/a.py:2: uses sys.path",
+        "devstack/b.py:5: uses sys.path",
+        "tests/c.py:1: uses sys.path",
+    ]
+
+
+MAIN = "\n\ndef main():\n    return 0\n\n\nif __name__ == '__main__':\n    main()\n"
+
+
+def test_benchmark_import_of_a_benchmark_is_reported(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "bench/common.py": "X = 1\n",
+            # Entry points that import what is shared: fine.
+            "bench/one.py": "from bench.common import X\n" + MAIN,
+            "bench/two.py": "from . import common\n" + MAIN,
+            # An entry point imported, at load or in a function; a sibling by its bare name.
+            "bench/three.py": "from bench.one import main\n" + MAIN,
+            "bench/four.py": "def f():\n    from bench import two\n",
+            "bench/five.py": "from common import X\n",
+            # Outside bench (tests import the benchmarks): not this rule's.
+            "tests/t.py": "from bench import one\n",
+        },
+    )
+    assert benchmark_imports(root) == [
+        "bench/five.py:1: imports bench's common by bare name",
+        "bench/four.py:2: imports the entry point bench.two",
+        "bench/three.py:1: imports the entry point bench.one",
+    ]
+
+
+def test_import_cycle_in_bench_is_reported_counting_every_import(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "bench/a.py": "def f():\n    from bench import b\n",
+            "bench/b.py": "from bench.a import f\n",
+            "bench/c.py": "from bench.a import f\n",
+        },
+    )
+    assert import_cycles(root, "bench", every_import=True) == ["bench.a -> bench.b -> bench.a"]
+    assert import_cycles(root, "bench") == []  # at load only: the import in f does not count
