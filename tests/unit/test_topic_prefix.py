@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from orchestration import KafkaResource
 from orchestration.metadata import shuffle_asset, shuffle_metadata
 from orchestration.shuffle import ShuffleOptionError, shuffle_acls
+from orchestration.shuffle.kafka.client import READER_GROUP
 
 MD = shuffle_metadata(key="user_id", num_partitions=2)
 
@@ -57,9 +58,14 @@ def test_prefixed_acls_cover_every_shuffle_under_the_prefix_in_one_binding_each(
     rights = {(a.principal, a.operation) for a in topics}
     assert ("User:w", AclOperation.CREATE) in rights and ("User:r", AclOperation.READ) in rights
     assert ("User:r", AclOperation.WRITE) not in rights
-    # The reader group stays a literal name: it is not the deployment's.
+    # The reader group stays a literal name: it is not the deployment's. The share groups
+    # queue mode runs under the prefix are the deployment's: one prefixed binding each right.
     groups = [a for a in acls if a.restype == ResourceType.GROUP]
-    assert {a.resource_pattern_type for a in groups} == {ResourcePatternType.LITERAL}
+    assert {(a.name, a.resource_pattern_type) for a in groups if a.principal == "User:r"} == {
+        (READER_GROUP, ResourcePatternType.LITERAL)
+    }
+    shared = {(a.name, a.resource_pattern_type) for a in groups if a.principal == "User:w"}
+    assert ("staging.", ResourcePatternType.PREFIXED) in shared
 
 
 def test_an_empty_prefix_is_never_granted():
