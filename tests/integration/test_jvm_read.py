@@ -519,6 +519,22 @@ def test_frame_checksums_and_version_1_frames_on_both_paths(jspark, kafka_conf, 
     assert errors[0] == errors[1], errors
 
 
+def test_a_data_topic_deleted_mid_read_is_reported_promptly(jspark, kafka_conf, unique):
+    from confluent_kafka.admin import AdminClient
+
+    topic = unique("jvm-gone")
+    write_shuffle(rows_df(jspark, 100), spec_for(topic), kafka=kafka_conf)
+    df = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm")
+    admin = AdminClient(kafka_conf)
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
+    began = time.monotonic()
+    with pytest.raises(Exception, match="ShuffleTopicNotFoundError") as info:
+        df.collect()
+    # Each attempt of the task found the topic gone within seconds, not after 30 s idle.
+    assert time.monotonic() - began < 30
+    assert f"topic '{topic}' was deleted while reading partition " in str(info.value)
+
+
 def test_a_lost_frame_is_an_error_on_both_paths(jspark, kafka_conf, unique):
     topic = unique("jvm-lost")
     res = write_shuffle(rows_df(jspark, 300), spec_for(topic), kafka=kafka_conf)

@@ -33,6 +33,7 @@ from orchestration.shuffle.errors import (
     ShuffleAuthorizationError,
     ShuffleConnectionError,
     ShuffleError,
+    ShuffleFormatError,
     ShuffleOptionError,
     ShuffleTopicNotFoundError,
 )
@@ -586,6 +587,7 @@ def read_chunks(
         return
     c.assign([TopicPartition(topic, partition, start)])
     idle_since = time.monotonic()
+    checked_at = 0.0  # seconds idle when the topic was last looked at
     next_offset = start
     try:
         while True:
@@ -597,7 +599,13 @@ def read_chunks(
                     num_messages=max(1, min(max_batch, end - next_offset)), timeout=0.2
                 )
             if not msgs:
-                if time.monotonic() - idle_since > poll_timeout:
+                idle = time.monotonic() - idle_since
+                if idle > checked_at + GONE_CHECK_S:
+                    # Waiting out poll_timeout on a topic that is gone only delays the error
+                    # (and every retry of the task): look at the topic every few seconds idle.
+                    checked_at = idle
+                    _refuse_gone(c, topic, partition, start, end, next_offset)
+                if idle > poll_timeout:
                     raise ShuffleConnectionError(
                         f"no data from topic {topic!r} partition {partition} for "
                         f"{poll_timeout:.0f}s while reading offsets [{start}, {end})"
@@ -637,6 +645,58 @@ def read_chunks(
                 return
     finally:
         c.unassign()
+
+
+# How long a read waits without data before it looks whether its topic is still there.
+GONE_CHECK_S = 2.0
+
+
+def _refuse_gone(
+    c: Consumer, topic: str, partition: int, start: int, end: int, next_offset: int
+) -> None:
+    """Raises when the partition being read no longer holds ``next_offset``: the topic was
+    deleted (asked twice, a second apart, so a broker's stale answer is not taken for it),
+    created again (its end is below ``next_offset``): ShuffleTopicNotFoundError; or its
+    records up to past ``next_offset`` were deleted: ShuffleFormatError. Says nothing when
+    the metadata cannot be had: the read's own timeout still applies."""
+    for attempt in range(2):
+        try:
+            md = c.list_topics(topic=topic, timeout=CONNECT_TIMEOUT_S)
+        except KafkaException:
+            return
+        tmd = md.topics.get(topic)
+        missing = (
+            tmd is None
+            or (tmd.error is not None and tmd.error.code() in _NOT_FOUND)
+            or partition not in tmd.partitions
+        )
+        if not missing:
+            break
+        if attempt == 0:
+            time.sleep(1.0)
+            continue
+        raise ShuffleTopicNotFoundError(
+            f"topic {topic!r} was deleted while reading partition {partition} offsets "
+            f"[{start}, {end})"
+        )
+    try:
+        low, high = c.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=CONNECT_TIMEOUT_S, cached=False
+        )
+    except KafkaException:
+        return
+    if high < next_offset:
+        raise ShuffleTopicNotFoundError(
+            f"topic {topic!r} was deleted while reading partition {partition} offsets "
+            f"[{start}, {end}) (and created again: it ends at offset {high}, the read was at "
+            f"{next_offset})"
+        )
+    if low > next_offset:
+        raise ShuffleFormatError(
+            f"topic {topic!r} partition {partition}: the records at offsets [{next_offset}, "
+            f"{low}) were deleted while reading offsets [{start}, {end}) (the partition now "
+            f"starts at {low})"
+        )
 
 
 def _offset(m: Message) -> int:

@@ -37,6 +37,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
@@ -59,6 +60,10 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
   static final String OWNER = "kafka-shuffle-jvm";
   // How long a partition may send nothing while offsets remain to be read.
   private static final long IDLE_TIMEOUT_MS = 30_000;
+  // How long a read waits without data before it looks whether its topic is still there
+  // (kafka/client.py GONE_CHECK_S): waiting out the timeout on a deleted topic only delays
+  // the error, in every attempt of the task.
+  private static final long GONE_CHECK_MS = 2_000;
 
   private final ReadSpec spec;
   private final SplitPlan split;
@@ -230,6 +235,8 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     long stop = -1; // exclusive end of the interval being read; -1: none
     Iterator<ConsumerRecord<byte[], ByteBuffer>> pending;
     long idleSince;
+    long checkedAt; // ms idle when the topic was last looked at
+    long next; // the offset after the last record handed out
 
     PartitionState(SplitPlan.PartitionRead read) {
       this.read = read;
@@ -277,15 +284,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
           long[] iv = intervals.next();
           start = iv[0];
           c.assign(List.of(tp));
-          long end;
-          try {
-            end = c.endOffsets(List.of(tp)).get(tp);
-          } catch (KafkaException e) {
-            throw new ShuffleException(
-                ShuffleException.Kind.CONNECTION,
-                "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
-                e);
-          }
+          long end = endOffset(c, iv[1] + 1);
           // Offsets may have gaps (e.g. transaction markers): stop at the partition's end.
           stop = Math.min(iv[1] + 1, end);
           if (start >= stop) {
@@ -295,6 +294,8 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
           c.seek(tp, start);
           pending = null;
           idleSince = System.currentTimeMillis();
+          checkedAt = 0;
+          next = start;
         }
         if (pending != null && pending.hasNext()) {
           ConsumerRecord<byte[], ByteBuffer> rec = pending.next();
@@ -307,6 +308,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
             pending = null;
             stop = -1;
           }
+          next = rec.offset() + 1;
           return rec;
         }
         if (c.position(tp) >= stop) {
@@ -332,7 +334,12 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
               e);
         }
         if (got.isEmpty()) {
-          if (System.currentTimeMillis() - idleSince > IDLE_TIMEOUT_MS) {
+          long idle = System.currentTimeMillis() - idleSince;
+          if (idle > checkedAt + GONE_CHECK_MS) {
+            checkedAt = idle;
+            refuseGone(c);
+          }
+          if (idle > IDLE_TIMEOUT_MS) {
             throw new ShuffleException(
                 ShuffleException.Kind.CONNECTION,
                 "no data from topic "
@@ -350,7 +357,118 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
           continue;
         }
         idleSince = System.currentTimeMillis();
+        checkedAt = 0;
         pending = got.iterator();
+      }
+    }
+
+    /**
+     * Refuses a read whose partition no longer holds the offset it is at, as {@code
+     * _refuse_gone} in kafka/client.py: the topic was deleted (asked twice, a second apart),
+     * or created again, or its records up to past that offset were deleted. Says nothing when
+     * the metadata cannot be had: the idle timeout still applies.
+     */
+    void refuseGone(KafkaConsumer<byte[], ByteBuffer> c) {
+      String range = " offsets [" + start + ", " + stop + ")";
+      refuseMissing(c, range);
+      long low;
+      long high;
+      try {
+        low = c.beginningOffsets(List.of(tp), Duration.ofMillis(8_000)).get(tp);
+        high = c.endOffsets(List.of(tp), Duration.ofMillis(8_000)).get(tp);
+      } catch (KafkaException e) {
+        return;
+      }
+      if (high < next) {
+        throw new ShuffleException(
+            ShuffleException.Kind.NOT_FOUND,
+            "topic "
+                + quotedTopic
+                + " was deleted while reading partition "
+                + read.partition
+                + range
+                + " (and created again: it ends at offset "
+                + high
+                + ", the read was at "
+                + next
+                + ")");
+      }
+      if (low > next) {
+        throw ShuffleException.format(
+            "topic "
+                + quotedTopic
+                + " partition "
+                + read.partition
+                + ": the records at offsets ["
+                + next
+                + ", "
+                + low
+                + ") were deleted while reading"
+                + range
+                + " (the partition now starts at "
+                + low
+                + ")");
+      }
+    }
+
+    /**
+     * The partition's end offset before reading {@code [start, until)}. Asked in short tries:
+     * a deleted topic makes the request time out (after 60 s in one try), so between tries
+     * the topic is looked for and its absence reported at once.
+     */
+    long endOffset(KafkaConsumer<byte[], ByteBuffer> c, long until) {
+      long deadline = System.currentTimeMillis() + 60_000;
+      while (true) {
+        try {
+          return c.endOffsets(List.of(tp), Duration.ofMillis(GONE_CHECK_MS * 2)).get(tp);
+        } catch (org.apache.kafka.common.errors.TimeoutException e) {
+          refuseMissing(c, " offsets [" + start + ", " + until + ")");
+          if (System.currentTimeMillis() > deadline) {
+            throw new ShuffleException(
+                ShuffleException.Kind.CONNECTION,
+                "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
+                e);
+          }
+        } catch (KafkaException e) {
+          throw new ShuffleException(
+              ShuffleException.Kind.CONNECTION,
+              "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
+              e);
+        }
+      }
+    }
+
+    /** Refuses a read whose topic (or partition) is gone; asked twice, a second apart. */
+    void refuseMissing(KafkaConsumer<byte[], ByteBuffer> c, String range) {
+      for (int attempt = 0; attempt < 2; attempt++) {
+        Map<String, List<PartitionInfo>> topics;
+        try {
+          topics = c.listTopics(Duration.ofMillis(8_000));
+        } catch (KafkaException e) {
+          return;
+        }
+        List<PartitionInfo> parts = topics.get(spec.topic);
+        boolean missing =
+            parts == null || parts.stream().noneMatch(p -> p.partition() == read.partition);
+        if (!missing) {
+          break;
+        }
+        if (attempt == 0) {
+          try {
+            Thread.sleep(1_000);
+          } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return;
+          }
+          continue;
+        }
+        throw new ShuffleException(
+            ShuffleException.Kind.NOT_FOUND,
+            "topic "
+                + quotedTopic
+                + " was deleted while reading partition "
+                + read.partition
+                + range);
       }
     }
 
