@@ -19,6 +19,7 @@ from orchestration.shuffle.core.queue import (
     fed_run,
     feed_range,
     job_error,
+    missing_offsets,
     narrow,
     output_schema,
     record_coords,
@@ -130,6 +131,17 @@ def test_contiguous():
     assert contiguous([1, 3], gap=1) == [(1, 4)]
     assert contiguous([1, 4], gap=1) == [(1, 2), (4, 5)]
     assert contiguous([]) == []
+
+
+def test_a_record_a_read_did_not_reach_is_not_gone_but_not_readable_yet():
+    # The partition holds [10, 20); the reads returned offsets up to 15.
+    gone, later = missing_offsets([5, 12, 16, 19, 20, 25], low=10, high=20, reached=15)
+    # Below the log start: deleted. Below the end and passed over by the read: a marker.
+    assert gone == {5, 12}
+    # Past what the read reached (it stopped early), or at or past the end: released.
+    assert later == {16, 19, 20, 25}
+    # A read that returned nothing proves nothing gone inside the partition.
+    assert missing_offsets([11], low=10, high=20, reached=-1) == (set(), {11})
 
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("score", pa.float64())])

@@ -331,6 +331,30 @@ def error_text(exc: BaseException, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def missing_offsets(
+    missing: Iterable[int], low: int, high: int, reached: int
+) -> tuple[set[int], set[int]]:
+    """Work items whose source offset a read did not return: which are gone for good, and
+    which are not readable yet. ``low`` and ``high`` are the partition's log start and end
+    as its leader reports them after the read; ``reached`` the highest offset the reads
+    returned (-1: none).
+
+    Gone: below the log start (deleted by retention), or below the end and passed over by the
+    read (a transaction marker, a compacted record). Not readable yet: at or past the end, or
+    not reached: a read that stopped early (a new leader whose high watermark has not caught
+    up yet reports the partition's end too soon). Those are released, never acknowledged as
+    done, so a record is not lost to a read that ended early.
+    """
+    gone: set[int] = set()
+    later: set[int] = set()
+    for o in missing:
+        if o < low or (o < high and o < reached):
+            gone.add(o)
+        else:
+            later.add(o)
+    return gone, later
+
+
 def contiguous(offsets: Sequence[int], gap: int = 0) -> list[tuple[int, int]]:
     """Sorted, distinct offsets as ``[start, end)`` ranges of consecutive values; with
     ``gap``, ranges at most ``gap`` offsets apart are read as one (one fetch that skips a few

@@ -32,6 +32,7 @@ from confluent_kafka import (
     Message,
     Producer,
     ShareConsumer,
+    TopicPartition,
 )
 
 from orchestration.shuffle.core import frames as fr
@@ -50,6 +51,7 @@ from orchestration.shuffle.core.queue import (
     contiguous,
     dead_letter_headers,
     fed_run,
+    missing_offsets,
     narrow,
     record_coords,
     row_json,
@@ -60,10 +62,17 @@ from orchestration.shuffle.core.queue import (
 from orchestration.shuffle.errors import (
     QueueGroupError,
     QueueSchemaError,
+    ShuffleConnectionError,
     ShuffleOptionError,
     ShuffleWriteError,
 )
-from orchestration.shuffle.kafka.client import KafkaClient, error_code, read_chunks, translate
+from orchestration.shuffle.kafka.client import (
+    KafkaClient,
+    error_code,
+    kafka_errors,
+    read_chunks,
+    translate,
+)
 from orchestration.shuffle.kafka.commitlog import read_log
 from orchestration.shuffle.spark.records import arrow_schema as records_arrow_schema
 from orchestration.shuffle.spark.records import records_batch
@@ -182,6 +191,84 @@ def parquet_bytes(table: pa.Table) -> pa.Buffer:
     return sink.getvalue()
 
 
+# Pauses before a source record a read did not reach is read again (then its item is
+# released): a partition's end lags briefly behind its records after a leader change.
+LATER_RETRY_S = (0.5, 1.0, 2.0)
+
+
+def fetch_offsets(
+    reader: Any,
+    topic: str,
+    partition: int,
+    offsets: list[int],
+    *,
+    gap: int = 0,
+    max_batch: int = 1000,
+) -> tuple[dict[int, Message], set[int]]:
+    """The messages at ``offsets`` of ``topic``/``partition``, by offset, and the offsets
+    not readable yet (:func:`~orchestration.shuffle.core.queue.missing_offsets`): read in
+    one ranged fetch per run of offsets at most ``gap`` apart, and those it did not return
+    read once more before they are judged, against the partition's bounds as its leader
+    reports them then."""
+    wanted = set(offsets)
+    got: dict[int, Message] = {}
+    reached = -1
+
+    def bounds() -> tuple[int, int]:
+        with kafka_errors(f"reading the offsets of topic {topic!r} partition {partition}"):
+            return reader.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=30, cached=False
+            )
+
+    def read_range(start: int, end: int) -> None:
+        nonlocal reached
+        for chunk in read_chunks(reader, topic, partition, start, end, max_batch=max_batch):
+            for m in chunk:
+                o = m.offset()
+                reached = max(reached, o)
+                if o in wanted:
+                    got[o] = m
+
+    def read(ranges: list[tuple[int, int]]) -> None:
+        for start, end in ranges:
+            try:
+                read_range(start, end)
+            except ShuffleConnectionError:
+                # A range reaching past the partition's end (or below its start) is refused
+                # whole by the broker: read what the partition holds of it, if that differs.
+                low, high = bounds()
+                clipped = (max(start, low), min(end, high))
+                if clipped == (start, end):
+                    raise
+                if clipped[0] < clipped[1]:
+                    read_range(*clipped)
+
+    read(contiguous(sorted(wanted), gap=gap))
+    later: set[int] = set()
+    # A read that stopped short (a new leader's end not caught up yet) is tried again for a
+    # few seconds, well inside the records' lock, before their items go back to the group.
+    for pause in (0.0, *LATER_RETRY_S):
+        if len(got) == len(wanted):
+            return got, set()
+        time.sleep(pause)
+        read(contiguous(sorted(wanted - set(got)), gap=gap))
+        low, high = bounds()
+        _gone, later = missing_offsets(wanted - set(got), low, high, reached)
+        if not later:
+            break
+    if later:
+        log.warning(
+            "topic %r partition %d: %d record(s) from offset %d not readable yet (the partition "
+            "ends at %d as its leader reports it); their work items are released",
+            topic,
+            partition,
+            len(later),
+            min(later),
+            high,
+        )
+    return got, later
+
+
 class ShuffleSource:
     """Turns work items into rows of committed DATA frames (one consumer thread's view)."""
 
@@ -191,6 +278,8 @@ class ShuffleSource:
         self.layout = self.log.require_layout()
         self.names = self.layout.schema.names
         self.reader = spec.kafka.consumer(**{"group.id": f"{spec.group}.frames"})
+        # Items of the last call whose frame is not readable yet: released, not acknowledged.
+        self.later: set[int] = set()
 
     def _commit(self, run_id: str) -> Commit | None:
         c = self.log.commit(run_id)
@@ -206,7 +295,7 @@ class ShuffleSource:
 
     def tables(self, items: dict[int, WorkItem]) -> dict[int, pa.Table]:
         """The rows of each work item's frame, by message index; items that are not work
-        are absent."""
+        are absent, and so are those whose frame is not readable yet (:attr:`later`)."""
         wanted: dict[int, dict[int, list[int]]] = {}
         commits: dict[str, Commit] = {}
         for idx, item in items.items():
@@ -219,14 +308,15 @@ class ShuffleSource:
             wanted.setdefault(item.partition, {}).setdefault(item.offset, []).append(idx)
         out: dict[int, pa.Table] = {}
         topic = self.spec.topic
+        self.later = set()
         for p, by_offset in wanted.items():
-            for start, end in contiguous(list(by_offset)):
-                for chunk in read_chunks(self.reader, topic, p, start, end, max_batch=1):
-                    for m in chunk:
-                        for idx in by_offset.get(m.offset(), ()):
-                            rows = self._rows(m, items[idx], commits[items[idx].run_id])
-                            if rows is not None:
-                                out[idx] = rows
+            got, later = fetch_offsets(self.reader, topic, p, list(by_offset), max_batch=1)
+            self.later |= {idx for o in later for idx in by_offset[o]}
+            for offset, m in got.items():
+                for idx in by_offset[offset]:
+                    rows = self._rows(m, items[idx], commits[items[idx].run_id])
+                    if rows is not None:
+                        out[idx] = rows
         return out
 
     def _rows(self, m: Message, item: WorkItem, commit: Commit) -> pa.Table | None:
@@ -265,22 +355,28 @@ class RecordSource:
     def __init__(self, spec: TaskSpec):
         self.spec = spec
         self.reader = spec.kafka.consumer(**{"group.id": f"{spec.group}.records"})
+        # Items of the last call whose record is not readable yet: released, not acknowledged.
+        self.later: set[int] = set()
 
     def messages(self, items: dict[int, WorkItem]) -> dict[int, Message]:
         """The source record of each work item, by message index; an item whose record is
-        gone (deleted by retention, or an offset without a record) is absent."""
+        gone (deleted by retention, or an offset without a record) is absent, and so is one
+        whose record is not readable yet (:attr:`later`)."""
         wanted: dict[int, dict[int, list[int]]] = {}
         for idx, item in items.items():
             wanted.setdefault(item.partition, {}).setdefault(item.offset, []).append(idx)
         out: dict[int, Message] = {}
+        self.later = set()
         for p, by_offset in wanted.items():
             # Consumers share a partition's items, so the offsets of one poll interleave with
             # other consumers'; reading across small gaps saves a fetch per run.
-            for start, end in contiguous(sorted(by_offset), gap=RECORD_FETCH_GAP):
-                for chunk in read_chunks(self.reader, self.spec.topic, p, start, end):
-                    for m in chunk:
-                        for idx in by_offset.get(m.offset(), ()):
-                            out[idx] = m
+            got, later = fetch_offsets(
+                self.reader, self.spec.topic, p, list(by_offset), gap=RECORD_FETCH_GAP
+            )
+            self.later |= {idx for o in later for idx in by_offset[o]}
+            for offset, m in got.items():
+                for idx in by_offset[offset]:
+                    out[idx] = m
         return out
 
     def close(self) -> None:
@@ -321,6 +417,8 @@ class QueueConsumer:
         self.records: RecordSource | None = None
         # The source record of each polled work item of a plain topic, by message index.
         self.sources: dict[int, Message] = {}
+        # Message indexes of the batch in hand whose source is not readable yet.
+        self.later: set[int] = set()
         # The output's file system and directory, opened at the first write.
         self.out: tuple[pafs.FileSystem, str] | None = None
         self.records_schema = records_arrow_schema(include_headers=True)
@@ -446,7 +544,8 @@ class QueueConsumer:
         if not self.spec.shuffle:
             assert self.records is not None
             self.sources = self.records.messages(items)
-            skipped |= set(items) - set(self.sources)
+            self.later = self.records.later
+            skipped |= set(items) - set(self.sources) - self.later
             order = sorted(self.sources)
             batch = records_batch(
                 self.records_schema, [self.sources[i] for i in order], None, include_headers=True
@@ -460,7 +559,8 @@ class QueueConsumer:
             return table, np.array(order, dtype=np.int64), skipped
         assert self.source is not None
         tables = self.source.tables(items)
-        skipped |= set(items) - set(tables)
+        self.later = self.source.later
+        skipped |= set(items) - set(tables) - self.later
         order = sorted(tables)
         if not order:
             return self.source.empty(), np.zeros(0, np.int64), skipped
@@ -487,6 +587,9 @@ class QueueConsumer:
             for i, m in enumerate(msgs)
             if i not in skipped
         }
+        # An item whose source was not readable yet goes back to the group, whatever its
+        # delivery count: it never reached fn.
+        outcome.update({i: Outcome.RELEASE for i in self.later})
         # Rows of records that are kept: accepted, or dead-lettered (their good units).
         keep = np.array([outcome.get(i) not in (None, Outcome.RELEASE) for i in range(len(msgs))])
         rows = rows_to_keep(
