@@ -524,17 +524,25 @@ def _refusal(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]
         if err.code() == KafkaError._SSL or "SSL" in err.str():
             return f"TLS failed: {err.str()}"
     protocol = str(conf.get("security.protocol", "plaintext")).lower()
-    for line in [*(e.str() for e in errors), *lines]:
-        if "security.protocol" in line or (
-            protocol == "plaintext" and "in state APIVERSION_QUERY" in line
-        ):
-            return (
-                "the broker closed the connection at its first request: the listener probably "
-                "needs security.protocol SSL or SASL_SSL (this client speaks PLAINTEXT)"
-                if protocol == "plaintext"
-                else line
-            )
-    return None
+    closed = [
+        line
+        for line in [*(e.str() for e in errors), *lines]
+        if "security.protocol" in line
+        or (protocol == "plaintext" and "in state APIVERSION_QUERY" in line)
+    ]
+    # A broker that is stopping or starting closes connections at the first request too: a
+    # wrong protocol is told apart by every bootstrap server doing so.
+    servers = [s.strip() for s in str(conf.get("bootstrap.servers", "")).split(",") if s.strip()]
+    if not closed or (
+        len(servers) > 1 and not all(any(s in line for line in closed) for s in servers)
+    ):
+        return None
+    return (
+        "the broker closed the connection at its first request: the listener probably "
+        "needs security.protocol SSL or SASL_SSL (this client speaks PLAINTEXT)"
+        if protocol == "plaintext"
+        else closed[0]
+    )
 
 
 def _why(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) -> str | None:

@@ -1,0 +1,26 @@
+"""Why a client cannot reach the cluster: a refusal waiting cannot cure is reported at once;
+a broker that is stopping or starting is not mistaken for one."""
+
+from orchestration.shuffle.kafka.client import _refusal
+
+THREE = {"bootstrap.servers": "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"}
+
+
+def closed(server: str) -> str:
+    return (
+        f"{server}/bootstrap: Disconnected while requesting ApiVersion: might be caused by "
+        "incorrect security.protocol configuration (connecting to a SSL listener?)"
+    )
+
+
+def test_a_tls_listener_is_told_when_every_bootstrap_server_closes_at_the_first_request():
+    lines = [closed(s) for s in THREE["bootstrap.servers"].split(",")]
+    assert "needs security.protocol SSL or SASL_SSL" in _refusal([], lines, THREE)
+    one = {"bootstrap.servers": "127.0.0.1:9092"}
+    assert "needs security.protocol" in _refusal([], [closed("127.0.0.1:9092")], one)
+
+
+def test_one_broker_of_three_closing_at_the_first_request_is_a_broker_restarting():
+    # Killed or starting: the client goes on to the others instead of giving up.
+    assert _refusal([], [closed("127.0.0.1:9094")], THREE) is None
+    assert _refusal([], [], THREE) is None
