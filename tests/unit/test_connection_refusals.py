@@ -1,7 +1,7 @@
 """Why a client cannot reach the cluster: a refusal waiting cannot cure is reported at once;
 a broker that is stopping or starting is not mistaken for one."""
 
-from orchestration.shuffle.kafka.client import _refusal
+from orchestration.shuffle.kafka.client import connection_refusal
 
 THREE = {"bootstrap.servers": "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"}
 
@@ -15,12 +15,12 @@ def closed(server: str) -> str:
 
 def test_a_tls_listener_is_told_when_every_bootstrap_server_closes_at_the_first_request():
     lines = [closed(s) for s in THREE["bootstrap.servers"].split(",")]
-    assert "needs security.protocol SSL or SASL_SSL" in _refusal([], lines, THREE)
+    assert "needs security.protocol SSL or SASL_SSL" in connection_refusal([], lines, THREE)
     one = {"bootstrap.servers": "127.0.0.1:9092"}
-    assert "needs security.protocol" in _refusal([], [closed("127.0.0.1:9092")], one)
+    assert "needs security.protocol" in connection_refusal([], [closed("127.0.0.1:9092")], one)
 
 
 def test_one_broker_of_three_closing_at_the_first_request_is_a_broker_restarting():
     # Killed or starting: the client goes on to the others instead of giving up.
-    assert _refusal([], [closed("127.0.0.1:9094")], THREE) is None
-    assert _refusal([], [], THREE) is None
+    assert connection_refusal([], [closed("127.0.0.1:9094")], THREE) is None
+    assert connection_refusal([], [], THREE) is None

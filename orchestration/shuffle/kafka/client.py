@@ -256,7 +256,7 @@ class KafkaClient:
                     )
                 except KafkaException as exc:
                     admin.client.poll(0)  # serves the error and log callbacks: why it failed
-                    fatal = _refusal(admin.errors, admin.log.lines, conf)
+                    fatal = connection_refusal(admin.errors, admin.log.lines, conf)
                     if fatal is None and time.monotonic() < deadline:
                         continue
                     with _ADMINS_LOCK:
@@ -514,7 +514,9 @@ class _ClientLog(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def _refusal(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) -> str | None:
+def connection_refusal(
+    errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]
+) -> str | None:
     """Why the brokers refuse this client, when waiting cannot change it: authentication,
     TLS, or a PLAINTEXT client at a TLS listener."""
     for err in errors:
@@ -547,7 +549,7 @@ def _refusal(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]
 
 def _why(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) -> str | None:
     """The most telling of the errors the client reported while connecting."""
-    refusal = _refusal(errors, lines, conf)
+    refusal = connection_refusal(errors, lines, conf)
     if refusal is not None:
         return refusal
     telling = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
