@@ -150,6 +150,17 @@ def _wait(ready, timeout: float, what: str) -> None:
     raise LocalClusterError(f"the local Spark cluster did not show {what} in time; see {_home()}")
 
 
+def _wait_gone(name: str, pid: int, timeout: float) -> None:
+    """Until process ``name`` (``pid``) has exited, or ``timeout``; reaps it if ours."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _pid(name) == pid:
+        time.sleep(0.2)
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
 def stop(timeout: float = 30.0) -> bool:
     stopped = False
     for name, _ in reversed(_processes()):
@@ -157,13 +168,7 @@ def stop(timeout: float = 30.0) -> bool:
         if pid is not None:
             stopped = True
             os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and _pid(name) == pid:
-                time.sleep(0.2)
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+            _wait_gone(name, pid, timeout)
             if _pid(name) == pid:
                 os.killpg(pid, signal.SIGKILL)
         (_home() / f"{name}.pid").unlink(missing_ok=True)
@@ -178,13 +183,7 @@ def kill_worker(index: int) -> int | None:
     if pid is None:
         return None
     os.killpg(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _pid(name) == pid:
-        time.sleep(0.1)
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+    _wait_gone(name, pid, 10)
     (_home() / f"{name}.pid").unlink(missing_ok=True)
     return pid
 
