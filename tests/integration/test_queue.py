@@ -570,3 +570,57 @@ def test_an_item_whose_record_a_read_cannot_reach_is_released_not_done(
     assert second.released >= 1
     ids = sorted(r.id for r in read_queue_output(spark, out).collect())
     assert ids == list(range(5))
+
+
+def test_a_record_whose_dead_letter_acknowledgement_was_lost_is_not_dead_lettered_twice(
+    spark, kafka_conf, unique, tmp_path
+):
+    # A broker killed between the dead-letter write and the REJECT acknowledgement: the
+    # record comes back once more, past its last attempt. Made here by hand: the work items
+    # are delivered (and released) up to the last attempt by a bare share consumer, and the
+    # dead-letter message of record 1's lost attempt is written as process_queue writes it.
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    from orchestration.shuffle.core.queue import dead_letter_headers, work_topic
+
+    topic, group, dlq = unique("q-lost-ack"), unique("g-lost-ack"), unique("q-lost-ack-dlq")
+    client = KafkaClient(kafka_conf)
+    client.ensure_topic(topic, partitions=1)
+    client.ensure_topic(dlq, partitions=1)
+    produce(kafka_conf, topic, range(4), partitions=1)
+    assert RecordFeeder(topic, client, "earliest").feed() == 4
+    policy = DeliveryPolicy(max_deliveries=2, dead_letter_topic=dlq)
+    set_group_configs(
+        client,
+        group,
+        {"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed"},
+    )
+    sc = ShareConsumer(
+        client.config(**{"group.id": group, "share.acknowledgement.mode": "explicit"})
+    )
+    sc.subscribe([work_topic(topic)])
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + 60
+    while min(seen.values(), default=0) < 2 or len(seen) < 4:
+        assert time.monotonic() < deadline, seen
+        for m in sc.poll(0.5) or []:
+            seen[m.offset()] = max(seen.get(m.offset(), 0), m.delivery_count())
+            sc.acknowledge(m, AcknowledgeType.RELEASE)
+        sc.commit_sync(30)
+    sc.close()
+    p = Producer(kafka_conf)
+    headers = dead_letter_headers(ValueError("poison record 1"), (topic, 0, 1), 2, group)
+    p.produce(dlq, key=b"k1", value=b"1", headers=headers)
+    assert p.flush(30) == 0
+    res = process_queue(
+        spark, topic, group, FailFirst(flaky=(), poison={1, 2}), IDS, kafka=kafka_conf,
+        output=str(tmp_path / "out"), tasks=1, delivery=policy, idle_timeout=3,
+    )  # fmt: skip
+    assert res.accepted == 2 and res.rejected == 2
+    # Record 2 is dead-lettered on this delivery; record 1's unit was there already.
+    assert res.dead_lettered == 1 and res.dead_lettered_before == 1
+    dead = dlq_messages(kafka_conf, dlq, expected=2)
+    assert sorted(int(m.value()) for m in dead) == [1, 2]
+    new = next(m for m in dead if m.value() == b"2")
+    assert dict(new.headers())["queue.delivery.count"] == b"3"
+    assert dict(new.headers())["queue.source.row"] == b"0"

@@ -304,6 +304,7 @@ def test_dead_letter_headers_name_the_error_and_the_source():
         "queue.source.topic": b"t",
         "queue.source.partition": b"1",
         "queue.source.offset": b"7",
+        "queue.source.row": b"0",
         "queue.delivery.count": b"3",
         "queue.group": b"g",
     }
@@ -361,3 +362,26 @@ def test_fed_positions_keep_each_partitions_last_marker():
 )
 def test_feed_range(fed, low, high, start, limit, expected):
     assert feed_range(fed, low, high, start, limit) == expected
+
+
+def test_a_dead_letter_message_names_the_unit_it_stands_for():
+    from orchestration.shuffle.core.queue import dead_letter_headers, dead_letter_id
+
+    headers = dead_letter_headers(ValueError("x"), ("t", 2, 41), 3, "g", row=5)
+    assert dead_letter_id(headers) == ("g", "t", 2, 41, 5)
+    # Written before rows were named: row 0. Not ours, or garbled: None.
+    older = [h for h in headers if h[0] != "queue.source.row"]
+    assert dead_letter_id(older) == ("g", "t", 2, 41, 0)
+    assert dead_letter_id([("origin", b"x")]) is None
+    assert dead_letter_id(None) is None
+    garbled = [(k, b"x" if k == "queue.source.offset" else v) for k, v in headers]
+    assert dead_letter_id(garbled) is None
+
+
+def test_only_a_delivery_past_the_last_attempt_may_have_been_dead_lettered_already():
+    from orchestration.shuffle.core.queue import may_be_dead_lettered
+
+    assert not may_be_dead_lettered(3, 3)
+    assert not may_be_dead_lettered(None, 1)
+    assert may_be_dead_lettered(4, 3)
+    assert may_be_dead_lettered(2, 1)

@@ -297,6 +297,9 @@ class QueueCounts:
     released: int = 0  # records handed back for another delivery after a failure
     rejected: int = 0  # records acknowledged REJECT after their failures were dead-lettered
     dead_lettered: int = 0  # messages written to the dead-letter topic
+    # failed units an earlier delivery had written there already (its acknowledgement was
+    # lost): not written again
+    dead_lettered_before: int = 0
     skipped: int = 0  # records that are not work (see the queue module), acknowledged
     lock_lost: int = 0  # acknowledgements the broker refused: the record's lock had expired
     rows_in: int = 0  # rows given to the function (records, or rows of shuffle frames)
@@ -487,19 +490,48 @@ def rows_to_keep(
 
 
 def dead_letter_headers(
-    exc: BaseException, source: Coords, delivery: int, group: str
+    exc: BaseException, source: Coords, delivery: int, group: str, row: int = 0
 ) -> list[tuple[str, bytes]]:
-    """The ``queue.*`` headers of a dead-letter message: what failed, where, on which
-    delivery, in which group."""
+    """The ``queue.*`` headers of a dead-letter message: what failed, where (the source
+    record, and the row of it: a shuffle's record holds many), on which delivery, in which
+    group."""
     topic, partition, offset = source
     return [
         ("queue.error", error_text(exc).encode()),
         ("queue.source.topic", str(topic).encode()),
         ("queue.source.partition", str(partition).encode()),
         ("queue.source.offset", str(offset).encode()),
+        ("queue.source.row", str(row).encode()),
         ("queue.delivery.count", str(delivery).encode()),
         ("queue.group", group.encode()),
     ]
+
+
+# What a dead-letter message stands for: (group, topic, partition, offset, row).
+DeadLetterId = tuple[str, str, int, int, int]
+
+
+def dead_letter_id(headers: Iterable[tuple[str, bytes | None]] | None) -> DeadLetterId | None:
+    """The unit a dead-letter message stands for, from its ``queue.*`` headers
+    (:func:`dead_letter_headers`); None for a message that is not one of ours."""
+    h = {k: v for k, v in (headers or []) if k.startswith("queue.") and v is not None}
+    try:
+        return (
+            h["queue.group"].decode(),
+            h["queue.source.topic"].decode(),
+            int(h["queue.source.partition"]),
+            int(h["queue.source.offset"]),
+            int(h.get("queue.source.row", b"0")),
+        )
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def may_be_dead_lettered(delivery_count: int | None, max_deliveries: int) -> bool:
+    """Whether an earlier delivery of a record may already have dead-lettered it: it is
+    delivered past its last attempt, so that attempt's acknowledgement was lost (a broker or
+    the consumer died after the dead-letter write)."""
+    return (delivery_count or 1) > max_deliveries
 
 
 class QueueStopError(Exception):

@@ -46,6 +46,11 @@ and acknowledging, a record's rows exist from two deliveries. Every output row c
 (one file), so it reads each record's rows exactly once. The share group's own delivery
 limit is set one above ``max_deliveries``, so a crash during the last attempt still leaves
 one more delivery to dead-letter the record instead of the broker archiving it silently.
+That delivery, past the last attempt, may also follow a dead-letter write whose REJECT was
+lost (a broker died in between): before writing, the consumer reads the dead-letter topic
+from the record's time (less an hour of clock skew) and skips the units an earlier delivery
+already wrote (``queue.group`` and ``queue.source.*`` headers, ``queue.source.row`` naming
+the row of a shuffle's record), so each failed unit is dead-lettered once.
 
 Plain topics. A share group hands out whole producer batches: records written with a
 producer's default batching (one batch of thousands of records) would all go to the one

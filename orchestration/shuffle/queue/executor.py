@@ -42,6 +42,7 @@ from orchestration.shuffle.core.queue import (
     DELIVERY_FIELD,
     SOURCE_FIELDS,
     SOURCE_NAMES,
+    DeadLetterId,
     DeliveryPolicy,
     Outcome,
     QueueCounts,
@@ -50,7 +51,9 @@ from orchestration.shuffle.core.queue import (
     conform,
     contiguous,
     dead_letter_headers,
+    dead_letter_id,
     fed_run,
+    may_be_dead_lettered,
     missing_offsets,
     narrow,
     record_coords,
@@ -606,7 +609,7 @@ class QueueConsumer:
             self.counts.rows_out += rows.num_rows
         dead = {i: f for i, f in failures.items() if outcome[i] is Outcome.DEAD_LETTER}
         if dead:
-            self._dead_letter(msgs, table, dead)
+            self._dead_letter(msgs, table, owner, dead)
         for i, m in enumerate(msgs):
             sc.acknowledge(m, AcknowledgeType.ACCEPT if i in skipped else _ACK[outcome[i]])
         result = sc.commit_sync(60)
@@ -654,8 +657,12 @@ class QueueConsumer:
         self,
         msgs: list[Message],
         table: pa.Table,
+        owner: np.ndarray,
         dead: dict[int, list[tuple[int, BaseException]]],
     ) -> None:
+        """Writes the failed units of ``dead``'s records to the dead-letter topic, each once:
+        a record delivered past its last attempt (that attempt's acknowledgement was lost)
+        skips the units an earlier delivery already wrote there."""
         spec = self.spec
         topic = spec.delivery.dead_letter_topic
         if topic is None:
@@ -671,15 +678,30 @@ class QueueConsumer:
             if err is not None:
                 errors.append(str(err))
 
+        again = [
+            i
+            for i in dead
+            if may_be_dead_lettered(msgs[i].delivery_count(), spec.delivery.max_deliveries)
+        ]
+        written = self._dead_lettered(topic, [msgs[i] for i in again]) if again else set()
         sent = 0
         for i, units in dead.items():
             m = msgs[i]
+            first = int(np.flatnonzero(owner == i)[0])
             for unit, exc in units:
                 src_topic, src_partition, src_offset = (
                     table.column(n)[unit].as_py() for n in SOURCE_NAMES
                 )
+                row = unit - first
+                if (spec.group, src_topic, src_partition, src_offset, row) in written:
+                    self.counts.dead_lettered_before += 1
+                    continue
                 queue_headers = dead_letter_headers(
-                    exc, (src_topic, src_partition, src_offset), m.delivery_count() or 1, spec.group
+                    exc,
+                    (src_topic, src_partition, src_offset),
+                    m.delivery_count() or 1,
+                    spec.group,
+                    row,
                 )
                 key: bytes | None
                 value: bytes | None
@@ -709,6 +731,33 @@ class QueueConsumer:
                 f"({remaining} not delivered): {errors[:3]}; the records are released"
             )
         self.counts.dead_lettered += sent
+
+    def _dead_lettered(self, topic: str, msgs: list[Message]) -> set[DeadLetterId]:
+        """The units already in dead-letter topic ``topic``, read from the earliest time a
+        delivery of ``msgs`` can have written one (their records' time, less an hour for
+        clocks that differ) to its end."""
+        stamps = [m.timestamp()[1] for m in msgs]
+        since = min(stamps) - DEAD_LETTER_CLOCK_SKEW_MS if min(stamps) > 0 else 0
+        kafka = self.spec.kafka
+        found: set[DeadLetterId] = set()
+        ends = kafka.end_offsets(topic, kafka.partition_count(topic))
+        with kafka.consumer() as c:
+            with kafka_errors(f"reading dead-letter topic {topic!r}", kafka):
+                starts = c.offsets_for_times(
+                    [TopicPartition(topic, p, since) for p in range(len(ends))], timeout=30
+                )
+            for p, (_, high) in enumerate(ends):
+                start = starts[p].offset if starts[p].offset >= 0 else high
+                for chunk in read_chunks(c, topic, p, start, high):
+                    for m in chunk:
+                        found.add(dead_letter_id(m.headers()) or _NOT_OURS)
+        return found
+
+
+# Dead-letter messages are looked for from this long before a record's own time: its
+# producer's clock and the dead-letter writer's may differ.
+DEAD_LETTER_CLOCK_SKEW_MS = 3_600_000
+_NOT_OURS: DeadLetterId = ("", "", -1, -1, -1)
 
 
 def _group_error(exc: KafkaException, spec: TaskSpec) -> BaseException:
