@@ -30,7 +30,8 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 
 from assets.pipeline import FLIGHTS_BY_TAILNUM, PIPELINE_GROUP, FaultInjection, daily
-from orchestration import KafkaResource, WarehouseResource
+from assets.warehouse import WarehouseResource
+from orchestration import KafkaResource
 from orchestration.shuffle import DeliveryPolicy, process_queue, shuffle_log
 from orchestration.shuffle.kafka import read_range
 

@@ -41,8 +41,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from assets.flights_data import END_DAY, FIRST_DAY, LOCAL_TZ, flights_of_day
-from orchestration import KafkaResource, WarehouseResource, shuffle_metadata
-from orchestration.io_manager import DAGSTER_RUN_ATTR
+from assets.warehouse import WarehouseResource
+from orchestration import KafkaResource, shuffle_metadata
+from orchestration.definition import DAGSTER_RUN_ATTR
 from orchestration.shuffle import (
     ShuffleRead,
     apply_per_key,

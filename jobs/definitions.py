@@ -33,9 +33,10 @@ from dagster_pyspark import LazyPySparkResource
 
 from assets.pipeline import DEFAULT_TOPIC, SHUFFLE_IO_MANAGER, FaultInjection, flights_pipeline
 from assets.stack_check import kafka_stack_check
+from assets.warehouse import WarehouseResource
 from jobs.pipeline import flights_jobs
 from orchestration.io_manager import KafkaShuffleIOManager
-from orchestration.resources import KafkaResource, ShuffleSparkResource, WarehouseResource
+from orchestration.resources import KafkaResource, ShuffleSparkResource
 from orchestration.shuffle import session_settings
 from orchestration.shuffle.kafka import KafkaClient
 

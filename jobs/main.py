@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from devstack.runner import LocalRunner
     from jobs.definitions import defs, kafka_client
     from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR, RUNNING_TOTALS_JOB
-    from orchestration.metadata import shuffle_asset
+    from orchestration.definition import shuffle_asset
     from orchestration.shuffle import shuffle_log, shuffle_watermark
     from orchestration.shuffle.spark.jvm import choose_engine
 

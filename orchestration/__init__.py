@@ -21,11 +21,10 @@ except PackageNotFoundError:  # a source tree on the path that was never install
 
 _EXPORTS = {
     "KafkaResource": "resources",
-    "WarehouseResource": "resources",
     "ShuffleSparkResource": "resources",
     "KafkaShuffleIOManager": "io_manager",
-    "FAILED_WINDOWS_TAG": "io_manager",
-    "shuffle_metadata": "metadata",
+    "FAILED_WINDOWS_TAG": "definition",
+    "shuffle_metadata": "definition",
     "shuffle_commit_sensor": "sensors",
     "failed_region_sensor": "sensors",
     "shuffle_asset_checks": "checks",
@@ -37,10 +36,10 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from .checks import shuffle_asset_checks
     from .components import KafkaShuffle
-    from .io_manager import FAILED_WINDOWS_TAG, KafkaShuffleIOManager
+    from .definition import FAILED_WINDOWS_TAG, shuffle_metadata
+    from .io_manager import KafkaShuffleIOManager
     from .maintenance import shuffle_expiry_job
-    from .metadata import shuffle_metadata
-    from .resources import KafkaResource, ShuffleSparkResource, WarehouseResource
+    from .resources import KafkaResource, ShuffleSparkResource
     from .schedules import shuffle_backfill_schedule
     from .sensors import failed_region_sensor, shuffle_commit_sensor
 

@@ -60,8 +60,7 @@ from dagster import (
     asset_check,
 )
 
-from orchestration.io_manager import DAGSTER_RUN_ATTR
-from orchestration.sensors import asset_io_manager_key, asset_shuffle
+from orchestration.definition import DAGSTER_RUN_ATTR, asset_io_manager_key, asset_shuffle
 from orchestration.shuffle import Commit, ShuffleError, ShuffleLog, plan_shuffle_read, shuffle_log
 from orchestration.shuffle.core.commitlog import Expired, commit_topic
 from orchestration.shuffle.core.frames import FrameType, decode

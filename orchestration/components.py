@@ -30,7 +30,6 @@ the checks ``shuffle_layout``, ``shuffle_rows`` and ``shuffle_window_readable``,
 job ``k_expiry`` and its schedule ``k_expiry_schedule``, the schedule ``k_backfill_schedule``.
 """
 
-import datetime as dt
 import importlib
 import inspect
 from collections.abc import Callable, Sequence
@@ -56,9 +55,9 @@ from dagster import (
 from pydantic import Field
 
 from orchestration.checks import shuffle_asset_checks
+from orchestration.definition import shuffle_metadata
 from orchestration.io_manager import KafkaShuffleIOManager
 from orchestration.maintenance import shuffle_expiry_job
-from orchestration.metadata import shuffle_metadata
 from orchestration.resources import KafkaResource
 from orchestration.schedules import shuffle_backfill_schedule
 from orchestration.sensors import failed_region_sensor, shuffle_commit_sensor
@@ -94,7 +93,7 @@ class ShuffleLayout(Resolvable, Model):
     replication_factor: int | None = None
 
 
-class KafkaSettings(Resolvable, Model):
+class KafkaModel(Resolvable, Model):
     """The cluster, as :class:`orchestration.KafkaResource` takes it.
 
     ``{{ env.NAME }}`` in a value is read when the definitions load, and so is shown in the
@@ -170,14 +169,18 @@ class CheckSettings(Resolvable, Model):
 
 
 class ExpirySettings(Resolvable, Model):
-    """A scheduled expiry job (:func:`orchestration.shuffle_expiry_job`)."""
+    """A scheduled expiry job (:func:`orchestration.shuffle_expiry_job`): its ages are that
+    job's run config's (:class:`orchestration.maintenance.ExpiryConfig`), by the same names
+    and in the same units, handed over as they are."""
 
     cron: str = Field(description="When it runs, e.g. '0 3 * * *'.")
     keep_last: int | None = Field(default=None, description="Windows kept, the newest.")
     older_than_hours: float | None = Field(
-        default=None, description="Expire runs committed longer ago than this."
+        default=None, description="Expire runs committed longer ago than this many hours."
     )
-    min_age_minutes: float = Field(default=60, description="Never expire a run younger.")
+    min_age_minutes: float = Field(
+        default=60, description="Never expire a run younger than this many minutes."
+    )
     timezone: str | None = None
     running: bool = Field(default=False, description="Start the schedule running when deployed.")
 
@@ -219,7 +222,7 @@ class KafkaShuffle(Component, Resolvable, Model):
         )
     )
     shuffle: ShuffleLayout = Field(description="The shuffle's layout.")
-    kafka: KafkaSettings = Field(description="The Kafka cluster.")
+    kafka: KafkaModel = Field(description="The Kafka cluster.")
     consumers: list[ConsumerJob] = Field(
         default_factory=list,
         description="Jobs the commit sensor launches for each complete window.",
@@ -311,12 +314,8 @@ class KafkaShuffle(Component, Resolvable, Model):
                 f"{name}_expiry",
                 asset=_shuffle_asset,
                 keep_last=expiry.keep_last,
-                older_than=(
-                    None
-                    if expiry.older_than_hours is None
-                    else dt.timedelta(hours=expiry.older_than_hours)
-                ),
-                min_age=dt.timedelta(minutes=expiry.min_age_minutes),
+                older_than_hours=expiry.older_than_hours,
+                min_age_minutes=expiry.min_age_minutes,
             )
             jobs.append(expiry_job)
             schedules.append(

@@ -62,7 +62,13 @@ from pydantic import Field, PrivateAttr
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from orchestration.metadata import ShuffleAsset, commit_metadata, shuffle_asset
+from orchestration.definition import (
+    DAGSTER_RUN_ATTR,
+    FAILED_WINDOWS_TAG,
+    ShuffleAsset,
+    shuffle_asset,
+)
+from orchestration.metadata import commit_metadata
 from orchestration.resources import KafkaResource
 from orchestration.shuffle import (
     Layout,
@@ -77,11 +83,6 @@ from orchestration.shuffle import (
     write_shuffle,
 )
 from orchestration.shuffle.kafka import KafkaClient
-
-# Tag a producer run sets on itself when some windows of its range failed.
-FAILED_WINDOWS_TAG = "shuffle/failed_windows"
-# The commit attribute that ties a committed run to the Dagster run that wrote it.
-DAGSTER_RUN_ATTR = "dagster_run_id"
 
 
 class KafkaShuffleIOManager(ConfigurableIOManager):

@@ -57,26 +57,56 @@ from dagster import (
     job,
     op,
 )
+from pydantic import Field
 
 from orchestration.checks import READABLE_CHECK, expired_metadata, gone_windows, readability
-from orchestration.io_manager import DAGSTER_RUN_ATTR
+from orchestration.definition import (
+    DAGSTER_RUN_ATTR,
+    EXPIRED_BY,
+    WRITTEN_BY,
+    asset_io_manager_key,
+    asset_shuffle,
+)
 from orchestration.metadata import commit_metadata
 from orchestration.resources import KafkaResource
-from orchestration.sensors import asset_io_manager_key, asset_shuffle
 from orchestration.shuffle import ShuffleLog, expire_shuffle, shuffle_log
 from orchestration.shuffle.core.commitlog import Expired
 from orchestration.shuffle.errors import ShuffleOptionError
 
-# Metadata of a re-reported materialization: the run that wrote the window.
-WRITTEN_BY = "shuffle/written_by_run"
-# Metadata of a readability check result the expiry job reports: the run that reported it.
-EXPIRED_BY = "shuffle/expired_by_run"
-
 ReconcileStatus = Literal["check", "wipe"]
 
-# The units of the op config's ages (older_than_hours, min_age_minutes).
-OLDER_THAN_UNIT = dt.timedelta(hours=1)
-MIN_AGE_UNIT = dt.timedelta(minutes=1)
+
+class ExpiryConfig(Config):
+    """What a run of an expiry job expires: the op's run config, which the launchpad shows
+    with the job's defaults. The factory (:func:`shuffle_expiry_job`) and the
+    ``KafkaShuffle`` component's ``expiry`` take the same fields, by the same names and in
+    the same units: Dagster's config has no duration type, so an age is a number in the unit
+    its name says, and becomes a ``timedelta`` only where the engine takes it
+    (:meth:`ages`)."""
+
+    keep_last: int | None = Field(
+        default=None, description="Keep the runs of this many most recent windows only."
+    )
+    older_than_hours: float | None = Field(
+        default=None, description="Expire runs committed longer ago than this many hours."
+    )
+    min_age_minutes: float = Field(
+        default=60, description="Never delete records younger than this many minutes."
+    )
+    reconcile_status: ReconcileStatus = Field(
+        default="check",
+        description="'check': an expired window shows as a failed check result; 'wipe': "
+        "also wipe the asset's history to take it out of the materialized partitions.",
+    )
+
+    def ages(self) -> tuple[dt.timedelta | None, dt.timedelta]:
+        """``older_than`` and ``min_age``, as :func:`~orchestration.shuffle.expire_shuffle`
+        takes them."""
+        hours = self.older_than_hours
+        return (
+            None if hours is None else dt.timedelta(hours=hours),
+            dt.timedelta(minutes=self.min_age_minutes),
+        )
 
 
 def shuffle_expiry_job(
@@ -84,18 +114,21 @@ def shuffle_expiry_job(
     *,
     asset: AssetsDefinition,
     keep_last: int | None = None,
-    older_than: dt.timedelta | None = None,
-    min_age: dt.timedelta = dt.timedelta(hours=1),
+    older_than_hours: float | None = None,
+    min_age_minutes: float = 60,
     reconcile_status: ReconcileStatus = "check",
 ):
     """A job that runs :func:`~orchestration.shuffle.expire_shuffle` on ``asset``'s shuffle.
+
+    The arguments after ``asset`` are the defaults of the job's run config
+    (:class:`ExpiryConfig`, the same names and units), which a run may change.
 
     Args:
         name: The job's name (its op is ``<name>_expire``).
         asset: The shuffle asset, stored by ``KafkaShuffleIOManager``.
         keep_last: Keep the runs of this many most recently committed windows only.
-        older_than: Expire runs committed longer ago than this.
-        min_age: Never delete records younger than this.
+        older_than_hours: Expire runs committed longer ago than this many hours.
+        min_age_minutes: Never delete records younger than this many minutes.
         reconcile_status: ``"check"`` (default): an expired window shows as a failed
             ``shuffle_window_readable`` result of its partition, and Dagster's history stays.
             ``"wipe"``: also take it out of the materialized partitions by wiping the asset's
@@ -114,30 +147,32 @@ def shuffle_expiry_job(
         )
     shuffle = asset_shuffle(asset)
     io_key = asset_io_manager_key(asset)
+    op_name = f"{name}_expire"
+    defaults = ExpiryConfig(
+        keep_last=keep_last,
+        older_than_hours=older_than_hours,
+        min_age_minutes=min_age_minutes,
+        reconcile_status=reconcile_status,
+    )
 
-    default_keep_last, default_reconcile = keep_last, reconcile_status
+    def described(name: str) -> str | None:
+        return ExpiryConfig.model_fields[name].description
 
-    class ExpiryConfig(Config):
-        # Dagster's config has no duration type: here the ages are numbers, in the units of
-        # their names, and this class is where they turn into timedeltas and back; the
-        # factory and the engine see timedeltas only.
-        keep_last: int | None = default_keep_last
-        older_than_hours: float | None = (
-            None if older_than is None else older_than / OLDER_THAN_UNIT
+    class JobExpiryConfig(ExpiryConfig):
+        # ExpiryConfig with this job's defaults, which a run's config changes field by field.
+        keep_last: int | None = Field(defaults.keep_last, description=described("keep_last"))
+        older_than_hours: float | None = Field(
+            defaults.older_than_hours, description=described("older_than_hours")
         )
-        min_age_minutes: float = min_age / MIN_AGE_UNIT
-        reconcile_status: ReconcileStatus = default_reconcile
+        min_age_minutes: float = Field(
+            defaults.min_age_minutes, description=described("min_age_minutes")
+        )
+        reconcile_status: ReconcileStatus = Field(
+            defaults.reconcile_status, description=described("reconcile_status")
+        )
 
-        def ages(self) -> tuple[dt.timedelta | None, dt.timedelta]:
-            """``older_than`` and ``min_age`` as the engine takes them."""
-            hours = self.older_than_hours
-            return (
-                None if hours is None else OLDER_THAN_UNIT * hours,
-                MIN_AGE_UNIT * self.min_age_minutes,
-            )
-
-    @op(name=f"{name}_expire", required_resource_keys={io_key})
-    def expire(context: OpExecutionContext, config: ExpiryConfig) -> None:
+    @op(name=op_name, required_resource_keys={io_key})
+    def expire(context: OpExecutionContext, config: JobExpiryConfig) -> None:
         kafka: KafkaResource = getattr(context.resources, io_key).kafka
         shuffle = asset_shuffle(asset).under(kafka)
         client = kafka.client()
@@ -184,7 +219,8 @@ def shuffle_expiry_job(
         context.log_event(AssetObservation(asset_key=asset.key, metadata=metadata))
 
     @job(
-        name=name, description=f"Expires superseded and old runs of the shuffle {shuffle.topic!r}."
+        name=name,
+        description=f"Expires superseded and old runs of the shuffle {shuffle.topic!r}.",
     )
     def _job():
         expire()

@@ -21,8 +21,7 @@ from dagster import (
     define_asset_job,
 )
 
-from orchestration.metadata import ShuffleAsset
-from orchestration.sensors import RANGE_END_TAG, RANGE_START_TAG, asset_shuffle
+from orchestration.definition import RANGE_END_TAG, RANGE_START_TAG, ShuffleAsset, asset_shuffle
 from orchestration.shuffle import ShuffleOptionError
 
 

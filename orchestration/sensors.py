@@ -30,8 +30,20 @@ from dagster import (
     sensor,
 )
 
-from orchestration.io_manager import FAILED_WINDOWS_TAG
-from orchestration.metadata import ShuffleAsset, commit_metadata, shuffle_asset
+from orchestration.definition import (
+    COMMIT_TAG,
+    FAILED_WINDOWS_TAG,
+    PARTITION_TAG,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    RETRY_OF_TAG,
+    RETRY_TAG,
+    WILL_RETRY_TAG,
+    WINDOW_TAG,
+    asset_io_manager_key,
+    asset_shuffle,
+)
+from orchestration.metadata import commit_metadata
 from orchestration.shuffle import (
     Commit,
     Layout,
@@ -41,29 +53,9 @@ from orchestration.shuffle import (
     shuffle_log,
 )
 
-PARTITION_TAG = "dagster/partition"
-# A run over a range of partitions, as Dagster's backfills tag it.
-RANGE_START_TAG = "dagster/asset_partition_range_start"
-RANGE_END_TAG = "dagster/asset_partition_range_end"
-# Set by Dagster on a failed run that its own run retries will re-run.
-WILL_RETRY_TAG = "dagster/will_retry"
 # Tags of a failed run its retry does not carry: Dagster's own (backfill, partition, run
 # key, sensor, ...) and ours.
 _NOT_CARRIED = ("dagster/", ".dagster", "shuffle/")
-RETRY_TAG = "shuffle/retry"
-RETRY_OF_TAG = "shuffle/retry_of"
-COMMIT_TAG = "shuffle/commit"
-WINDOW_TAG = "shuffle/window"
-
-
-def asset_shuffle(asset: AssetsDefinition) -> ShuffleAsset:
-    """The shuffle an asset stored by ``KafkaShuffleIOManager`` declares in its metadata."""
-    key = asset.key
-    return shuffle_asset(key.to_user_string(), key.path, asset.specs_by_key[key].metadata)
-
-
-def asset_io_manager_key(asset: AssetsDefinition) -> str:
-    return asset.get_io_manager_key_for_asset_key(asset.key)
 
 
 def _default_window_end(asset: AssetsDefinition) -> Callable[[str], dt.datetime] | None:

@@ -266,7 +266,7 @@ expiry_job = shuffle_expiry_job(
     "soak_expiry_job",
     asset=soak_events,
     keep_last=int(os.environ.get("SOAK_KEEP_LAST", "30")),
-    min_age=dt.timedelta(seconds=60),
+    min_age_minutes=1,
 )
 
 

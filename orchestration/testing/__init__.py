@@ -36,7 +36,7 @@ __all__ = ["committed_windows", "fail_window_once", "shuffle_topic", "window_row
 def shuffle_topic(io_manager: KafkaShuffleIOManager, asset: AssetsDefinition) -> str:
     """The topic ``io_manager`` stores ``asset`` in: its Kafka resource's ``topic_prefix``
     followed by the asset's ``shuffle/topic`` (default: its key's parts joined with ".")."""
-    from orchestration.sensors import asset_shuffle
+    from orchestration.definition import asset_shuffle
 
     return asset_shuffle(asset).under(io_manager.kafka).topic
 

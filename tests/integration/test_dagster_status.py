@@ -38,7 +38,8 @@ from orchestration import (
     shuffle_expiry_job,
     shuffle_metadata,
 )
-from orchestration.maintenance import WRITTEN_BY, forget_windows
+from orchestration.definition import WRITTEN_BY
+from orchestration.maintenance import forget_windows
 from orchestration.shuffle import ShuffleWindowNotFoundError, plan_shuffle_read, shuffle_log
 from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange, ShuffleLog
 from orchestration.shuffle.core.retention import marker
@@ -224,7 +225,7 @@ def test_partition_status_follows_kafka(project, spark, kafka_conf):
 
     # Expiry keeps the 4 most recently committed windows (D3, D4, D5, D1): D2 leaves.
     expiry = shuffle_expiry_job(
-        "events_expiry", asset=project["events"], keep_last=4, min_age=dt.timedelta(0)
+        "events_expiry", asset=project["events"], keep_last=4, min_age_minutes=0
     )
     result = expiry.execute_in_process(
         instance=instance, resources=project["defs"].resources, raise_on_error=False

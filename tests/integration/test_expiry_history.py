@@ -5,8 +5,6 @@ observations and check results as they were, and shows each window it empties as
 wipe, it takes expired windows out of the materialized partitions at the cost of that
 history. On the real broker, Spark and a Dagster instance."""
 
-import datetime as dt
-
 import pandas as pd
 import pytest
 from dagster import (
@@ -30,7 +28,7 @@ from orchestration import (
     shuffle_expiry_job,
     shuffle_metadata,
 )
-from orchestration.maintenance import EXPIRED_BY, WRITTEN_BY
+from orchestration.definition import EXPIRED_BY, WRITTEN_BY
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +59,7 @@ def project(bootstrap, spark, unique):
         asset_checks=shuffle_asset_checks(events),
         jobs=[
             define_asset_job("events_job", selection=[events]),
-            shuffle_expiry_job(EXPIRY, asset=events, keep_last=1, min_age=dt.timedelta(0)),
+            shuffle_expiry_job(EXPIRY, asset=events, keep_last=1, min_age_minutes=0),
         ],
         resources={
             "shuffle_io": KafkaShuffleIOManager(kafka=KafkaResource(bootstrap_servers=bootstrap))

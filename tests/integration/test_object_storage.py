@@ -146,7 +146,7 @@ def test_a_scheme_without_a_hadoop_file_system_is_named(spark, kafka_conf, uniqu
 def test_a_replaced_warehouse_folder_reads_new_in_a_session_that_read_the_old(spark, s3):
     import pyarrow as pa
 
-    from orchestration import WarehouseResource
+    from assets.warehouse import WarehouseResource
 
     warehouse = WarehouseResource(path=s3("replace"))
     folder = warehouse.day_path("flights", "2013-01-01")

@@ -17,11 +17,12 @@ from assets.pipeline import (
     daily_utilization,
     delay_streaks,
 )
+from assets.warehouse import WarehouseResource
 from devstack.runner import PARENT_RUN_TAG, RETRY_NUMBER_TAG, LocalRunner
 from jobs.definitions import build_defs
 from jobs.pipeline import COMMIT_SENSOR, CONSUMER_JOBS, PRODUCER_JOB, REGION_SENSOR
-from orchestration import FAILED_WINDOWS_TAG, KafkaResource, WarehouseResource
-from orchestration.sensors import RETRY_OF_TAG, RETRY_TAG
+from orchestration import FAILED_WINDOWS_TAG, KafkaResource
+from orchestration.definition import RETRY_OF_TAG, RETRY_TAG
 from orchestration.shuffle import plan_shuffle_read, read_shuffle, shuffle_log
 
 pytestmark = pytest.mark.integration

@@ -129,9 +129,10 @@ def test_asset_page_shows_the_row_count_and_columns_of_a_shuffle(
     from dagster import DagsterInstance
 
     from assets.pipeline import FLIGHTS_BY_TAILNUM
+    from assets.warehouse import WarehouseResource
     from jobs.definitions import build_defs
     from jobs.pipeline import PRODUCER_JOB
-    from orchestration import KafkaResource, WarehouseResource
+    from orchestration import KafkaResource
 
     defs = build_defs(
         topic=f"ui.flights.by_tailnum-{uuid.uuid4().hex[:8]}",

@@ -30,7 +30,7 @@ import pytest
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from orchestration import FAILED_WINDOWS_TAG
-from orchestration.sensors import RANGE_END_TAG, RANGE_START_TAG, RETRY_OF_TAG, RETRY_TAG
+from orchestration.definition import RANGE_END_TAG, RANGE_START_TAG, RETRY_OF_TAG, RETRY_TAG
 from orchestration.shuffle import shuffle_log
 
 # The first test waits for the daemon's start and every case's first runs (about 80 s on an

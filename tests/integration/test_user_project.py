@@ -242,7 +242,7 @@ def test_missing_upstream_day_is_a_clear_error(project):
 
 
 def test_shuffle_metadata_errors_name_the_asset_and_key():
-    from orchestration.metadata import shuffle_asset
+    from orchestration.definition import shuffle_asset
     from orchestration.shuffle import ShuffleOptionError
 
     with pytest.raises(ShuffleOptionError, match="'shuffle/num_partitions' is required"):

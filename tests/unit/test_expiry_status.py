@@ -5,10 +5,11 @@ import datetime as dt
 
 import pyarrow as pa
 import pytest
-from dagster import AssetCheckSeverity, DailyPartitionsDefinition, asset
+from dagster import AssetCheckSeverity, DailyPartitionsDefinition, asset, validate_run_config
 
 from orchestration import shuffle_expiry_job, shuffle_metadata
 from orchestration.checks import gone_windows, readability
+from orchestration.maintenance import ExpiryConfig
 from orchestration.shuffle import ShuffleOptionError
 from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange, ShuffleLog
 from orchestration.shuffle.core.retention import marker
@@ -105,17 +106,32 @@ def events() -> None: ...
 
 def test_expiry_job_config_holds_the_ages_and_the_status():
     job = shuffle_expiry_job(
-        "x", asset=events, keep_last=3, older_than=dt.timedelta(minutes=90), min_age=dt.timedelta(0)
+        "x", asset=events, keep_last=3, older_than_hours=1.5, min_age_minutes=0
     )
-    # The launchpad shows the factory's ages in the config's units.
+    # The factory's arguments are the defaults of the job's run config, in the same units.
     fields = job.graph.node_defs[0].config_schema.config_type.fields
     defaults = {name: f.default_value for name, f in fields.items()}
     assert defaults == {
         "keep_last": 3,
         "older_than_hours": 1.5,
-        "min_age_minutes": 0.0,
+        "min_age_minutes": 0,
         "reconcile_status": "check",
     }
+    # A run that sets one field keeps the job's others.
+    done = validate_run_config(job, {"ops": {"x_expire": {"config": {"min_age_minutes": 5}}}})
+    ages = done["ops"]["x_expire"]["config"]
+    assert ages == {
+        "keep_last": 3,
+        "older_than_hours": 1.5,
+        "min_age_minutes": 5,
+        "reconcile_status": "check",
+    }
+    assert ExpiryConfig(**ages).ages() == (dt.timedelta(minutes=90), dt.timedelta(minutes=5))
+
+
+def test_old_age_arguments_fail_clearly():
+    with pytest.raises(TypeError, match="older_than"):
+        shuffle_expiry_job("x", asset=events, older_than=dt.timedelta(hours=1))
 
 
 @pytest.mark.parametrize("given", [True, False, "forget"])

@@ -27,14 +27,8 @@ from orchestration import (
     shuffle_backfill_schedule,
     shuffle_metadata,
 )
-from orchestration.sensors import (
-    RANGE_END_TAG,
-    RANGE_START_TAG,
-    RETRY_OF_TAG,
-    RETRY_TAG,
-    consecutive_windows,
-    consumer_selection,
-)
+from orchestration.definition import RANGE_END_TAG, RANGE_START_TAG, RETRY_OF_TAG, RETRY_TAG
+from orchestration.sensors import consecutive_windows, consumer_selection
 from orchestration.shuffle import ShuffleOptionError
 
 D1, D2, D3, D4 = "2024-03-01", "2024-03-02", "2024-03-03", "2024-03-04"

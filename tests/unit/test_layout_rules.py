@@ -21,6 +21,9 @@ Python process; the others run none).
   ``if __name__ == "__main__":`` block) or a sibling by its bare name; what they share is in
   modules of their own. No import cycle among bench's modules, counting every import (inside
   functions too).
+- The Dagster integration is shallow: the longest chain of imports among its modules
+  (``orchestration/*.py`` but the package's export table, every import counted) is at most
+  ``MAX_DAGSTER_DEPTH`` modules long.
 - The layer table of docs/ARCHITECTURE.md (``LAYERS`` below, stated there verbatim): a
   module imports only from the layers its layer lists, and none of the third-party packages
   it forbids. Every import counts here, in functions and under ``TYPE_CHECKING`` too.
@@ -63,6 +66,8 @@ DEV_ONLY = (
 # The module the package's pytest11 entry point names: the one library module that imports
 # pytest, since only pytest loads it.
 PYTEST_PLUGIN = "orchestration.testing.plugin"
+# The longest import chain among the Dagster integration's modules, in modules.
+MAX_DAGSTER_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -330,6 +335,33 @@ def import_cycles(root: Path, top: str = LIBRARY, every_import: bool = False) ->
     return [" -> ".join(_cycle_in(scc, graph)) for scc in _strongly_connected(graph)]
 
 
+def longest_import_chain(root: Path, package: str = LIBRARY) -> list[str]:
+    """The longest chain of imports among the modules of ``package``'s own directory (its
+    ``__init__`` aside: an export table), counting every import; the first found of that
+    length. A circle counts its modules once."""
+    known = project_modules(root)
+    members = {
+        m
+        for m, path in known.items()
+        if package_of(m, known) == package and path.name != "__init__.py"
+    }
+    graph = {
+        m: sorted({i.target for i in read_imports(m, known, root)[0] if i.target in members} - {m})
+        for m in members
+    }
+
+    def chain(module: str, seen: tuple[str, ...]) -> list[str]:
+        longest = [module]
+        for nxt in graph[module]:
+            if nxt not in seen:
+                below = [module, *chain(nxt, (*seen, nxt))]
+                if len(below) > len(longest):
+                    longest = below
+        return longest
+
+    return max((chain(m, (m,)) for m in sorted(members)), key=len, default=[])
+
+
 def _sys_aliases(tree: ast.Module) -> set[str]:
     return {"sys"} | {
         alias.asname
@@ -562,6 +594,11 @@ def test_no_import_cycle_in_bench():
     assert_none(import_cycles(ROOT, "bench", every_import=True))
 
 
+def test_the_dagster_integration_is_at_most_four_modules_deep():
+    chain = longest_import_chain(ROOT)
+    assert len(chain) <= MAX_DAGSTER_DEPTH, " -> ".join(chain)
+
+
 def test_layers_import_only_what_the_table_allows():
     assert_none(layer_breaches(ROOT))
 
@@ -771,3 +808,26 @@ def test_import_cycle_in_bench_is_reported_counting_every_import(tmp_path):
     )
     assert import_cycles(root, "bench", every_import=True) == ["bench.a -> bench.b -> bench.a"]
     assert import_cycles(root, "bench") == []  # at load only: the import in f does not count
+
+
+def test_the_longest_import_chain_counts_every_import(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "orchestration/a.py": "from orchestration import b\n",
+            "orchestration/b.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from orchestration import c\n"
+            ),
+            "orchestration/c.py": "def f():\n    import orchestration.d\n",
+            "orchestration/d.py": "import orchestration.shuffle.e\n",
+            "orchestration/shuffle/e.py": "X = 1\n",
+            "orchestration/__init__.py": "from orchestration import a\n",
+        },
+    )
+    assert longest_import_chain(root) == [
+        "orchestration.a",
+        "orchestration.b",
+        "orchestration.c",
+        "orchestration.d",
+    ]

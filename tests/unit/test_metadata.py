@@ -9,7 +9,7 @@ import inspect
 import pytest
 from dagster import AssetKey, asset
 
-from orchestration.metadata import ShuffleAsset, shuffle_asset, shuffle_metadata
+from orchestration.definition import ShuffleAsset, shuffle_asset, shuffle_metadata
 
 PARAMETERS = inspect.signature(shuffle_metadata).parameters
 REQUIRED = [name for name, p in PARAMETERS.items() if p.default is inspect.Parameter.empty]

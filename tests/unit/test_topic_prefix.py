@@ -7,7 +7,7 @@ from dagster import EnvVar
 from pydantic import ValidationError
 
 from orchestration import KafkaResource
-from orchestration.metadata import shuffle_asset, shuffle_metadata
+from orchestration.definition import shuffle_asset, shuffle_metadata
 from orchestration.shuffle import ShuffleOptionError, shuffle_acls
 from orchestration.shuffle.kafka.client import READER_GROUP
 

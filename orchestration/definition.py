@@ -1,0 +1,226 @@
+"""How an asset says it is a shuffle, and the names the integration writes on Dagster's side.
+
+- The ``shuffle/*`` keys of an asset's definition metadata: :func:`shuffle_metadata` writes
+  them, :func:`shuffle_asset` reads and checks them (errors name the asset and the key),
+  :func:`asset_shuffle` reads them off an ``AssetsDefinition``.
+- The tags of runs: those Dagster sets and reads (a partition, a range of partitions, a run
+  its own retries will re-run) and the shuffle's own (``shuffle/*``).
+- Keys of the metadata the expiry job records (:data:`WRITTEN_BY`, :data:`EXPIRED_BY`).
+- :data:`DAGSTER_RUN_ATTR`: the commit attribute that ties a committed run to the Dagster run
+  that wrote it.
+
+Example::
+
+    @asset(io_manager_key="shuffle_io_manager",
+           metadata=shuffle_metadata(key="user_id", num_partitions=8, event_time="ts"))
+    def events_by_user(...) -> DataFrame: ...
+
+    asset_shuffle(events_by_user).under(kafka_resource).topic
+
+Keys (all under ``shuffle/``): ``key`` (a column or a list), ``num_partitions`` (int),
+``max_parallelism`` (int, default 128), ``event_time`` (optional column), ``topic`` (optional;
+default the asset key path joined with "."; the Kafka resource's ``topic_prefix`` goes before
+it, see :meth:`ShuffleAsset.under`), ``window_column`` (optional: the column whose
+value is the partition key, needed to write a range of partitions in one run),
+``replication_factor`` (optional int; default min(3, brokers)).
+
+It imports no other module of the integration, so that every one of them may import it.
+"""
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from dagster import AssetsDefinition
+
+from orchestration.shuffle import ShuffleOptionError, ShuffleSpec
+
+# --- definition metadata ---------------------------------------------------------------
+
+PREFIX = "shuffle/"
+KEYS = (
+    "key",
+    "num_partitions",
+    "max_parallelism",
+    "event_time",
+    "topic",
+    "window_column",
+    "replication_factor",
+)
+
+# --- run tags ---------------------------------------------------------------------------
+
+# Dagster's: a run of one partition, a run over a range of partitions (as backfills tag it),
+# and a failed run that Dagster's own run retries will re-run.
+PARTITION_TAG = "dagster/partition"
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+WILL_RETRY_TAG = "dagster/will_retry"
+# A producer run sets it on itself when some windows of its range failed (comma-separated).
+FAILED_WINDOWS_TAG = "shuffle/failed_windows"
+# A retry by the failed-region sensor: its attempt number and the run it retries.
+RETRY_TAG = "shuffle/retry"
+RETRY_OF_TAG = "shuffle/retry_of"
+# A consumer run the commit sensor launched: the commit's run id and window.
+COMMIT_TAG = "shuffle/commit"
+WINDOW_TAG = "shuffle/window"
+
+# --- metadata the integration records ------------------------------------------------------
+
+# A materialization the expiry job reports again: the run that wrote the window.
+WRITTEN_BY = "shuffle/written_by_run"
+# A readability check result the expiry job reports: the run that reported it.
+EXPIRED_BY = "shuffle/expired_by_run"
+
+# --- commit attributes --------------------------------------------------------------------
+
+# The commit attribute that ties a committed run to the Dagster run that wrote it.
+DAGSTER_RUN_ATTR = "dagster_run_id"
+
+
+def shuffle_metadata(
+    *,
+    key: str | Sequence[str],
+    num_partitions: int,
+    max_parallelism: int = 128,
+    event_time: str | None = None,
+    topic: str | None = None,
+    window_column: str | None = None,
+    replication_factor: int | None = None,
+) -> dict[str, Any]:
+    """The definition metadata that makes an asset stored by ``KafkaShuffleIOManager`` a
+    shuffle (a typo-proof way to write the ``shuffle/*`` keys)."""
+    md: dict[str, Any] = {
+        f"{PREFIX}key": key if isinstance(key, str) else list(key),
+        f"{PREFIX}num_partitions": num_partitions,
+        f"{PREFIX}max_parallelism": max_parallelism,
+    }
+    optional = {
+        "event_time": event_time,
+        "topic": topic,
+        "window_column": window_column,
+        "replication_factor": replication_factor,
+    }
+    md.update({f"{PREFIX}{k}": v for k, v in optional.items() if v is not None})
+    return md
+
+
+class TopicPrefixed(Protocol):
+    """What :meth:`ShuffleAsset.under` needs of a cluster: its ``topic_prefix``
+    (:class:`~orchestration.KafkaResource` has one)."""
+
+    @property
+    def topic_prefix(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ShuffleAsset:
+    """A shuffle asset's layout and options, as its metadata declares them."""
+
+    spec: ShuffleSpec
+    window_column: str | None
+
+    @property
+    def topic(self) -> str:
+        return self.spec.topic
+
+    def under(self, kafka: TopicPrefixed) -> "ShuffleAsset":
+        """The shuffle as it lives on ``kafka``'s cluster: its topic with the resource's
+        ``topic_prefix`` before it. The one place the prefix is applied: the IO manager, the
+        sensors, the checks and the expiry job all take the topic from here.
+
+        Example::
+
+            shuffle_asset(name, key.path, metadata).under(io_manager.kafka).topic
+        """
+        if not kafka.topic_prefix:
+            return self
+        # Rebuilt, not edited, so ShuffleSpec checks the longer name as it checks any topic.
+        return replace(self, spec=replace(self.spec, topic=kafka.topic_prefix + self.spec.topic))
+
+
+def _value(raw: Any) -> Any:
+    # Dagster wraps metadata values (TextMetadataValue, IntMetadataValue, ...).
+    return getattr(raw, "value", raw)
+
+
+def shuffle_asset(asset: str, path: Sequence[str], metadata: Mapping[str, Any]) -> ShuffleAsset:
+    """Reads and checks a shuffle asset's metadata; errors name the asset and the key.
+
+    Args:
+        asset: The asset's name for error messages (e.g. its key as a string).
+        path: The asset key's path (the default topic is its parts joined with ".").
+        metadata: The asset's definition metadata.
+    """
+    md = {k[len(PREFIX) :]: _value(v) for k, v in metadata.items() if k.startswith(PREFIX)}
+    unknown = sorted(set(md) - set(KEYS))
+    if unknown:
+        raise ShuffleOptionError(
+            f"asset {asset}: unknown shuffle metadata {[PREFIX + k for k in unknown]}; "
+            f"known keys are {[PREFIX + k for k in KEYS]}"
+        )
+
+    def need(name: str) -> Any:
+        if md.get(name) is None:
+            raise ShuffleOptionError(
+                f"asset {asset}: definition metadata {PREFIX + name!r} is required to store it "
+                "as a shuffle"
+            )
+        return md[name]
+
+    def integer(name: str, default: int | None = None) -> int:
+        value = md.get(name, default)
+        if value is None:
+            value = need(name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ShuffleOptionError(
+                f"asset {asset}: metadata {PREFIX + name!r} must be an int, got {value!r}"
+            )
+        return value
+
+    def column(name: str, required: bool = False) -> str | None:
+        value = need(name) if required else md.get(name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ShuffleOptionError(
+                f"asset {asset}: metadata {PREFIX + name!r} must be a column name, got {value!r}"
+            )
+        return value
+
+    key = need("key")
+    if isinstance(key, str):
+        key = (key,)
+    if not isinstance(key, list | tuple) or not key or not all(isinstance(k, str) for k in key):
+        raise ShuffleOptionError(
+            f"asset {asset}: metadata 'shuffle/key' must be a column name or a list of them, "
+            f"got {key!r}"
+        )
+    topic = md.get("topic") or ".".join(path)
+    if not isinstance(topic, str):
+        raise ShuffleOptionError(f"asset {asset}: metadata 'shuffle/topic' must be a string")
+    try:
+        spec = ShuffleSpec(
+            topic=topic,
+            key=tuple(key),
+            num_partitions=integer("num_partitions"),
+            max_parallelism=integer("max_parallelism", 128),
+            event_time=column("event_time"),
+            max_out_of_orderness=dt.timedelta(0),
+            replication_factor=(
+                integer("replication_factor") if md.get("replication_factor") is not None else None
+            ),
+        )
+    except ShuffleOptionError as exc:
+        raise ShuffleOptionError(f"asset {asset}: {exc}") from None
+    return ShuffleAsset(spec, column("window_column"))
+
+
+def asset_shuffle(asset: AssetsDefinition) -> ShuffleAsset:
+    """The shuffle an asset stored by ``KafkaShuffleIOManager`` declares in its metadata."""
+    key = asset.key
+    return shuffle_asset(key.to_user_string(), key.path, asset.specs_by_key[key].metadata)
+
+
+def asset_io_manager_key(asset: AssetsDefinition) -> str:
+    """The resource key of the IO manager that stores ``asset``."""
+    return asset.get_io_manager_key_for_asset_key(asset.key)
