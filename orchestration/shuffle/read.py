@@ -39,7 +39,7 @@ from orchestration.shuffle.core.reader import (
     balance_splits,
 )
 from orchestration.shuffle.core.stream import StreamOptions
-from orchestration.shuffle.kafka.client import KafkaClient, KafkaSettings
+from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
 from orchestration.shuffle.kafka.commitlog import read_commits_since, read_log
 from orchestration.shuffle.spark.jvm import (
     Engine,
@@ -59,7 +59,7 @@ from orchestration.shuffle.spark.reader import (
 from orchestration.shuffle.spark.session import register_data_sources, task_slots
 
 
-def shuffle_log(topic: str, *, kafka: KafkaSettings) -> ShuffleLog:
+def shuffle_log(topic: str, *, kafka: KafkaConfig) -> ShuffleLog:
     """The shuffle's commit log: its layout and every committed run."""
     return read_log(KafkaClient.of(kafka), topic)
 
@@ -102,7 +102,7 @@ class ShuffleRead:
         self,
         spark: SparkSession,
         topic: str,
-        kafka: KafkaSettings,
+        kafka: KafkaConfig,
         plan: ReadPlan,
         options: ReadOptions | None = None,
     ):
@@ -223,7 +223,7 @@ def plan_shuffle_read(
     spark: SparkSession,
     topic: str,
     *,
-    kafka: KafkaSettings,
+    kafka: KafkaConfig,
     log: ShuffleLog | None = None,
     **selection: Unpack[ReadSelection],
 ) -> ShuffleRead:
@@ -243,7 +243,7 @@ def read_shuffle(
     spark: SparkSession,
     topic: str,
     *,
-    kafka: KafkaSettings,
+    kafka: KafkaConfig,
     with_metadata: bool = False,
     log: ShuffleLog | None = None,
     engine: Engine = "auto",
@@ -292,7 +292,7 @@ def aggregate_shuffle(
     spark: SparkSession,
     topic: str,
     *,
-    kafka: KafkaSettings,
+    kafka: KafkaConfig,
     aggregations: Mapping[str, tuple[str, str]],
     log: ShuffleLog | None = None,
     **selection: Unpack[ReadSelection],
@@ -326,7 +326,7 @@ def aggregate_shuffle(
 
 
 def shuffle_commits_since(
-    topic: str, *, kafka: KafkaSettings, offset: int = 0
+    topic: str, *, kafka: KafkaConfig, offset: int = 0
 ) -> tuple[list[Commit], int]:
     """Commits appended to the shuffle's commit log from ``offset`` on, and the next offset.
 
@@ -335,7 +335,7 @@ def shuffle_commits_since(
     return read_commits_since(KafkaClient.of(kafka), topic, offset)
 
 
-def shuffle_watermark(topic: str, *, kafka: KafkaSettings) -> dt.datetime | None:
+def shuffle_watermark(topic: str, *, kafka: KafkaConfig) -> dt.datetime | None:
     """The shuffle's event-time completeness, from its commit log alone (no data scan)."""
     return from_micros(shuffle_log(topic, kafka=kafka).watermark())
 
@@ -344,7 +344,7 @@ def read_shuffle_stream(
     spark: SparkSession,
     topic: str,
     *,
-    kafka: KafkaSettings,
+    kafka: KafkaConfig,
     starting_offsets: str = "earliest",
     starting_timestamp: dt.datetime | None = None,
     max_runs_per_trigger: int | None = None,
@@ -432,7 +432,7 @@ def stream_metrics(query: Any) -> list[BatchMetrics]:
     return progress_metrics([json.loads(p.json) for p in query.recentProgress])
 
 
-def group_offsets_behind(kafka: KafkaSettings, group: str, topics: Sequence[str]) -> dict[str, Any]:
+def group_offsets_behind(kafka: KafkaConfig, group: str, topics: Sequence[str]) -> dict[str, Any]:
     """How far consumer group ``group`` is behind the latest offsets of ``topics``: per
     partition (``"topic/partition"``) and min / max / avg, from the offsets the group
     committed (e.g. by a ``kafka-records`` read with ``commitOffsets``). A partition with no

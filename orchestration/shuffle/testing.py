@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from orchestration.shuffle.kafka.client import KafkaSettings
+    from orchestration.shuffle.kafka.client import KafkaConfig
 
 _fail_attempts_below: contextvars.ContextVar[int] = contextvars.ContextVar(
     "fail_attempts_below", default=0
@@ -73,7 +73,7 @@ def write_attempts_to_fail(topic: str | None = None, window: str | None = None) 
 
 
 def data_frames_of_attempt(
-    kafka: KafkaSettings, topic: str, partitions: int, run_id: str, attempt: int
+    kafka: KafkaConfig, topic: str, partitions: int, run_id: str, attempt: int
 ) -> int:
     """DATA frames that ``attempt`` of run ``run_id``'s tasks left in ``topic``, read back
     from the brokers: to show that a failed attempt's frames are there but never read."""

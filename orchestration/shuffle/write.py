@@ -33,7 +33,7 @@ from orchestration.shuffle.errors import (
     ShuffleSchemaError,
     ShuffleWriteError,
 )
-from orchestration.shuffle.kafka.client import KafkaClient, KafkaSettings
+from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
 from orchestration.shuffle.kafka.commitlog import create_or_check
 from orchestration.shuffle.spark.columnar import ColumnarPlan, ColumnarUnavailable, plan_columnar
 from orchestration.shuffle.spark.writer import (
@@ -296,7 +296,7 @@ def write_shuffle(
     df: DataFrame,
     spec: ShuffleSpec,
     *,
-    kafka: KafkaSettings,
+    kafka: KafkaConfig,
     window: str | None = None,
     complete_until: dt.datetime | None = None,
     frame_rows: int | None = None,

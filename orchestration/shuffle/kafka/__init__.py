@@ -22,7 +22,7 @@ from orchestration.shuffle.core.exports import lazy_exports
 _EXPORTS = {
     "CONNECT_TIMEOUT_S": "client",
     "KafkaClient": "client",
-    "KafkaSettings": "client",
+    "KafkaConfig": "client",
     "kept_admin": "client",
     "read_chunks": "client",
     "read_range": "client",
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from orchestration.shuffle.kafka.client import (
         CONNECT_TIMEOUT_S,
         KafkaClient,
-        KafkaSettings,
+        KafkaConfig,
         kept_admin,
         read_chunks,
         read_range,
@@ -47,7 +47,7 @@ __getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 __all__ = [
     "CONNECT_TIMEOUT_S",
     "KafkaClient",
-    "KafkaSettings",
+    "KafkaConfig",
     "check_partitions",
     "kept_admin",
     "read_chunks",

@@ -51,7 +51,7 @@ from confluent_kafka.admin import (
 from orchestration.shuffle.core.commitlog import commit_topic
 from orchestration.shuffle.core.queue import FEEDER_ID_PREFIX, feeder_id, work_topic
 from orchestration.shuffle.errors import ShuffleOptionError
-from orchestration.shuffle.kafka.client import READER_GROUP, KafkaClient, KafkaSettings, translate
+from orchestration.shuffle.kafka.client import READER_GROUP, KafkaClient, KafkaConfig, translate
 
 WRITER_OPERATIONS = (
     AclOperation.CREATE,
@@ -145,7 +145,7 @@ def shuffle_acls(
 def grant_shuffle_access(
     topic: str,
     *,
-    kafka: KafkaSettings,
+    kafka: KafkaConfig,
     writers: Sequence[str] = (),
     readers: Sequence[str] = (),
     prefixed: bool = False,

@@ -65,7 +65,7 @@ _DENIED = {
 _AUTH = {KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION}
 
 
-KafkaSettings = Union["KafkaClient", Mapping[str, Any]]
+KafkaConfig = Union["KafkaClient", Mapping[str, Any]]
 """What a public function's ``kafka=`` accepts: a :class:`KafkaClient`, or a dict of Kafka
 settings by their dotted names (``{"bootstrap.servers": "host:9092"}``): librdkafka's, or the
 Java client's as a Spark ``format("kafka")`` job has them without the ``kafka.`` prefix
@@ -116,7 +116,7 @@ class KafkaClient:
         self._rdkafka = librdkafka_config(conf)
 
     @classmethod
-    def of(cls, kafka: KafkaSettings | None) -> KafkaClient:
+    def of(cls, kafka: KafkaConfig | None) -> KafkaClient:
         """``kafka`` itself when it is a client, else a client of those settings."""
         if isinstance(kafka, KafkaClient):
             return kafka
@@ -386,7 +386,7 @@ def error_code(exc: BaseException) -> int | None:
     return err.code() if isinstance(err, KafkaError) else None
 
 
-def translate(exc: KafkaException, what: str, kafka: KafkaSettings | None = None) -> ShuffleError:
+def translate(exc: KafkaException, what: str, kafka: KafkaConfig | None = None) -> ShuffleError:
     """The engine's error for a Kafka error raised while doing ``what`` (on the cluster of
     ``kafka``, when known: an unreachable one is then asked why)."""
     kafka = KafkaClient.of(kafka) if kafka else None
@@ -414,7 +414,7 @@ _UNREACHABLE = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT}
 
 
 def delivery_failure(
-    what: str, errors: list[KafkaError], kafka: KafkaSettings | None = None
+    what: str, errors: list[KafkaError], kafka: KafkaConfig | None = None
 ) -> ShuffleError:
     """The engine's error for records a producer did not deliver while doing ``what``
     (``errors`` from its delivery callbacks; none: the flush timed out). A refusal for want
@@ -426,7 +426,7 @@ def delivery_failure(
 
 
 @contextlib.contextmanager
-def kafka_errors(what: str, kafka: KafkaSettings | None = None) -> Iterator[None]:
+def kafka_errors(what: str, kafka: KafkaConfig | None = None) -> Iterator[None]:
     """Translates any ``KafkaException`` raised inside into the engine's error for ``what``."""
     try:
         yield
@@ -465,7 +465,7 @@ def _admin_key(kafka: KafkaClient) -> tuple:
     return (os.getpid(), tuple(sorted((k, repr(v)) for k, v in kafka.settings.items())))
 
 
-def kept_admin(kafka: KafkaSettings) -> AdminClient | None:
+def kept_admin(kafka: KafkaConfig) -> AdminClient | None:
     """The admin client this process keeps for metadata requests to ``kafka``'s cluster, or
     None: no request made yet, or the last one failed and dropped it (the next starts afresh).
 
@@ -557,7 +557,7 @@ def _why(errors: list[KafkaError], lines: list[str], conf: Mapping[str, Any]) ->
 
 
 def quick_end_offsets(
-    c: Consumer, topic: str, partition: int, kafka: KafkaSettings | None = None
+    c: Consumer, topic: str, partition: int, kafka: KafkaConfig | None = None
 ) -> tuple[int, int] | None:
     """(low, high) offsets of one partition with ``c``, in one round trip; None when the
     topic is unknown, the partition has no leader yet (missing, or just created) or its

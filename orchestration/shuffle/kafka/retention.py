@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import TopicPartition
 
 from orchestration.shuffle.core.retention import bytes_deleted, marker, plan_expiry
-from orchestration.shuffle.kafka.client import CONNECT_TIMEOUT_S, KafkaClient, KafkaSettings
+from orchestration.shuffle.kafka.client import CONNECT_TIMEOUT_S, KafkaClient, KafkaConfig
 from orchestration.shuffle.kafka.commitlog import check_partitions, read_log, write_expired
 
 
@@ -45,7 +45,7 @@ def _protect_from(
 def expire_shuffle(
     topic: str,
     *,
-    kafka: KafkaSettings,
+    kafka: KafkaConfig,
     older_than: dt.timedelta | None = None,
     keep_last: int | None = None,
     min_age: dt.timedelta = dt.timedelta(hours=1),

@@ -128,7 +128,7 @@ from orchestration.shuffle.errors import (
 )
 from orchestration.shuffle.kafka.client import (
     KafkaClient,
-    KafkaSettings,
+    KafkaConfig,
     error_code,
     read_range,
     translate,
@@ -382,7 +382,7 @@ class RecordFeeder(_WorkTopicFeeder):
         return count
 
 
-def feed_queue(topic: str, *, kafka: KafkaSettings) -> int:
+def feed_queue(topic: str, *, kafka: KafkaConfig) -> int:
     """Feeds the committed runs of shuffle ``topic`` that are not queued yet to its work
     topic (``<topic>.queue``); returns the number of runs fed. Safe to call any time."""
     client = KafkaClient.of(kafka)
@@ -537,7 +537,7 @@ def process_queue(
     fn: Callable[[Any], Any],
     schema: StructType | str,
     *,
-    kafka: KafkaSettings,
+    kafka: KafkaConfig,
     output: str | os.PathLike[str],
     tasks: int = 2,
     consumers_per_task: int = 1,

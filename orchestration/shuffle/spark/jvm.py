@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from orchestration.shuffle.core.options import kafka_to_options
 from orchestration.shuffle.core.reader import AUTO, ReadPlan, SplitPlan, plan_splits
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleSessionError
-from orchestration.shuffle.kafka.client import KafkaClient, KafkaSettings
+from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
 from orchestration.shuffle.spark.session import is_connect
 
 SOURCE = "kafka-shuffle-jvm"
@@ -116,7 +116,7 @@ def require_supported_spark(version: str) -> None:
         )
 
 
-def jvm_spark_conf(*, kafka: KafkaSettings, catalog: str = DEFAULT_CATALOG) -> dict[str, str]:
+def jvm_spark_conf(*, kafka: KafkaConfig, catalog: str = DEFAULT_CATALOG) -> dict[str, str]:
     """The Spark settings a session needs to read shuffles on the JVM.
 
     The jars (``spark.jars``), the catalog ``catalog`` (``spark.sql.catalog.<catalog>``) with

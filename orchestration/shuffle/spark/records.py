@@ -69,7 +69,7 @@ from orchestration.shuffle.errors import (
 from orchestration.shuffle.kafka.client import (
     CONNECT_TIMEOUT_S,
     KafkaClient,
-    KafkaSettings,
+    KafkaConfig,
     read_chunks,
 )
 
@@ -496,7 +496,7 @@ class KafkaRecordsDataSource(DataSource):
 
 
 def write_records(
-    df, topic: str, kafka: KafkaSettings, key: str = "key", value: str = "value"
+    df, topic: str, kafka: KafkaConfig, key: str = "key", value: str = "value"
 ) -> int:
     """Produces one record per row of ``df`` (binary or string ``key`` and ``value`` columns).
 
