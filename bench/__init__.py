@@ -11,7 +11,7 @@ from the checkout (``scripts/dev bench*`` run them so, with the checkout on ``PY
 - ``read_limit_bench``: a read against Kafka's own consumer (``scripts/dev bench-read-limit``);
 - ``checksum_bench``: what the frames' checksum costs;
 - ``per_key_floor``: T1's function alone, the floor of any per-key path;
-- ``report``: the README's tables (and the chart) from saved results.
+- ``report``: the tables of docs/performance.md (and the chart) from saved results.
 
 What they share lives in ``common`` (the synthetic rows, the baselines, the timing) and
 ``results`` (the shuffle benchmark's targets and chart); no benchmark imports another

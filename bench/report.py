@@ -1,15 +1,16 @@
-"""Writes the README's benchmark tables from the benchmark's results (never by hand).
+"""Writes the benchmark tables of the docs' Performance page (``docs/performance.md``) from
+the benchmarks' results (never by hand).
 
 Reads ``.local/bench/results.json`` (written by ``scripts/dev bench``, ``bench.shuffle_bench``)
 and replaces what stands between ``<!-- bench:NAME:start -->`` and ``<!-- bench:NAME:end -->``
-in README.md, for NAME in ``targets`` (each target: ours, the baseline, the ratio, met or
+in docs/performance.md, for NAME in ``targets`` (each target: ours, the baseline, the ratio, met or
 not), ``io`` (write and read against Spark's Kafka sink and source) and ``memory`` (peak
 resident memory of a Python worker per phase).
 
 Run::
 
-    python -m bench.report                      # results.json -> README.md
-    python -m bench.report --check              # exit 1 if README.md is not up to date
+    python -m bench.report                      # results.json -> docs/performance.md
+    python -m bench.report --check              # exit 1 if the page is not up to date
     python -m bench.report --results a.json b.json --chart .local/bench/results.png
     python -m bench.report --results a.json --memory no-reuse.json
 """
@@ -401,7 +402,7 @@ def queue_table(work: Path) -> str:
 
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 # Tables from the other benchmarks' files in the work folder (work, results, memory), written
-# where README has their markers.
+# where the page has their markers.
 WORK_TABLES = {
     "round3": round_three_table,
     "jvm": lambda work, _results, _memory: jvm_table(work),
@@ -415,7 +416,7 @@ def _replace(readme: str, name: str, table: str) -> str:
         rf"(<!-- bench:{name}:start -->\n).*?(<!-- bench:{name}:end -->)", re.DOTALL
     )
     if not pattern.search(readme):
-        raise SystemExit(f"README has no <!-- bench:{name}:start/end --> markers")
+        raise SystemExit(f"the page has no <!-- bench:{name}:start/end --> markers")
     return pattern.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2), readme)
 
 
@@ -424,7 +425,7 @@ def render(readme: str, report: dict, memory: dict | None = None, work: Path | N
     from ``memory`` when given (a run with ``--no-worker-reuse``), else from ``report``;
     with ``work``, also P1-P7 (``round3``), the JVM read path's targets (``jvm``), the
     connector's (``records``) and queue mode's (``queue``) figures from the benchmarks' files
-    there, where README has their markers."""
+    there, where the page has their markers."""
     for name, make in TABLES.items():
         table = make(memory if name == "memory" and memory is not None else report)
         readme = _replace(readme, name, table)
@@ -448,9 +449,15 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         help="results for the memory table and T9 (a --no-worker-reuse run); default --results",
     )
-    parser.add_argument("--readme", default=str(ROOT / "README.md"))
+    parser.add_argument(
+        "--page",
+        "--readme",
+        dest="page",
+        default=str(ROOT / "docs" / "performance.md"),
+        help="the Markdown file whose marked tables are written (default: docs/performance.md)",
+    )
     parser.add_argument("--chart", help="also draw the targets chart (PNG) of the merged results")
-    parser.add_argument("--check", action="store_true", help="fail if README is out of date")
+    parser.add_argument("--check", action="store_true", help="fail if the page is out of date")
     parser.add_argument(
         "--targets",
         action="store_true",
@@ -466,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     report = merge([json.loads(Path(p).read_text()) for p in args.results])
     if args.chart:
         chart(report, Path(args.chart))
-    readme = Path(args.readme)
+    readme = Path(args.page)
     before = readme.read_text()
     memory = merge([json.loads(Path(p).read_text()) for p in args.memory]) if args.memory else None
     after = render(before, report, memory, ROOT / ".local" / "bench")

@@ -2,7 +2,8 @@
 meet them, T9 (worker memory across sizes) and the chart of them.
 
 ``bench.shuffle_bench`` measures; this module judges and draws, for it and for
-``bench.report`` (which redraws the chart and writes the README's tables from saved results).
+``bench.report`` (which redraws the chart and writes the tables of docs/performance.md from
+saved results).
 It needs no Spark, Kafka or project import: matplotlib only when drawing.
 """
 

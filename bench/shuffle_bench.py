@@ -49,7 +49,7 @@ and the targets, each against its own baseline:
 It samples the resident memory of Spark's Python worker processes during each phase,
 prints a line per phase and the medians, writes every measurement to
 ``.local/bench/results.json`` and draws ``.local/bench/results.png`` (one panel per target).
-``python -m bench.report`` turns the JSON into the README's tables.
+``python -m bench.report`` turns the JSON into the tables of docs/performance.md.
 
 Run::
 

@@ -79,7 +79,10 @@ BLOCKS = dagster_blocks((ROOT / "README.md").read_text())
 
 
 def test_the_dagster_sections_have_python_blocks():
-    assert len([b for b in BLOCKS if b.not_run is None]) >= 2, BLOCKS
+    # The README's project; the docs' Dagster guide has the rest (tests/unit/test_docs.py
+    # loads its full project, tests/integration/test_docs_examples.py runs its component's
+    # asset function with run_asset_function below).
+    assert len([b for b in BLOCKS if b.not_run is None]) >= 1, BLOCKS
 
 
 @pytest.fixture

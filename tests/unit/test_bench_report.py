@@ -1,4 +1,5 @@
-"""The README's benchmark tables come from the results file, between their markers."""
+"""The benchmark tables of docs/performance.md come from the results file, between their
+markers."""
 
 import json
 
