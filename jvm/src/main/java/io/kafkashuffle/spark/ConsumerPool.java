@@ -11,6 +11,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
+import java.util.function.Function;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteBufferDeserializer;
@@ -121,6 +122,23 @@ final class ConsumerPool {
     synchronized (IDLE) {
       IDLE.computeIfAbsent(key, k -> new ArrayDeque<>())
           .addLast(new Idle(c, System.currentTimeMillis()));
+    }
+  }
+
+  /**
+   * {@code use} applied to a consumer borrowed for {@code p}: the consumer is given back when
+   * {@code use} returns and closed when it throws.
+   */
+  static <T> T with(
+      Properties p, String clientId, Function<KafkaConsumer<byte[], ByteBuffer>, T> use) {
+    KafkaConsumer<byte[], ByteBuffer> c = borrow(p, clientId);
+    boolean ok = false;
+    try {
+      T out = use.apply(c);
+      ok = true;
+      return out;
+    } finally {
+      release(c, ok);
     }
   }
 

@@ -120,17 +120,9 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
       }
       ok = true;
     } finally {
-      release(c, ok);
+      ConsumerPool.release(c, ok);
     }
     return out.toArray(new Identifier[0]);
-  }
-
-  private static void release(KafkaConsumer<byte[], ByteBuffer> c, boolean ok) {
-    if (ok) {
-      ConsumerPool.giveBack(c);
-    } else {
-      ConsumerPool.discard(c);
-    }
   }
 
   @Override
@@ -229,7 +221,7 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
           owner() + ": reading commit log '" + ctopic + "': " + e,
           e);
     } finally {
-      release(c, ok);
+      ConsumerPool.release(c, ok);
     }
   }
 

@@ -32,13 +32,13 @@ final class SortedMergeReader implements PartitionReader<InternalRow> {
 
   /** One run's reader and its position in its current batch. */
   private static final class Run {
-    final ShuffleBatchReader reader;
+    final PartitionReader<ColumnarBatch> reader;
     final int order;
     ColumnarBatch batch;
     int row;
     InternalRow head;
 
-    Run(ShuffleBatchReader reader, int order) {
+    Run(PartitionReader<ColumnarBatch> reader, int order) {
       this.reader = reader;
       this.order = order;
     }
@@ -62,6 +62,15 @@ final class SortedMergeReader implements PartitionReader<InternalRow> {
   }
 
   SortedMergeReader(ReadSpec spec, SplitPlan split, int[] ordinals, DataType[] types) {
+    this(runReaders(spec, split), ordinals, types);
+  }
+
+  /**
+   * A merge of {@code readers}, one per sorted run, by the columns at {@code ordinals} (of
+   * {@code types}); of equal rows, the earlier reader's comes first.
+   */
+  SortedMergeReader(
+      List<? extends PartitionReader<ColumnarBatch>> readers, int[] ordinals, DataType[] types) {
     List<SortOrder> orders = new ArrayList<>();
     List<Expression> none = List.of();
     for (int i = 0; i < ordinals.length; i++) {
@@ -80,6 +89,14 @@ final class SortedMergeReader implements PartitionReader<InternalRow> {
               int c = ordering.compare(a.head, b.head);
               return c != 0 ? c : Integer.compare(a.order, b.order);
             });
+    for (PartitionReader<ColumnarBatch> r : readers) {
+      runs.add(new Run(r, runs.size()));
+    }
+  }
+
+  /** A reader of each run of each Kafka partition of {@code split}, in the split's order. */
+  private static List<ShuffleBatchReader> runReaders(ReadSpec spec, SplitPlan split) {
+    List<ShuffleBatchReader> out = new ArrayList<>();
     for (SplitPlan.PartitionRead r : split.reads) {
       for (SplitPlan.Segment s : r.segments) {
         SplitPlan one =
@@ -88,9 +105,10 @@ final class SortedMergeReader implements PartitionReader<InternalRow> {
                 List.of(
                     new SplitPlan.PartitionRead(
                         r.partition, r.keyGroupStart, r.keyGroupEnd, r.full, List.of(s))));
-        runs.add(new Run(new ShuffleBatchReader(spec, one, true), runs.size()));
+        out.add(new ShuffleBatchReader(spec, one, true));
       }
     }
+    return out;
   }
 
   @Override

@@ -1,0 +1,253 @@
+package io.kafkashuffle.spark;
+
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Supplier;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+
+/**
+ * The records of one Kafka partition of a split, at its committed offsets: each merged
+ * interval is fetched once, and a partition that stops answering, or whose topic was deleted
+ * or truncated under the read, fails with an error saying which.
+ */
+final class PartitionFetch {
+  // How long a partition may send nothing while offsets remain to be read.
+  private static final long IDLE_TIMEOUT_MS = 30_000;
+  // How long a read waits without data before it looks whether its topic is still there
+  // (kafka/client.py GONE_CHECK_S): waiting out the timeout on a deleted topic only delays
+  // the error, in every attempt of the task.
+  private static final long GONE_CHECK_MS = 2_000;
+
+  private final String topic;
+  private final SplitPlan.PartitionRead read;
+  // The reader's consumer, made at the first fetch.
+  private final Supplier<KafkaConsumer<byte[], ByteBuffer>> consumer;
+  private final TopicPartition tp;
+  private final String quotedTopic;
+  private final Iterator<long[]> intervals;
+  private long start;
+  private long stop = -1; // exclusive end of the interval being read; -1: none
+  private Iterator<ConsumerRecord<byte[], ByteBuffer>> pending;
+  private long idleSince;
+  private long checkedAt; // ms idle when the topic was last looked at
+  private long next; // the offset after the last record handed out
+
+  PartitionFetch(
+      String topic,
+      SplitPlan.PartitionRead read,
+      Supplier<KafkaConsumer<byte[], ByteBuffer>> consumer) {
+    this.topic = topic;
+    this.read = read;
+    this.consumer = consumer;
+    this.tp = new TopicPartition(topic, read.partition);
+    this.quotedTopic = "'" + topic + "'";
+    this.intervals = read.mergedIntervals().iterator();
+  }
+
+  /** The next record of the partition's intervals, or null when they are read. */
+  ConsumerRecord<byte[], ByteBuffer> nextRecord() {
+    KafkaConsumer<byte[], ByteBuffer> c = consumer.get();
+    while (true) {
+      if (stop < 0) {
+        if (!intervals.hasNext()) {
+          return null;
+        }
+        long[] iv = intervals.next();
+        start = iv[0];
+        c.assign(List.of(tp));
+        long end = endOffset(c, iv[1] + 1);
+        // Offsets may have gaps (e.g. transaction markers): stop at the partition's end.
+        stop = Math.min(iv[1] + 1, end);
+        if (start >= stop) {
+          stop = -1;
+          continue;
+        }
+        c.seek(tp, start);
+        pending = null;
+        idleSince = System.currentTimeMillis();
+        checkedAt = 0;
+        next = start;
+      }
+      if (pending != null && pending.hasNext()) {
+        ConsumerRecord<byte[], ByteBuffer> rec = pending.next();
+        if (rec.offset() >= stop) {
+          pending = null;
+          stop = -1;
+          continue;
+        }
+        if (rec.offset() == stop - 1) {
+          pending = null;
+          stop = -1;
+        }
+        next = rec.offset() + 1;
+        return rec;
+      }
+      if (c.position(tp) >= stop) {
+        stop = -1;
+        continue;
+      }
+      List<ConsumerRecord<byte[], ByteBuffer>> got;
+      try {
+        got = c.poll(Duration.ofMillis(200)).records(tp);
+      } catch (OffsetOutOfRangeException e) {
+        throw ShuffleException.format(
+            "topic "
+                + quotedTopic
+                + " partition "
+                + read.partition
+                + ": committed offsets from "
+                + start
+                + " are no longer in the topic; the topic lost data or was truncated");
+      } catch (KafkaException e) {
+        throw new ShuffleException(
+            ShuffleException.Kind.CONNECTION,
+            "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
+            e);
+      }
+      if (got.isEmpty()) {
+        long idle = System.currentTimeMillis() - idleSince;
+        if (idle > checkedAt + GONE_CHECK_MS) {
+          checkedAt = idle;
+          refuseGone(c);
+        }
+        if (idle > IDLE_TIMEOUT_MS) {
+          throw new ShuffleException(
+              ShuffleException.Kind.CONNECTION,
+              "no data from topic "
+                  + quotedTopic
+                  + " partition "
+                  + read.partition
+                  + " for "
+                  + IDLE_TIMEOUT_MS / 1000
+                  + "s while reading offsets ["
+                  + start
+                  + ", "
+                  + stop
+                  + ")");
+        }
+        continue;
+      }
+      idleSince = System.currentTimeMillis();
+      checkedAt = 0;
+      pending = got.iterator();
+    }
+  }
+
+  /**
+   * Refuses a read whose partition no longer holds the offset it is at, as {@code
+   * _refuse_gone} in kafka/client.py: the topic was deleted (asked twice, a second apart),
+   * or created again, or its records up to past that offset were deleted. Says nothing when
+   * the metadata cannot be had: the idle timeout still applies.
+   */
+  void refuseGone(KafkaConsumer<byte[], ByteBuffer> c) {
+    String range = " offsets [" + start + ", " + stop + ")";
+    refuseMissing(c, range);
+    long low;
+    long high;
+    try {
+      low = c.beginningOffsets(List.of(tp), Duration.ofMillis(8_000)).get(tp);
+      high = c.endOffsets(List.of(tp), Duration.ofMillis(8_000)).get(tp);
+    } catch (KafkaException e) {
+      return;
+    }
+    if (high < next) {
+      throw new ShuffleException(
+          ShuffleException.Kind.NOT_FOUND,
+          "topic "
+              + quotedTopic
+              + " was deleted while reading partition "
+              + read.partition
+              + range
+              + " (and created again: it ends at offset "
+              + high
+              + ", the read was at "
+              + next
+              + ")");
+    }
+    if (low > next) {
+      throw ShuffleException.format(
+          "topic "
+              + quotedTopic
+              + " partition "
+              + read.partition
+              + ": the records at offsets ["
+              + next
+              + ", "
+              + low
+              + ") were deleted while reading"
+              + range
+              + " (the partition now starts at "
+              + low
+              + ")");
+    }
+  }
+
+  /**
+   * The partition's end offset before reading {@code [start, until)}. Asked in short tries:
+   * a deleted topic makes the request time out (after 60 s in one try), so between tries
+   * the topic is looked for and its absence reported at once.
+   */
+  long endOffset(KafkaConsumer<byte[], ByteBuffer> c, long until) {
+    long deadline = System.currentTimeMillis() + 60_000;
+    while (true) {
+      try {
+        return c.endOffsets(List.of(tp), Duration.ofMillis(GONE_CHECK_MS * 2)).get(tp);
+      } catch (org.apache.kafka.common.errors.TimeoutException e) {
+        refuseMissing(c, " offsets [" + start + ", " + until + ")");
+        if (System.currentTimeMillis() > deadline) {
+          throw new ShuffleException(
+              ShuffleException.Kind.CONNECTION,
+              "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
+              e);
+        }
+      } catch (KafkaException e) {
+        throw new ShuffleException(
+            ShuffleException.Kind.CONNECTION,
+            "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
+            e);
+      }
+    }
+  }
+
+  /** Refuses a read whose topic (or partition) is gone; asked twice, a second apart. */
+  void refuseMissing(KafkaConsumer<byte[], ByteBuffer> c, String range) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+      Map<String, List<PartitionInfo>> topics;
+      try {
+        topics = c.listTopics(Duration.ofMillis(8_000));
+      } catch (KafkaException e) {
+        return;
+      }
+      List<PartitionInfo> parts = topics.get(topic);
+      boolean missing =
+          parts == null || parts.stream().noneMatch(p -> p.partition() == read.partition);
+      if (!missing) {
+        break;
+      }
+      if (attempt == 0) {
+        try {
+          Thread.sleep(1_000);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          return;
+        }
+        continue;
+      }
+      throw new ShuffleException(
+          ShuffleException.Kind.NOT_FOUND,
+          "topic "
+              + quotedTopic
+              + " was deleted while reading partition "
+              + read.partition
+              + range);
+    }
+  }
+}

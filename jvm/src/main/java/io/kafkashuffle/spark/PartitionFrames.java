@@ -1,0 +1,349 @@
+package io.kafkashuffle.spark;
+
+import java.nio.ByteBuffer;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.BigIntVector;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.IntVector;
+import org.apache.arrow.vector.TimeStampVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.util.TransferPair;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * The frames of one Kafka partition of a split, record by record: keeps the DATA frames of
+ * the segments' runs and committed (subtask, attempt) pairs, merges the producers'
+ * watermarks, and at the end checks each committed attempt's END frame against what was read.
+ * What a batch holds goes into {@code live}, which the reader releases with the batch.
+ */
+final class PartitionFrames {
+  private final ReadSpec spec;
+  private final Layout layout;
+  private final SplitPlan.PartitionRead read;
+  // The read's order relies on each sorted run having one writer per partition: checked.
+  private final boolean sorted;
+  private final BufferAllocator allocator;
+  private final List<AutoCloseable> live;
+  private final String quotedTopic;
+  private final Map<String, Set<String>> allowed = new HashMap<>();
+  private final Map<String, String> windows = new HashMap<>();
+  private final Map<String, WatermarkMerger> mergers = new HashMap<>();
+  private final Map<String, long[]> seen = new HashMap<>();
+  private final Map<String, long[]> ended = new HashMap<>();
+  private final Map<String, Integer> writers = new HashMap<>(); // sorted run -> its one subtask
+  // The frame columns this read decompresses: its output's, and those its filters read.
+  private final Set<String> needed = new HashSet<>();
+
+  PartitionFrames(
+      ReadSpec spec,
+      SplitPlan.PartitionRead read,
+      boolean sorted,
+      BufferAllocator allocator,
+      List<AutoCloseable> live) {
+    this.spec = spec;
+    this.layout = spec.layout();
+    this.read = read;
+    this.sorted = sorted;
+    this.allocator = allocator;
+    this.live = live;
+    this.quotedTopic = "'" + spec.topic + "'";
+    for (SplitPlan.Segment s : read.segments) {
+      Set<String> tasks = new HashSet<>();
+      Set<Integer> subtasks = new HashSet<>();
+      for (int[] t : s.tasks) {
+        tasks.add(pair(t[0], t[1]));
+        subtasks.add(t[0]);
+      }
+      allowed.put(s.runId, tasks);
+      windows.put(s.runId, s.window);
+      mergers.put(
+          s.runId,
+          new WatermarkMerger(
+              subtasks,
+              "topic " + quotedTopic + " partition " + read.partition + " run " + s.runId));
+    }
+    for (String c : spec.columns) {
+      needed.add(c);
+    }
+    if (!read.full) {
+      needed.add(Frames.KEY_GROUP_COLUMN);
+    }
+    if (spec.filtersEventTime() && layout.eventTime != null) {
+      needed.add(layout.eventTime);
+    }
+  }
+
+  private static String pair(int subtask, int attempt) {
+    return subtask + "/" + attempt;
+  }
+
+  private String where(long offset) {
+    return "topic " + quotedTopic + " partition " + read.partition + " offset " + offset;
+  }
+
+  /** A record of the partition: the rows of a DATA frame to output, or null. */
+  ColumnarBatch handle(ConsumerRecord<byte[], ByteBuffer> rec) {
+    String where = where(rec.offset());
+    ByteBuffer value = rec.value();
+    Frames.Header h = Frames.decode(value, where);
+    Set<String> tasks = allowed.get(h.runId);
+    if (tasks == null || !tasks.contains(pair(h.subtask, h.attempt))) {
+      return null;
+    }
+    // Only the frames read are checked: those of other attempts are skipped unread.
+    Frames.verify(value, h, where);
+    String key = h.runId + "/" + h.subtask;
+    long[] counts = seen.computeIfAbsent(key, k -> new long[2]);
+    switch (h.type) {
+      case Frames.DATA:
+        if (sorted) {
+          Integer writer = writers.putIfAbsent(h.runId, h.subtask);
+          if (writer != null && writer != h.subtask) {
+            throw ShuffleException.format(
+                "DATA frame at "
+                    + where
+                    + ": run "
+                    + h.runId
+                    + " was committed as sorted, one subtask per partition, but this "
+                    + "partition holds frames of subtasks "
+                    + writer
+                    + " and "
+                    + h.subtask);
+          }
+        }
+        return data(value, h.runId, rec.offset(), where, counts);
+      case Frames.WATERMARK:
+        mergers.get(h.runId).observe(h.subtask, Frames.watermark(value));
+        return null;
+      default:
+        ended.put(key, Frames.endCounts(value));
+        mergers.get(h.runId).end(h.subtask);
+        return null;
+    }
+  }
+
+  /** END counts against what was read: a lost or extra frame is an error. */
+  void finish() {
+    for (SplitPlan.Segment s : read.segments) {
+      for (int[] t : s.tasks) {
+        String key = s.runId + "/" + t[0];
+        long[] got = seen.getOrDefault(key, new long[2]);
+        long[] want = ended.get(key);
+        String where =
+            "topic "
+                + quotedTopic
+                + " partition "
+                + read.partition
+                + ", run "
+                + s.runId
+                + " subtask "
+                + t[0];
+        if (want == null) {
+          throw ShuffleException.format(
+              where
+                  + " attempt "
+                  + t[1]
+                  + ": no END frame within committed offsets ["
+                  + s.first
+                  + ", "
+                  + s.last
+                  + "]; the topic lost data or was truncated");
+        }
+        if (got[0] != want[0] || got[1] != want[1]) {
+          throw ShuffleException.format(
+              where
+                  + ": read "
+                  + got[0]
+                  + " rows in "
+                  + got[1]
+                  + " frames, the producer wrote "
+                  + want[0]
+                  + " rows in "
+                  + want[1]
+                  + " frames");
+        }
+      }
+    }
+  }
+
+  private ColumnarBatch data(
+      ByteBuffer value, String runId, long offset, String where, long[] counts) {
+    VectorSchemaRoot root = DataPayload.load(value, where, needed, allocator);
+    boolean keep = false;
+    try {
+      int rows = root.getRowCount();
+      counts[0] += rows;
+      counts[1] += 1;
+      FieldVector kg = root.getVector(Frames.KEY_GROUP_COLUMN); // null when not loaded
+      int[] selected = select(root, kg, rows, where);
+      int n = selected == null ? rows : selected.length;
+      if (n == 0) {
+        return null;
+      }
+      ColumnVector[] out = new ColumnVector[spec.columns.length];
+      for (int i = 0; i < out.length; i++) {
+        String name = spec.columns[i];
+        switch (name) {
+          case "_partition":
+            out[i] = constantInt(n, read.partition);
+            break;
+          case "_run_id":
+            out[i] = constantString(n, runId);
+            break;
+          case "_window":
+            out[i] = constantString(n, windows.get(runId));
+            break;
+          case "_offset":
+            ConstantColumnVector o = new ConstantColumnVector(n, DataTypes.LongType);
+            o.setLong(offset);
+            live.add(o);
+            out[i] = o;
+            break;
+          case "_key_group":
+            out[i] = DirectColumnVector.of(rowsOf(kg, selected, n));
+            break;
+          default:
+            out[i] = DirectColumnVector.of(rowsOf(column(root, name, where), selected, n));
+        }
+      }
+      if (selected == null) {
+        keep = true; // the batch wraps the frame's own vectors
+      }
+      return new ColumnarBatch(out, n);
+    } finally {
+      if (keep) {
+        live.add(root);
+      } else {
+        root.close();
+      }
+    }
+  }
+
+
+  private FieldVector column(VectorSchemaRoot root, String name, String where) {
+    FieldVector v = root.getVector(name);
+    if (v == null) {
+      throw ShuffleException.format("DATA frame at " + where + " has no column '" + name + "'");
+    }
+    Field want = layout.schema.findField(name);
+    if (!v.getField().getType().equals(want.getType())) {
+      throw ShuffleException.format(
+          "DATA frame at "
+              + where
+              + " has column '"
+              + name
+              + "' of type "
+              + v.getField().getType()
+              + ", the layout says "
+              + want.getType());
+    }
+    return v;
+  }
+
+  /** The rows to keep (null: all): the read's key groups and the event-time range. */
+  private int[] select(VectorSchemaRoot root, FieldVector kgVector, int rows, String where) {
+    IntVector kg = (IntVector) kgVector;
+    boolean byGroup = !read.full;
+    boolean byTime = spec.filtersEventTime() && layout.eventTime != null;
+    if (!byGroup && !byTime) {
+      return null;
+    }
+    FieldVector et = byTime ? column(root, layout.eventTime, where) : null;
+    int[] keep = new int[rows];
+    int n = 0;
+    for (int i = 0; i < rows; i++) {
+      if (byGroup) {
+        if (kg.isNull(i)) {
+          continue;
+        }
+        int g = kg.get(i);
+        if (g < read.keyGroupStart || g >= read.keyGroupEnd) {
+          continue;
+        }
+      }
+      if (byTime) {
+        if (et.isNull(i)) {
+          continue;
+        }
+        long t = eventTime(et, i, where);
+        if (spec.eventTimeStart != null && t < spec.eventTimeStart) {
+          continue;
+        }
+        if (spec.eventTimeEnd != null && t >= spec.eventTimeEnd) {
+          continue;
+        }
+      }
+      keep[n++] = i;
+    }
+    if (n == rows) {
+      return null;
+    }
+    return java.util.Arrays.copyOf(keep, n);
+  }
+
+  private long eventTime(FieldVector v, int i, String where) {
+    if (v instanceof TimeStampVector) {
+      return ((TimeStampVector) v).get(i);
+    }
+    if (v instanceof BigIntVector) {
+      return ((BigIntVector) v).get(i);
+    }
+    if (v instanceof IntVector) {
+      return ((IntVector) v).get(i);
+    }
+    throw ShuffleException.format(
+        "DATA frame at "
+            + where
+            + ": event-time column '"
+            + layout.eventTime
+            + "' has type "
+            + v.getField().getType()
+            + ", not a timestamp or integer");
+  }
+
+  /** {@code v} itself (all rows), or a copy of its selected rows. */
+  private FieldVector rowsOf(FieldVector v, int[] selected, int n) {
+    if (selected == null) {
+      return v;
+    }
+    FieldVector copy = v.getField().createVector(allocator);
+    live.add(copy);
+    copy.setInitialCapacity(n);
+    copy.allocateNew();
+    TransferPair tp = v.makeTransferPair(copy);
+    for (int j = 0; j < n; j++) {
+      tp.copyValueSafe(selected[j], j);
+    }
+    copy.setValueCount(n);
+    return copy;
+  }
+
+  private ColumnVector constantInt(int n, int value) {
+    ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.IntegerType);
+    c.setInt(value);
+    live.add(c);
+    return c;
+  }
+
+  private ColumnVector constantString(int n, String value) {
+    ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.StringType);
+    if (value == null) {
+      c.setNull();
+    } else {
+      c.setUtf8String(UTF8String.fromString(value));
+    }
+    live.add(c);
+    return c;
+  }
+}
