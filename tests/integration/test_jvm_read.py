@@ -2,7 +2,6 @@
 from ``jvm_spark_conf``: the same rows as the Python source, and keyed plans Spark sees."""
 
 import datetime as dt
-import json
 import time
 from dataclasses import replace
 
@@ -29,7 +28,6 @@ from orchestration.shuffle.spark.perkey import shuffle_scan_options
 from orchestration.shuffle.spark.session import explain_text
 from tests.conftest import jvm_read_off, jvm_read_on
 from tests.integration.test_shuffle import DAY, rows_df, spec_for
-from tests.vectors import read_plans, stream_plans
 
 pytestmark = pytest.mark.integration
 
@@ -434,34 +432,6 @@ def test_catalog_table_read_in_sql_alone(jspark, kafka_conf, unique):
         reader().option("parallelism", "0").load().collect()
     with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
         jspark.table(f"shuffle.`{unique('jvm-none')}`")
-
-
-VECTORS = json.loads(read_plans.FILE.read_text())
-STREAM_VECTORS = json.loads(stream_plans.FILE.read_text())
-
-
-def test_jvm_planner_matches_every_read_plan_vector(jspark):
-    # The same checked-in vectors the Python planner is held to (tests/unit): commit-log
-    # records in, splits or the error out.
-    planner = jspark._jvm.io.kafkashuffle.spark.ReadPlanner
-    for v in VECTORS:
-        got = json.loads(
-            planner.planVector(v["topic"], json.dumps(v["records"]), json.dumps(v["options"]))
-        )
-        assert got == v["expected"], v["name"]
-
-
-def test_jvm_stream_matches_every_stream_plan_vector(jspark):
-    # The streaming rules, held to the vectors the Python stream reader is (tests/unit):
-    # commit-log records in, the initial offset and each micro-batch of two runs out.
-    stream = jspark._jvm.io.kafkashuffle.spark.ShuffleStream
-    for v in STREAM_VECTORS:
-        got = json.loads(
-            stream.streamVector(
-                v["topic"], json.dumps(v["records"]), json.dumps(v["options"]), v["first"]
-            )
-        )
-        assert got == v["expected"], v["name"]
 
 
 def test_jar_refuses_a_spark_line_it_was_not_built_for(jspark):

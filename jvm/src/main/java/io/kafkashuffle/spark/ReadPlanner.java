@@ -1,8 +1,6 @@
 package io.kafkashuffle.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.node.ArrayNode;
-import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.math.BigDecimal;
 import java.util.ArrayList;
@@ -405,54 +403,6 @@ public final class ReadPlanner {
       }
     }
     return List.of(byIndex);
-  }
-
-  /**
-   * Plans a read from commit-log records, for the vectors both planners are tested against:
-   * {@code recordsJson} is a JSON list of {@code [key, value]} pairs (value null: a delete),
-   * {@code optionsJson} the read's string options. Returns {@code {"splits": [...]}} with
-   * each split as {@code SplitPlan.to_json} writes it, or {@code {"error": {"kind", "message"}}};
-   * with {@code "bad_records"} ({@code [offset, key, window_known, window]}, a record's offset
-   * being its index) when the log skipped any.
-   */
-  public static String planVector(String topic, String recordsJson, String optionsJson)
-      throws IOException {
-    ObjectNode result = Layout.JSON.createObjectNode();
-    ArrayNode bad = null;
-    try {
-      CommitLog log = new CommitLog(topic);
-      long offset = 0;
-      for (JsonNode r : Layout.JSON.readTree(recordsJson)) {
-        JsonNode k = r.get(0);
-        JsonNode v = r.get(1);
-        log.apply(k.isNull() ? null : k.asText(), v.isNull() ? null : v.asText(), offset++);
-      }
-      if (!log.badRecords().isEmpty()) {
-        bad = result.putArray("bad_records");
-        for (CommitLog.BadRecord b : log.badRecords()) {
-          bad.addArray().add(b.offset).add(b.key).add(b.windowKnown).add(b.window);
-        }
-      }
-      Map<String, String> options = new HashMap<>();
-      Layout.JSON
-          .readTree(optionsJson)
-          .fields()
-          .forEachRemaining(e -> options.put(e.getKey(), e.getValue().asText()));
-      OptionTables.SHUFFLE_JVM.check(options.keySet(), null);
-      ArrayNode splits = result.putArray("splits");
-      for (SplitPlan s : plan(log, Selection.parse(options, "kafka-shuffle-jvm"))) {
-        splits.add(s.toJson());
-      }
-    } catch (ShuffleException e) {
-      result.removeAll();
-      if (bad != null) {
-        result.set("bad_records", bad);
-      }
-      ObjectNode err = result.putObject("error");
-      err.put("kind", e.kind().pythonName);
-      err.put("message", e.getMessage().substring(e.kind().pythonName.length() + 2));
-    }
-    return Layout.JSON.writeValueAsString(result);
   }
 
   /** A string as Python's {@code repr} writes it (None for null). */

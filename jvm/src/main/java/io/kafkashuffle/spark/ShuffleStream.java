@@ -13,6 +13,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.function.Function;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.KafkaException;
@@ -60,7 +61,7 @@ final class ShuffleStream
   private List<CommitLog.Commit> planned = List.of();
   private long logEnd = -1;
 
-  /** Where the stream reads its commit log: Kafka, or a vector's records. */
+  /** Where the stream reads its commit log: Kafka, or records a test gives. */
   interface LogSource {
     /** The records from offset {@code from} on, and the log's end offset. */
     Read read(long from);
@@ -202,69 +203,80 @@ final class ShuffleStream
   private final class KafkaLog implements LogSource {
     @Override
     public Read read(long from) {
-      KafkaConsumer<byte[], ByteBuffer> c =
-          ConsumerPool.borrow(
-              ShuffleCatalog.logConsumerSettings(spec.kafka, ShuffleTable.OWNER), "shuffle-stream");
-      boolean ok = false;
-      try {
-        List<PartitionInfo> parts = c.partitionsFor(ctopic, Duration.ofSeconds(30));
-        if (parts == null || parts.isEmpty()) {
-          throw new ShuffleException(
-              ShuffleException.Kind.NOT_FOUND,
-              "shuffle '"
-                  + spec.topic
-                  + "' does not exist on '"
-                  + spec.kafka.get("bootstrap.servers")
-                  + "' (no commit-log topic '"
-                  + ctopic
-                  + "')");
-        }
-        TopicPartition tp = new TopicPartition(ctopic, 0);
-        c.assign(List.of(tp));
-        long low = c.beginningOffsets(List.of(tp)).get(tp);
-        long high = c.endOffsets(List.of(tp)).get(tp);
-        List<Record> out = new ArrayList<>();
-        c.seek(tp, Math.max(from, low));
-        long deadline = System.currentTimeMillis() + 30_000;
-        while (c.position(tp) < high) {
-          if (System.currentTimeMillis() > deadline) {
-            throw new ShuffleException(
-                ShuffleException.Kind.CONNECTION,
-                ShuffleTable.OWNER + ": reading commit log '" + ctopic + "' took over 30s");
-          }
-          for (ConsumerRecord<byte[], ByteBuffer> r : c.poll(Duration.ofMillis(200)).records(tp)) {
-            if (r.offset() >= high) {
-              break;
+      return withLogConsumer(
+          "reading commit log '" + ctopic + "'",
+          c -> {
+            List<PartitionInfo> parts = c.partitionsFor(ctopic, Duration.ofSeconds(30));
+            if (parts == null || parts.isEmpty()) {
+              throw new ShuffleException(
+                  ShuffleException.Kind.NOT_FOUND,
+                  "shuffle '"
+                      + spec.topic
+                      + "' does not exist on '"
+                      + spec.kafka.get("bootstrap.servers")
+                      + "' (no commit-log topic '"
+                      + ctopic
+                      + "')");
             }
-            out.add(
-                new Record(
-                    r.offset(),
-                    r.key() == null ? null : new String(r.key(), StandardCharsets.UTF_8),
-                    r.value() == null
-                        ? null
-                        : StandardCharsets.UTF_8.decode(r.value()).toString()));
-          }
-        }
-        ok = true;
-        return new Read(from, out, Math.max(high, from));
-      } catch (KafkaException e) {
-        throw new ShuffleException(
-            ShuffleException.Kind.CONNECTION,
-            ShuffleTable.OWNER + ": reading commit log '" + ctopic + "': " + e,
-            e);
-      } finally {
-        if (ok) {
-          ConsumerPool.giveBack(c);
-        } else {
-          ConsumerPool.discard(c);
-        }
-      }
+            TopicPartition tp = new TopicPartition(ctopic, 0);
+            c.assign(List.of(tp));
+            long low = c.beginningOffsets(List.of(tp)).get(tp);
+            long high = c.endOffsets(List.of(tp)).get(tp);
+            List<Record> out = new ArrayList<>();
+            c.seek(tp, Math.max(from, low));
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (c.position(tp) < high) {
+              if (System.currentTimeMillis() > deadline) {
+                throw new ShuffleException(
+                    ShuffleException.Kind.CONNECTION,
+                    ShuffleTable.OWNER + ": reading commit log '" + ctopic + "' took over 30s");
+              }
+              for (ConsumerRecord<byte[], ByteBuffer> r :
+                  c.poll(Duration.ofMillis(200)).records(tp)) {
+                if (r.offset() >= high) {
+                  break;
+                }
+                out.add(
+                    new Record(
+                        r.offset(),
+                        r.key() == null ? null : new String(r.key(), StandardCharsets.UTF_8),
+                        r.value() == null
+                            ? null
+                            : StandardCharsets.UTF_8.decode(r.value()).toString()));
+              }
+            }
+            return new Read(from, out, Math.max(high, from));
+          });
     }
 
     @Override
     public long end() {
-      return readEnd();
+      return withLogConsumer(
+          "the end of commit log '" + ctopic + "'",
+          c -> {
+            TopicPartition tp = new TopicPartition(ctopic, 0);
+            return c.endOffsets(List.of(tp), Duration.ofSeconds(30)).get(tp);
+          });
     }
+  }
+
+  /**
+   * {@code use} applied to a pooled consumer of the commit log; a Kafka error while it runs is
+   * a connection error about {@code what}.
+   */
+  private <T> T withLogConsumer(
+      String what, Function<KafkaConsumer<byte[], ByteBuffer>, T> use) {
+    return ConsumerPool.with(
+        ShuffleCatalog.logConsumerSettings(spec.kafka, ShuffleTable.OWNER),
+        "shuffle-stream",
+        c -> {
+          try {
+            return use.apply(c);
+          } catch (KafkaException e) {
+            throw new ShuffleException(
+                ShuffleException.Kind.CONNECTION, ShuffleTable.OWNER + ": " + what + ": " + e, e);
+          }
+        });
   }
 
   /** The records from {@code start} on; planning reuses the last read when it reaches far enough. */
@@ -395,30 +407,6 @@ final class ShuffleStream
     target = source.end();
   }
 
-  private long readEnd() {
-    KafkaConsumer<byte[], ByteBuffer> c =
-        ConsumerPool.borrow(
-            ShuffleCatalog.logConsumerSettings(spec.kafka, ShuffleTable.OWNER), "shuffle-stream");
-    boolean ok = false;
-    try {
-      TopicPartition tp = new TopicPartition(ctopic, 0);
-      long end = c.endOffsets(List.of(tp), Duration.ofSeconds(30)).get(tp);
-      ok = true;
-      return end;
-    } catch (KafkaException e) {
-      throw new ShuffleException(
-          ShuffleException.Kind.CONNECTION,
-          ShuffleTable.OWNER + ": the end of commit log '" + ctopic + "': " + e,
-          e);
-    } finally {
-      if (ok) {
-        ConsumerPool.giveBack(c);
-      } else {
-        ConsumerPool.discard(c);
-      }
-    }
-  }
-
   @Override
   public Offset latestOffset() {
     throw new UnsupportedOperationException(
@@ -500,98 +488,6 @@ final class ShuffleStream
 
   @Override
   public void stop() {}
-
-  /** A vector's commit log: its first {@code visible} records, record i at offset i. */
-  private static final class CaseLog implements LogSource {
-    final List<Record> records;
-    int visible;
-
-    CaseLog(List<Record> records) {
-      this.records = records;
-      this.visible = records.size();
-    }
-
-    @Override
-    public Read read(long from) {
-      List<Record> out = new ArrayList<>();
-      for (Record r : records) {
-        if (r.offset >= from && r.offset < visible) {
-          out.add(r);
-        }
-      }
-      return new Read(from, out, Math.max(visible, from));
-    }
-
-    @Override
-    public long end() {
-      return visible;
-    }
-  }
-
-  /**
-   * What this stream makes of a stream-plan vector ({@code tests/vectors/stream_plans.py}):
-   * the initial offset with the log's first {@code first} records, then the micro-batches of
-   * two {@code Trigger.AvailableNow} runs (over those records, then, restarted, over all),
-   * each as {@code {"end", "runs", "splits"}}; or {@code {"error": {"kind", "message"}}}.
-   */
-  public static String streamVector(
-      String topic, String recordsJson, String optionsJson, int first) throws IOException {
-    ObjectNode result = Layout.JSON.createObjectNode();
-    try {
-      List<Record> records = new ArrayList<>();
-      CommitLog log = new CommitLog(topic);
-      long i = 0;
-      for (JsonNode r : Layout.JSON.readTree(recordsJson)) {
-        String k = r.get(0).isNull() ? null : r.get(0).asText();
-        String v = r.get(1).isNull() ? null : r.get(1).asText();
-        records.add(new Record(i++, k, v));
-        log.apply(k, v, i - 1);
-      }
-      Map<String, String> options = new java.util.HashMap<>();
-      Layout.JSON
-          .readTree(optionsJson)
-          .fields()
-          .forEachRemaining(e -> options.put(e.getKey(), e.getValue().asText()));
-      Layout layout = Layout.parse(log.layoutJson(), "shuffle '" + topic + "' layout");
-      ReadSpec spec = new ReadSpec(topic, Map.of(), layout, new String[0], null, null);
-      CaseLog source = new CaseLog(records);
-      source.visible = first;
-      OptionTables.SHUFFLE.check(options.keySet(), null);
-      ShuffleStream stream = new ShuffleStream(spec, options, "kafka-shuffle", source);
-      Position start = Position.of(stream.initialOffset());
-      result.set("initial", Layout.JSON.readTree(start.json()));
-      ArrayNode batches = result.putArray("batches");
-      for (int visible : new int[] {first, records.size()}) {
-        if (visible != first) {
-          stream = new ShuffleStream(spec, options, "kafka-shuffle", source); // restarted
-        }
-        source.visible = visible;
-        stream.prepareForTriggerAvailableNow();
-        ReadLimit limit = stream.getDefaultReadLimit();
-        for (int n = 0; n < records.size() + 2; n++) {
-          Position end = Position.of(stream.latestOffset(start, limit));
-          if (end.log == start.log && end.snapshot == start.snapshot) {
-            break;
-          }
-          JsonNode reported = Layout.JSON.readTree(stream.reportLatestOffset().json());
-          ObjectNode batch = batches.addObject();
-          batch.set("end", Layout.JSON.readTree(end.json()));
-          batch.set("runs", reported.get(METRICS_KEY).get("runs"));
-          ArrayNode splits = batch.putArray("splits");
-          for (InputPartition p : stream.planInputPartitions(start, end)) {
-            splits.add(((ShuffleInputPartition) p).split.toJson());
-          }
-          start = end;
-        }
-      }
-    } catch (ShuffleException e) {
-      result.removeAll();
-      ObjectNode err = result.putObject("error");
-      err.put("kind", e.kind().pythonName);
-      err.put("message", e.getMessage().substring(e.kind().pythonName.length() + 2));
-    }
-    return Layout.JSON.writeValueAsString(result);
-  }
 
   @Override
   public String toString() {
