@@ -32,8 +32,7 @@ from dagster_pyspark import LazyPySparkResource
 from assets.pipeline import FLIGHTS_BY_TAILNUM, PIPELINE_GROUP, FaultInjection, daily
 from assets.warehouse import WarehouseResource
 from orchestration import KafkaResource
-from orchestration.shuffle import DeliveryPolicy, process_queue, shuffle_log
-from orchestration.shuffle.kafka import read_range
+from orchestration.shuffle import DeliveryPolicy, process_queue, read_range, shuffle_log
 
 ENRICHED = "flights_enriched"
 DEAD_LETTERS = "flights_enriched_dead_letters"

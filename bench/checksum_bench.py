@@ -21,9 +21,8 @@ import uuid
 import zlib
 
 from devstack import localstack
-from orchestration.shuffle import ShuffleSpec, read_shuffle, write_shuffle
+from orchestration.shuffle import KafkaClient, ShuffleSpec, read_range, read_shuffle, write_shuffle
 from orchestration.shuffle.core import frames as fr
-from orchestration.shuffle.kafka.client import KafkaClient, read_range
 
 
 def main(argv: list[str]) -> int:

@@ -72,10 +72,16 @@ from bench.common import (
     spark_kafka_write,
 )
 from devstack import localstack
-from orchestration.shuffle import ShuffleSpec, jvm_spark_conf, read_shuffle, write_shuffle
+from orchestration.shuffle import (
+    KafkaClient,
+    ShuffleSpec,
+    jvm_spark_conf,
+    read_shuffle,
+    spark_session,
+    write_shuffle,
+)
 from orchestration.shuffle.core.commitlog import commit_topic
-from orchestration.shuffle.kafka import KafkaClient
-from orchestration.shuffle.spark.session import explain_text, spark_session
+from orchestration.shuffle.spark.session import explain_text
 
 # (target, ours, baseline, kind, bound): "speedup" is baseline / ours, at least the bound;
 # "ratio" is ours / baseline, at most the bound.

@@ -39,9 +39,7 @@ from confluent_kafka import Producer
 
 from bench.common import WORK
 from devstack import localstack
-from orchestration.shuffle import process_queue, register_data_sources
-from orchestration.shuffle.kafka.client import KafkaClient
-from orchestration.shuffle.spark.session import spark_session
+from orchestration.shuffle import KafkaClient, process_queue, register_data_sources, spark_session
 
 SCHEMA = "id long, digest string"
 IDLE = 2.0

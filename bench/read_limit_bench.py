@@ -35,8 +35,13 @@ from pathlib import Path
 
 from bench.common import WORK, drop_topics, generate, noop
 from devstack import localstack
-from orchestration.shuffle import ShuffleSpec, jvm_spark_conf, read_shuffle, write_shuffle
-from orchestration.shuffle.spark.session import spark_session
+from orchestration.shuffle import (
+    ShuffleSpec,
+    jvm_spark_conf,
+    read_shuffle,
+    spark_session,
+    write_shuffle,
+)
 
 
 def consumer_perf_test(kafka: dict, topic: str, records: int) -> float:

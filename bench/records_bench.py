@@ -37,16 +37,16 @@ from confluent_kafka import Producer
 from bench.common import BASELINE_JARS, ROOT, WORK
 from devstack import localstack
 from orchestration.shuffle import (
+    KafkaClient,
     ShuffleSpec,
     jvm_spark_conf,
     read_records,
     read_shuffle,
     read_shuffle_stream,
     register_data_sources,
+    spark_session,
     write_shuffle,
 )
-from orchestration.shuffle.kafka import KafkaClient
-from orchestration.shuffle.spark.session import spark_session
 
 
 def produce(kafka: dict, topic: str, messages: int, value_bytes: int, partitions: int) -> None:

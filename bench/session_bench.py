@@ -62,10 +62,10 @@ from orchestration.shuffle import (
     apply_per_key,
     jvm_spark_conf,
     plan_shuffle_read,
+    spark_session,
     write_shuffle,
 )
 from orchestration.shuffle.core.commitlog import commit_topic
-from orchestration.shuffle.spark.session import spark_session
 
 P1_WITHIN = 0.9  # the ratio after the applyInPandas job, as a share of the fresh one
 P1_BOUNDS = {"T2": 1.0, "T3": 2.0}

@@ -98,17 +98,17 @@ from bench.common import (
 from bench.results import T9_BOUND, chart, memory_growth, targets
 from devstack import localstack
 from orchestration.shuffle import (
+    KafkaClient,
     ShuffleSpec,
     aggregate_shuffle,
     apply_per_key,
     read_shuffle,
     shuffle_commits_since,
+    spark_session,
     write_shuffle,
 )
 from orchestration.shuffle.core.commitlog import commit_topic
-from orchestration.shuffle.kafka import KafkaClient
 from orchestration.shuffle.kafka.commitlog import log_end
-from orchestration.shuffle.spark.session import spark_session
 
 PHASES = (
     "arrow_handover",

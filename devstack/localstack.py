@@ -40,8 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestration.shuffle.errors import ShuffleConnectionError
-from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle import KafkaClient, ShuffleConnectionError
 from orchestration.testing.broker import (
     KafkaStartError,
     broker_command,

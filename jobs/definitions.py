@@ -35,10 +35,8 @@ from assets.pipeline import DEFAULT_TOPIC, SHUFFLE_IO_MANAGER, FaultInjection, f
 from assets.stack_check import kafka_stack_check
 from assets.warehouse import WarehouseResource
 from jobs.pipeline import flights_jobs
-from orchestration.io_manager import KafkaShuffleIOManager
-from orchestration.resources import KafkaResource, ShuffleSparkResource
-from orchestration.shuffle import session_settings
-from orchestration.shuffle.kafka import KafkaClient
+from orchestration import KafkaResource, KafkaShuffleIOManager, ShuffleSparkResource
+from orchestration.shuffle import KafkaClient, session_settings
 
 # Variables of the table above without a default.
 REQUIRED_ENV = ("KAFKA_BOOTSTRAP_SERVERS",)

@@ -61,11 +61,12 @@ from dagster import (
 )
 
 from orchestration.definition import DAGSTER_RUN_ATTR, asset_io_manager_key, asset_shuffle
-from orchestration.shuffle import Commit, ShuffleError, ShuffleLog, plan_shuffle_read, shuffle_log
-from orchestration.shuffle.core.commitlog import Expired, commit_topic
+from orchestration.shuffle.core.commitlog import Commit, Expired, ShuffleLog, commit_topic
 from orchestration.shuffle.core.frames import FrameType, decode
-from orchestration.shuffle.errors import ShuffleFormatError
-from orchestration.shuffle.kafka import KafkaClient, check_partitions, read_range
+from orchestration.shuffle.errors import ShuffleError, ShuffleFormatError
+from orchestration.shuffle.kafka.client import KafkaClient, read_range
+from orchestration.shuffle.kafka.commitlog import check_partitions
+from orchestration.shuffle.read import plan_shuffle_read, shuffle_log
 
 
 @dataclass

@@ -61,7 +61,7 @@ from orchestration.maintenance import shuffle_expiry_job
 from orchestration.resources import KafkaResource
 from orchestration.schedules import shuffle_backfill_schedule
 from orchestration.sensors import failed_region_sensor, shuffle_commit_sensor
-from orchestration.shuffle import ShuffleOptionError
+from orchestration.shuffle.errors import ShuffleOptionError
 
 # KafkaResource's settings that kafka.env_vars may name. The password has no plain field:
 # written in defs.yaml (or rendered there from {{ env.* }}) it would show in the UI.

@@ -34,7 +34,8 @@ from typing import Any, Protocol
 
 from dagster import AssetsDefinition
 
-from orchestration.shuffle import ShuffleOptionError, ShuffleSpec
+from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.write import ShuffleSpec
 
 # --- definition metadata ---------------------------------------------------------------
 

@@ -70,19 +70,16 @@ from orchestration.definition import (
 )
 from orchestration.metadata import commit_metadata
 from orchestration.resources import KafkaResource
-from orchestration.shuffle import (
-    Layout,
+from orchestration.shuffle.core.commitlog import Layout
+from orchestration.shuffle.errors import (
     ShuffleError,
     ShuffleOptionError,
-    ShuffleRead,
     ShuffleWindowNotFoundError,
     ShuffleWriteError,
-    WriteResult,
-    plan_shuffle_read,
-    shuffle_log,
-    write_shuffle,
 )
-from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle.read import ShuffleRead, plan_shuffle_read, shuffle_log
+from orchestration.shuffle.write import WriteResult, write_shuffle
 
 
 class KafkaShuffleIOManager(ConfigurableIOManager):

@@ -69,9 +69,10 @@ from orchestration.definition import (
 )
 from orchestration.metadata import commit_metadata
 from orchestration.resources import KafkaResource
-from orchestration.shuffle import ShuffleLog, expire_shuffle, shuffle_log
-from orchestration.shuffle.core.commitlog import Expired
+from orchestration.shuffle.core.commitlog import Expired, ShuffleLog
 from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.kafka.retention import expire_shuffle
+from orchestration.shuffle.read import shuffle_log
 
 ReconcileStatus = Literal["check", "wipe"]
 

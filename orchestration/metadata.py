@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from dagster import MetadataValue, TableColumn, TableColumnConstraints, TableSchema
 
-from orchestration.shuffle import ShuffleOptionError
+from orchestration.shuffle.errors import ShuffleOptionError
 
 if TYPE_CHECKING:
     from orchestration.resources import KafkaResource
-    from orchestration.shuffle import Commit, Layout
+    from orchestration.shuffle.core.commitlog import Commit, Layout
 
 
 def commit_metadata(

@@ -8,7 +8,7 @@ from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
 from pydantic import Field, field_validator
 
-from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle.kafka.client import KafkaClient
 
 # What Kafka allows in a topic name; a prefix is the start of one.
 _TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
@@ -141,7 +141,8 @@ class ShuffleSparkResource(LazyPySparkResource):
         """The settings the session is built with."""
         from pyspark import SparkContext
 
-        from orchestration.shuffle import ShuffleSessionError, jvm_spark_conf
+        from orchestration.shuffle.errors import ShuffleSessionError
+        from orchestration.shuffle.spark.jvm import jvm_spark_conf
 
         conf = dict(self.spark_config)
         if not self.jvm_read or self.kafka is None or conf.get("spark.remote"):

@@ -22,7 +22,7 @@ from dagster import (
 )
 
 from orchestration.definition import RANGE_END_TAG, RANGE_START_TAG, ShuffleAsset, asset_shuffle
-from orchestration.shuffle import ShuffleOptionError
+from orchestration.shuffle.errors import ShuffleOptionError
 
 
 def trailing_partitions(

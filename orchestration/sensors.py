@@ -44,14 +44,9 @@ from orchestration.definition import (
     asset_shuffle,
 )
 from orchestration.metadata import commit_metadata
-from orchestration.shuffle import (
-    Commit,
-    Layout,
-    ShuffleOptionError,
-    ShuffleTopicNotFoundError,
-    shuffle_commits_since,
-    shuffle_log,
-)
+from orchestration.shuffle.core.commitlog import Commit, Layout
+from orchestration.shuffle.errors import ShuffleOptionError, ShuffleTopicNotFoundError
+from orchestration.shuffle.read import shuffle_commits_since, shuffle_log
 
 # Tags of a failed run its retry does not carry: Dagster's own (backfill, partition, run
 # key, sensor, ...) and ours.

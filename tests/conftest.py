@@ -97,7 +97,7 @@ def connect_spark():
     url = os.environ.get("SHUFFLE_TEST_SPARK_REMOTE") or "local[2]"
     builder = SparkSession.builder.remote(url)
     if url.startswith("local"):
-        from orchestration.shuffle.spark.jvm import jvm_jars
+        from orchestration.shuffle import jvm_jars
 
         # Settings of the server this process starts; a remote server has its own. The JVM
         # read path's jars are on its class path, as a deployment gives them (--jars), but

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from devstack.soak import definitions as soak
 from orchestration.shuffle import (
     DeliveryPolicy,
+    KafkaClient,
     ShuffleSpec,
     ShuffleTopicNotFoundError,
     jvm_spark_conf,
@@ -38,7 +39,6 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
 )
-from orchestration.shuffle.kafka import KafkaClient
 from orchestration.shuffle.testing import fail_write_attempts_below
 
 STREAM_TOPIC = "soak.stream"

@@ -19,8 +19,7 @@ import pyarrow.dataset as pads
 
 from devstack.soak import app as soak_app
 from devstack.soak import definitions as soak
-from orchestration.shuffle import read_queue_output, read_shuffle, shuffle_log
-from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle import KafkaClient, read_queue_output, read_shuffle, shuffle_log
 
 STALL_S = 10.0
 

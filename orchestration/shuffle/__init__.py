@@ -16,7 +16,7 @@ they are given (:func:`register_data_sources` does it for use by name).
 This package imports no Dagster. Its layers (``docs/ARCHITECTURE.md``): ``core`` (pure
 logic: no Spark, no Kafka), ``kafka`` (clients, the commit log's I/O, retention, ACLs),
 ``spark`` (the data sources, the writer, per-key work) and ``queue`` (queue mode); the names
-below are the public API.
+below are the public API, each exported here only (the layers' packages export nothing).
 """
 
 from typing import TYPE_CHECKING
@@ -64,14 +64,14 @@ _EXPORTS = {
     "apply_per_key": "spark.perkey",
     "ExpiryResult": "kafka.retention",
     "expire_shuffle": "kafka.retention",
-    "register_data_sources": "spark.session",
+    "register_data_sources": "spark.sources",
     "jvm_spark_conf": "spark.jvm",
     "jvm_available": "spark.jvm",
     "jvm_jars": "spark.jvm",
-    "spark_session": "spark.session",
+    "spark_session": "spark.sources",
     "session_settings": "spark.session",
     "write_records": "spark.records",
-    "read_records": "spark.records",
+    "read_records": "read",
     "QueueGroupError": "errors",
     "QueueResult": "queue.driver",
     "QueueSchemaError": "errors",
@@ -82,6 +82,11 @@ _EXPORTS = {
     "DeliveryPolicy": "core.queue",
     "grant_shuffle_access": "kafka.access",
     "shuffle_acls": "kafka.access",
+    "KafkaClient": "kafka.client",
+    "KafkaConfig": "kafka.client",
+    "read_chunks": "kafka.client",
+    "read_range": "kafka.client",
+    "check_partitions": "kafka.commitlog",
 }
 
 if TYPE_CHECKING:
@@ -107,6 +112,8 @@ if TYPE_CHECKING:
         ShuffleWriteError,
     )
     from orchestration.shuffle.kafka.access import grant_shuffle_access, shuffle_acls
+    from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig, read_chunks, read_range
+    from orchestration.shuffle.kafka.commitlog import check_partitions
     from orchestration.shuffle.kafka.retention import ExpiryResult, expire_shuffle
     from orchestration.shuffle.queue.driver import (
         QueueResult,
@@ -119,6 +126,7 @@ if TYPE_CHECKING:
         aggregate_shuffle,
         group_offsets_behind,
         plan_shuffle_read,
+        read_records,
         read_shuffle,
         read_shuffle_stream,
         shuffle_commits_since,
@@ -128,12 +136,9 @@ if TYPE_CHECKING:
     )
     from orchestration.shuffle.spark.jvm import jvm_available, jvm_jars, jvm_spark_conf
     from orchestration.shuffle.spark.perkey import apply_per_key
-    from orchestration.shuffle.spark.records import read_records, write_records
-    from orchestration.shuffle.spark.session import (
-        register_data_sources,
-        session_settings,
-        spark_session,
-    )
+    from orchestration.shuffle.spark.records import write_records
+    from orchestration.shuffle.spark.session import session_settings
+    from orchestration.shuffle.spark.sources import register_data_sources, spark_session
     from orchestration.shuffle.write import ShuffleSpec, WriteResult, write_shuffle
 
 

@@ -1,10 +1,11 @@
 """Reading a shuffle: plan a read of its committed runs and read them keyed, aggregated or as a
-stream; ask its commit log and watermark; follow what a streaming read did.
+stream; ask its commit log and watermark; follow what a streaming read did. And a batch read
+of any topic's plain records (:func:`read_records`), on the JVM when the session can.
 
-What a read selects is one object, :class:`~orchestration.shuffle.core.reader.ReadOptions`,
+What a read selects is one object, :class:`~orchestration.shuffle.core.planner.ReadOptions`,
 whatever the entry: :func:`plan_shuffle_read`, :func:`read_shuffle` and
 :func:`aggregate_shuffle` build it from their keyword arguments
-(:class:`~orchestration.shuffle.core.reader.ReadSelection`), and hand it to the
+(:class:`~orchestration.shuffle.core.planner.ReadSelection`), and hand it to the
 ``kafka-shuffle`` data source as its string options.
 """
 
@@ -30,7 +31,7 @@ from orchestration.shuffle.core.commitlog import (
 )
 from orchestration.shuffle.core.metrics import BatchMetrics, offsets_behind, progress_metrics
 from orchestration.shuffle.core.optiondefs import check_keywords
-from orchestration.shuffle.core.reader import (
+from orchestration.shuffle.core.planner import (
     AUTO,
     ReadOptions,
     ReadPlan,
@@ -38,25 +39,27 @@ from orchestration.shuffle.core.reader import (
     SplitPlan,
     balance_splits,
 )
+from orchestration.shuffle.core.records import OWNER, parse_options
 from orchestration.shuffle.core.stream import StreamOptions
+from orchestration.shuffle.errors import ShuffleOptionError, ShuffleSessionError
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
 from orchestration.shuffle.kafka.commitlog import read_commits_since, read_log
+from orchestration.shuffle.kafka.planner import plan_shuffle
 from orchestration.shuffle.spark.jvm import (
+    ENGINES,
     Engine,
     choose_engine,
     choose_stream_engine,
+    jvm_available,
     jvm_splits,
     load_jvm,
     load_jvm_stream,
 )
 from orchestration.shuffle.spark.perkey import KEY_METADATA
-from orchestration.shuffle.spark.reader import (
-    SOURCE,
-    output_schema,
-    plan_shuffle,
-    source_options,
-)
-from orchestration.shuffle.spark.session import register_data_sources, task_slots
+from orchestration.shuffle.spark.reader import SOURCE, output_schema, source_options
+from orchestration.shuffle.spark.records import KafkaRecordsReader, discover
+from orchestration.shuffle.spark.session import task_slots
+from orchestration.shuffle.spark.sources import register_data_sources
 
 
 def shuffle_log(topic: str, *, kafka: KafkaConfig) -> ShuffleLog:
@@ -95,7 +98,7 @@ class ShuffleRead:
         topic: The shuffle's data topic.
         plan: The commits read and the splits (one per Spark partition).
         options: The read's options, as asked (see
-            :class:`~orchestration.shuffle.core.reader.ReadOptions`).
+            :class:`~orchestration.shuffle.core.planner.ReadOptions`).
     """
 
     def __init__(
@@ -195,7 +198,7 @@ class ShuffleRead:
         """Aggregates the rows per key inside the reader (see :func:`aggregate_shuffle`).
 
         Without a ``parallelism`` asked for, the read runs as one task per core, each
-        aggregating whole Kafka partitions (see :func:`~orchestration.shuffle.core.reader.
+        aggregating whole Kafka partitions (see :func:`~orchestration.shuffle.core.planner.
         balance_splits`): the output is one row per key, not keyed rows, so nothing needs
         a task per partition.
         """
@@ -269,7 +272,7 @@ def read_shuffle(
             :meth:`ShuffleRead.dataframe`).
         **selection: What to read and in how many Spark partitions: ``windows``, ``runs``,
             ``event_time_range``, ``parallelism``, as documented on
-            :class:`~orchestration.shuffle.core.reader.ReadOptions` (by default all runs
+            :class:`~orchestration.shuffle.core.planner.ReadOptions` (by default all runs
             visible and ``parallelism="auto"``: one Spark partition per Kafka partition,
             but a small read in fewer tasks, each of whole partitions;
             ``parallelism=None`` always gives one per partition).
@@ -375,7 +378,7 @@ def read_shuffle_stream(
         starting_timestamp: Runs committed at or after this instant (wins over
             ``starting_offsets``).
         parallelism, with_metadata: As documented on
-            :class:`~orchestration.shuffle.core.reader.ReadOptions`.
+            :class:`~orchestration.shuffle.core.planner.ReadOptions`.
         engine: ``"auto"`` streams on the JVM (``spark.readStream.table`` over the session's
             catalog of the JVM path: no Python process per query) when the session has the
             jar and a catalog for this cluster (on Spark Connect: the jar in the server's
@@ -459,3 +462,73 @@ def group_offsets_behind(kafka: KafkaConfig, group: str, topics: Sequence[str]) 
             avg_offsets_behind_latest=behind.avg,
         )
     return out
+
+
+JVM_RECORDS_SOURCE = "kafka-records-jvm"
+
+
+def read_records(spark, options: Mapping[str, str], *, engine: str = "auto"):
+    """A batch read of any Kafka topic with the ``kafka-records`` options (``subscribe``,
+    ``kafka.bootstrap.servers``, ``startingOffsets``, ...), on the JVM when the session can.
+
+    The driver plans the read as the ``kafka-records`` source does (partitions, starting and
+    ending offsets, data-loss checks, ``minPartitions``); the ranges are then read either by
+    the ``kafka-records-jvm`` source (``jvm/``: records copied from the fetched bytes straight
+    into column vectors, no Python worker) or by the Python ``kafka-records`` source. The
+    rows are the same either way.
+
+    Example::
+
+        spark = SparkSession.builder.config(map=jvm_spark_conf(kafka=conf)).getOrCreate()
+        df = read_records(spark, {"subscribe": "events",
+                                  "kafka.bootstrap.servers": "127.0.0.1:19092"})
+
+    Args:
+        options: the ``kafka-records`` source's options, as ``spark.read.format(
+            "kafka-records").options(**options)`` takes them.
+        engine: ``"auto"`` (the JVM when the session has the jar, see
+            :func:`~orchestration.shuffle.jvm_available`, and the read commits no group
+            offsets), ``"jvm"`` (an error if it cannot) or ``"python"``.
+
+    Raises:
+        ShuffleOptionError: a bad option, or ``engine="jvm"`` with ``commitOffsets`` (a JVM
+            read commits no group offsets).
+        ShuffleSessionError: ``engine="jvm"`` on a session without the jar.
+        ShuffleTopicNotFoundError: a topic named by ``subscribe`` or ``assign`` does not
+            exist.
+        ShuffleAuthorizationError: this principal may not describe a topic it names.
+    """
+    if engine not in ENGINES:
+        raise ShuffleOptionError(f"engine must be one of {ENGINES}, got {engine!r}")
+    given = {str(k): str(v) for k, v in options.items()}
+    opts = parse_options(given, streaming=False)
+    on_jvm = engine != "python" and not opts.commit_offsets and jvm_available(spark)
+    if engine == "jvm" and not on_jvm:
+        if opts.commit_offsets:
+            raise ShuffleOptionError(
+                f"{OWNER}: engine='jvm' with option 'commitOffsets': a read on the JVM commits "
+                "no group offsets; use engine='python' or leave commitOffsets unset"
+            )
+        raise ShuffleSessionError(
+            f"{OWNER}: engine='jvm': the session does not have the kafka-shuffle-jvm jar "
+            "(build the session with jvm_spark_conf(kafka=...))"
+        )
+    if not on_jvm:
+        # Spark plans the Python source in a worker of its own, where a missing topic or
+        # one this principal may not read fails as Spark's AnalysisException: looked up
+        # here first (one metadata request), it is the engine's error, as on the JVM path.
+        discover(KafkaClient(opts.kafka), opts.subscription)
+        register_data_sources(spark)
+        return spark.read.format("kafka-records").options(**given).load()
+    ranges = [[p.topic, p.partition, p.start, p.end] for p in KafkaRecordsReader(opts).partitions()]
+    kafka = {k: v for k, v in given.items() if k.lower().startswith("kafka.")}
+    return (
+        spark.read.format(JVM_RECORDS_SOURCE)
+        .options(
+            **kafka,
+            ranges=json.dumps(ranges),
+            includeHeaders=str(opts.include_headers).lower(),
+            failOnDataLoss=str(opts.fail_on_data_loss).lower(),
+        )
+        .load()
+    )

@@ -44,7 +44,8 @@ def shuffle_topic(io_manager: KafkaShuffleIOManager, asset: AssetsDefinition) ->
 def committed_windows(io_manager: KafkaShuffleIOManager, asset: AssetsDefinition) -> list[str]:
     """The windows (partition keys) of ``asset`` that have a readable committed run, sorted.
     A window whose runs all failed or expired is not among them."""
-    from orchestration.shuffle import ShuffleTopicNotFoundError, shuffle_log
+    from orchestration.shuffle.errors import ShuffleTopicNotFoundError
+    from orchestration.shuffle.read import shuffle_log
 
     try:
         log = shuffle_log(shuffle_topic(io_manager, asset), kafka=io_manager.kafka.client())
@@ -63,7 +64,8 @@ def window_rows(
     Raises:
         ShuffleWindowNotFoundError: The window has no committed run.
     """
-    from orchestration.shuffle import ShuffleWindowNotFoundError, plan_shuffle_read, shuffle_log
+    from orchestration.shuffle.errors import ShuffleWindowNotFoundError
+    from orchestration.shuffle.read import plan_shuffle_read, shuffle_log
 
     topic = shuffle_topic(io_manager, asset)
     kafka = io_manager.kafka.client()

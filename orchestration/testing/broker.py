@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestration.shuffle.errors import ShuffleConnectionError, ShuffleError
-from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle.kafka.client import KafkaClient
 
 # The release stack/kafka/pom.xml pins for the development stack (a unit test holds them
 # equal), and the log4j binding that puts the broker's log in a file.

@@ -24,6 +24,7 @@ import pytest
 
 from orchestration.shuffle import (
     DeliveryPolicy,
+    KafkaClient,
     ShuffleAuthorizationError,
     ShuffleSpec,
     expire_shuffle,
@@ -35,7 +36,6 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
 )
-from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import write_commit
 from tests.integration.stacks import secure_users
 

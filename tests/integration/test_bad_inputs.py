@@ -28,6 +28,8 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from orchestration.shuffle import (
+    Commit,
+    KafkaClient,
     ShuffleFormatError,
     ShuffleKeyError,
     ShuffleLayoutError,
@@ -40,8 +42,7 @@ from orchestration.shuffle import (
     write_shuffle,
 )
 from orchestration.shuffle.core import frames as fr
-from orchestration.shuffle.core.commitlog import Commit, PartitionRange, commit_topic
-from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle.core.commitlog import PartitionRange, commit_topic
 from orchestration.shuffle.kafka.commitlog import write_commit
 
 pytestmark = pytest.mark.integration

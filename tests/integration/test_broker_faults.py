@@ -9,6 +9,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 
 from devstack import localstack
 from orchestration.shuffle import (
+    KafkaClient,
     ShuffleError,
     ShuffleSpec,
     read_shuffle,
@@ -17,7 +18,6 @@ from orchestration.shuffle import (
     write_shuffle,
 )
 from orchestration.shuffle.core.commitlog import commit_topic
-from orchestration.shuffle.kafka import KafkaClient
 from tests.integration.stacks import own_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -28,8 +28,7 @@ from orchestration import (
     shuffle_metadata,
 )
 from orchestration.checks import count_run_frames
-from orchestration.shuffle import shuffle_log
-from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle import KafkaClient, shuffle_log
 from orchestration.shuffle.kafka.commitlog import write_commit
 
 pytestmark = pytest.mark.integration

@@ -24,9 +24,8 @@ from orchestration import (
     shuffle_metadata,
 )
 from orchestration.sensors import KEPT_LAUNCHES
-from orchestration.shuffle import Commit, Layout
+from orchestration.shuffle import Commit, KafkaClient, Layout
 from orchestration.shuffle.core.commitlog import PartitionRange, to_micros
-from orchestration.shuffle.kafka import KafkaClient
 from orchestration.shuffle.kafka.commitlog import create_or_check, write_commit
 
 pytestmark = pytest.mark.integration

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Producer
 
 from orchestration.shuffle import (
+    KafkaClient,
     ShuffleKeyError,
     ShuffleOptionError,
     ShuffleSpec,
@@ -35,7 +36,6 @@ from orchestration.shuffle import (
     stream_metrics,
     write_shuffle,
 )
-from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.spark.perkey import KEY_METADATA
 from orchestration.shuffle.spark.session import is_connect, task_slots
 

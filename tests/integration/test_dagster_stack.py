@@ -28,7 +28,7 @@ def test_stack_check_asset_materializes(bootstrap, spark):
     from dagster_pyspark import LazyPySparkResource
 
     from assets.stack_check import STACK_CHECK_ROWS, kafka_stack_check
-    from orchestration.resources import KafkaResource
+    from orchestration import KafkaResource
 
     with instance_for_test() as instance:
         result = materialize(

@@ -40,8 +40,15 @@ from orchestration import (
 )
 from orchestration.definition import WRITTEN_BY
 from orchestration.maintenance import forget_windows
-from orchestration.shuffle import ShuffleWindowNotFoundError, plan_shuffle_read, shuffle_log
-from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange, ShuffleLog
+from orchestration.shuffle import (
+    Commit,
+    Layout,
+    ShuffleLog,
+    ShuffleWindowNotFoundError,
+    plan_shuffle_read,
+    shuffle_log,
+)
+from orchestration.shuffle.core.commitlog import PartitionRange
 from orchestration.shuffle.core.retention import marker
 
 pytestmark = pytest.mark.integration

@@ -5,6 +5,7 @@ import datetime as dt
 import pytest
 
 from orchestration.shuffle import (
+    KafkaClient,
     ShuffleSpec,
     ShuffleWindowNotFoundError,
     ShuffleWriteError,
@@ -14,7 +15,6 @@ from orchestration.shuffle import (
     shuffle_watermark,
     write_shuffle,
 )
-from orchestration.shuffle.kafka import KafkaClient
 from orchestration.shuffle.testing import fail_write_attempts_below
 
 pytestmark = pytest.mark.integration

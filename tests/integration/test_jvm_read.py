@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from orchestration.shuffle import (
+    KafkaClient,
     apply_per_key,
     jvm_available,
     jvm_spark_conf,
@@ -22,7 +23,6 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
 )
-from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import write_commit
 from orchestration.shuffle.spark.perkey import shuffle_scan_options
 from orchestration.shuffle.spark.session import explain_text

@@ -9,6 +9,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from orchestration.shuffle import (
+    KafkaClient,
     ShuffleOptionError,
     ShuffleSessionError,
     process_queue,
@@ -16,7 +17,6 @@ from orchestration.shuffle import (
     write_shuffle,
 )
 from orchestration.shuffle.core.paths import open_filesystem, parse_location
-from orchestration.shuffle.kafka.client import KafkaClient
 from tests.integration.test_columnar_write import read_back, spec_for, wide_df
 from tests.integration.test_queue import IDS, doubled, produce
 from tests.integration.test_streaming import rows, run_available_now, spec

@@ -463,8 +463,7 @@ def test_queue_mode_enrichment_equals_a_batch_computation(stack, spark, kafka_co
         flight_id,
     )
     from jobs.pipeline import ENRICHED_JOB
-    from orchestration.shuffle import read_queue_output
-    from orchestration.shuffle.kafka import KafkaClient, read_range
+    from orchestration.shuffle import KafkaClient, read_queue_output, read_range
 
     topic = stack["topic"]
     rows = read_shuffle(spark, topic, kafka=kafka_conf, windows=[D1]).toPandas()

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from orchestration.shuffle import (
     DeliveryPolicy,
+    KafkaClient,
     QueueGroupError,
     QueueSchemaError,
     ShuffleConnectionError,
@@ -26,10 +27,10 @@ from orchestration.shuffle import (
     ShuffleWriteError,
     process_queue,
     read_queue_output,
+    read_range,
     read_shuffle,
     write_shuffle,
 )
-from orchestration.shuffle.kafka.client import KafkaClient, read_range
 from orchestration.shuffle.queue.driver import RecordFeeder, set_group_configs
 from orchestration.shuffle.testing import fail_write_attempts_below
 

@@ -5,8 +5,12 @@ import os
 
 import pytest
 
-from orchestration.shuffle import ShuffleTopicNotFoundError, process_queue, read_queue_output
-from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle import (
+    KafkaClient,
+    ShuffleTopicNotFoundError,
+    process_queue,
+    read_queue_output,
+)
 from tests.integration.test_queue import IDS, doubled, produce
 
 pytestmark = pytest.mark.integration

@@ -8,14 +8,14 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from pyspark.errors import StreamingQueryException
 
 from orchestration.shuffle import (
+    KafkaClient,
+    ShuffleOptionError,
     group_offsets_behind,
     read_records,
     register_data_sources,
     stream_metrics,
     summarize_stream_metrics,
 )
-from orchestration.shuffle.errors import ShuffleOptionError
-from orchestration.shuffle.kafka import KafkaClient
 from orchestration.shuffle.spark.records import commit_group_offsets
 from orchestration.shuffle.spark.session import explain_text
 from tests.conftest import jvm_read_off, jvm_read_on

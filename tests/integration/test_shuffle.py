@@ -10,6 +10,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import functions as F
 
 from orchestration.shuffle import (
+    KafkaClient,
     ShuffleConnectionError,
     ShuffleFormatError,
     ShuffleKeyError,
@@ -28,7 +29,6 @@ from orchestration.shuffle import (
     shuffle_watermark,
     write_shuffle,
 )
-from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import write_commit
 from orchestration.shuffle.testing import data_frames_of_attempt, fail_write_attempts_below
 

@@ -15,10 +15,16 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from orchestration.shuffle import ShuffleSpec, read_shuffle, shuffle_log, write_shuffle
+from orchestration.shuffle import (
+    KafkaClient,
+    ShuffleOptionError,
+    ShuffleSchemaError,
+    ShuffleSpec,
+    read_shuffle,
+    shuffle_log,
+    write_shuffle,
+)
 from orchestration.shuffle.core.commitlog import TaskResult
-from orchestration.shuffle.errors import ShuffleOptionError, ShuffleSchemaError
-from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import write_commit
 from orchestration.shuffle.spark.session import explain_text
 from orchestration.shuffle.spark.writer import ProducerTask, WriteOptions, commit_run

@@ -16,9 +16,12 @@ from confluent_kafka.admin import (
 )
 
 from devstack import localstack
-from orchestration.shuffle import register_data_sources
-from orchestration.shuffle.errors import ShuffleConnectionError, ShuffleError
-from orchestration.shuffle.kafka import KafkaClient
+from orchestration.shuffle import (
+    KafkaClient,
+    ShuffleConnectionError,
+    ShuffleError,
+    register_data_sources,
+)
 
 pytestmark = pytest.mark.integration
 

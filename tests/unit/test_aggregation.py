@@ -7,8 +7,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from orchestration.shuffle import ShuffleOptionError
 from orchestration.shuffle.core import aggregation as agg
-from orchestration.shuffle.errors import ShuffleOptionError
 
 SCHEMA = pa.schema(
     [

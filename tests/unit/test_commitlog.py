@@ -3,13 +3,11 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
+from orchestration.shuffle import Commit, Layout, ShuffleFormatError, ShuffleLayoutError, ShuffleLog
 from orchestration.shuffle.core.commitlog import (
     COMMIT_PREFIX,
     LAYOUT_KEY,
-    Commit,
-    Layout,
     PartitionRange,
-    ShuffleLog,
     TaskResult,
     build_commit,
     commit_topic,
@@ -17,7 +15,6 @@ from orchestration.shuffle.core.commitlog import (
     recover_window,
     to_micros,
 )
-from orchestration.shuffle.errors import ShuffleFormatError, ShuffleLayoutError
 
 SCHEMA = pa.schema([("tailnum", pa.string()), ("sched_dep", pa.timestamp("us", tz="UTC"))])
 

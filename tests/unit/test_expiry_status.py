@@ -10,8 +10,8 @@ from dagster import AssetCheckSeverity, DailyPartitionsDefinition, asset, valida
 from orchestration import shuffle_expiry_job, shuffle_metadata
 from orchestration.checks import gone_windows, readability
 from orchestration.maintenance import ExpiryConfig
-from orchestration.shuffle import ShuffleOptionError
-from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange, ShuffleLog
+from orchestration.shuffle import Commit, Layout, ShuffleLog, ShuffleOptionError
+from orchestration.shuffle.core.commitlog import PartitionRange
 from orchestration.shuffle.core.retention import marker
 
 NOW = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)

@@ -3,8 +3,8 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from orchestration.shuffle import ShuffleError, ShuffleFormatError
 from orchestration.shuffle.core import frames as fr
-from orchestration.shuffle.errors import ShuffleError, ShuffleFormatError
 
 RUN = str(uuid.uuid4())
 

@@ -174,7 +174,7 @@ def jar_on_session(monkeypatch):
 
 
 def test_a_session_set_up_for_the_jvm_on_another_spark_line_is_refused(jar_on_session):
-    from orchestration.shuffle.kafka.client import KafkaClient
+    from orchestration.shuffle import KafkaClient
 
     kafka = KafkaClient.of({"bootstrap.servers": "b:9092"})
     assert jvm.choose_engine(_Session("4.3.0"), kafka, "auto") == "shuffle"

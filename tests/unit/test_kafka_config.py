@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestration.shuffle import KafkaClient, ShuffleOptionError
 from orchestration.shuffle.core.kafka_config import (
     REFUSED,
     SAME_NAMES,
@@ -15,8 +16,7 @@ from orchestration.shuffle.core.kafka_config import (
     parse_jaas,
     redact,
 )
-from orchestration.shuffle.errors import ShuffleOptionError
-from orchestration.shuffle.kafka.client import READER_GROUP, KafkaClient
+from orchestration.shuffle.kafka.client import READER_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"

@@ -2,11 +2,9 @@ import datetime as dt
 
 import pytest
 
+from orchestration.shuffle import key_group_of, key_group_range, partition_of
 from orchestration.shuffle.core.keygroups import (
     hash_bytes,
-    key_group_of,
-    key_group_range,
-    partition_of,
     spark_hash,
     split_range,
     validate_layout,

@@ -24,6 +24,12 @@ Python process; the others run none).
 - The Dagster integration is shallow: the longest chain of imports among its modules
   (``orchestration/*.py`` but the package's export table, every import counted) is at most
   ``MAX_DAGSTER_DEPTH`` modules long.
+- No package of the library has an import circle among its own modules, counting every
+  import (inside functions and under ``TYPE_CHECKING`` too).
+- One public path per public name: the public modules (``PUBLIC_MODULES``, package
+  ``__init__``s) export disjoint names (their ``__all__``), no other package ``__init__`` of
+  the library exports any, and the library's own modules import a public name from the
+  module that defines it, never through a public module's exports.
 - The layer table of docs/ARCHITECTURE.md (``LAYERS`` below, stated there verbatim): a
   module imports only from the layers its layer lists, and none of the third-party packages
   it forbids. Every import counts here, in functions and under ``TYPE_CHECKING`` too.
@@ -71,6 +77,9 @@ DEV_ONLY = (
 PYTEST_PLUGIN = "orchestration.testing.plugin"
 # The longest import chain among the Dagster integration's modules, in modules.
 MAX_DAGSTER_DEPTH = 4
+# The modules users import public names from (package __init__s with __all__): each public
+# name is exported by exactly one of them.
+PUBLIC_MODULES = ("orchestration", "orchestration.shuffle", "orchestration.testing")
 
 
 @dataclass(frozen=True)
@@ -338,6 +347,95 @@ def import_cycles(root: Path, top: str = LIBRARY, every_import: bool = False) ->
     return [" -> ".join(_cycle_in(scc, graph)) for scc in _strongly_connected(graph)]
 
 
+def package_cycles(root: Path, top: str = LIBRARY) -> list[str]:
+    """Circles among the modules of one package (the files of one directory, its
+    ``__init__`` aside), for every package under ``top``, counting every import."""
+    known = project_modules(root)
+    packages: dict[str, set[str]] = {}
+    for module, path in known.items():
+        if module.split(".")[0] == top and path.name != "__init__.py":
+            packages.setdefault(package_of(module, known), set()).add(module)
+    found = []
+    for members in packages.values():
+        graph = {
+            module: sorted(
+                {
+                    imp.target
+                    for imp in read_imports(module, known, root)[0]
+                    if imp.target in members and imp.target != module
+                }
+            )
+            for module in sorted(members)
+        }
+        found += [" -> ".join(_cycle_in(scc, graph)) for scc in _strongly_connected(graph)]
+    return sorted(found)
+
+
+def exported_names(path: Path) -> list[str] | None:
+    """A module's ``__all__``, read from its source: a list or tuple of strings, or
+    ``sorted(_EXPORTS)`` over a dict literal ``_EXPORTS`` (a lazy export table); None
+    without one."""
+    tree = ast.parse(path.read_text(), str(path))
+    assigned: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    assigned[t.id] = node.value
+    value = assigned.get("__all__")
+    if value is None:
+        return None
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "sorted"
+        and len(value.args) == 1
+        and isinstance(value.args[0], ast.Name)
+    ):
+        value = assigned[value.args[0].id]
+        assert isinstance(value, ast.Dict)
+        return sorted(ast.literal_eval(k) for k in value.keys if k is not None)
+    return list(ast.literal_eval(value))
+
+
+def public_name_problems(root: Path) -> list[str]:
+    """Public names with more than one public path: a name two public modules export, a
+    package of the library other than ``PUBLIC_MODULES`` that exports names, and a library
+    module that imports a name through a public module's exports instead of from the module
+    that defines it."""
+    known = project_modules(root)
+    problems = []
+    exporters: dict[str, list[str]] = {}
+    for module, path in sorted(known.items()):
+        if module.split(".")[0] != LIBRARY or path.name != "__init__.py":
+            continue
+        names = exported_names(path)
+        if names is None:
+            continue
+        if module not in PUBLIC_MODULES:
+            problems.append(
+                f"{path.relative_to(root)}: {module} exports {names}; export them from "
+                f"one of {list(PUBLIC_MODULES)}"
+            )
+            continue
+        for name in names:
+            exporters.setdefault(name, []).append(module)
+    for name, modules in sorted(exporters.items()):
+        if len(modules) > 1:
+            problems.append(f"{name} is exported by {len(modules)} public modules: {modules}")
+    for module in sorted(known):
+        if module.split(".")[0] != LIBRARY or module in PUBLIC_MODULES[:2]:
+            continue  # the export tables themselves
+        for imp in read_imports(module, known, root)[0]:
+            if imp.name is not None and imp.target in PUBLIC_MODULES and imp.target != module:
+                if imp.name in exporters and imp.target in exporters[imp.name]:
+                    problems.append(
+                        f"{imp.path}:{imp.line}: imports {imp.name} through {imp.target}; "
+                        "import it from the module that defines it"
+                    )
+    return problems
+
+
 def longest_import_chain(root: Path, package: str = LIBRARY) -> list[str]:
     """The longest chain of imports among the modules of ``package``'s own directory (its
     ``__init__`` aside: an export table), counting every import; the first found of that
@@ -597,6 +695,14 @@ def test_no_import_cycle_in_bench():
     assert_none(import_cycles(ROOT, "bench", every_import=True))
 
 
+def test_no_package_has_an_import_circle_among_its_modules():
+    assert_none(package_cycles(ROOT))
+
+
+def test_every_public_name_has_one_public_path():
+    assert_none(public_name_problems(ROOT))
+
+
 def test_the_dagster_integration_is_at_most_four_modules_deep():
     chain = longest_import_chain(ROOT)
     assert len(chain) <= MAX_DAGSTER_DEPTH, " -> ".join(chain)
@@ -813,6 +919,32 @@ def test_import_cycle_in_bench_is_reported_counting_every_import(tmp_path):
     assert import_cycles(root, "bench") == []  # at load only: the import in f does not count
 
 
+def test_an_import_circle_inside_a_package_is_reported_counting_every_import(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            # In a function and under TYPE_CHECKING: both count here.
+            "orchestration/shuffle/spark/reader.py": (
+                "def f():\n    from orchestration.shuffle.spark import stream\n"
+            ),
+            "orchestration/shuffle/spark/stream.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                "    from orchestration.shuffle.spark.reader import f\n"
+            ),
+            # Across packages: not this rule's (the layers say who may import whom).
+            "orchestration/shuffle/core/plan.py": "from orchestration.shuffle.kafka import c\n",
+            "orchestration/shuffle/kafka/c.py": "from orchestration.shuffle.core import plan\n",
+            # A package's __init__ importing its modules is its export table, not a circle.
+            "orchestration/io.py": "from orchestration import x\n",
+            "orchestration/__init__.py": "from orchestration.io import y\n",
+        },
+    )
+    assert package_cycles(root) == [
+        "orchestration.shuffle.spark.reader -> orchestration.shuffle.spark.stream -> "
+        "orchestration.shuffle.spark.reader"
+    ]
+
+
 def test_the_longest_import_chain_counts_every_import(tmp_path):
     root = plant(
         tmp_path,
@@ -833,4 +965,33 @@ def test_the_longest_import_chain_counts_every_import(tmp_path):
         "orchestration.b",
         "orchestration.c",
         "orchestration.d",
+    ]
+
+
+def test_a_public_name_with_two_public_paths_is_reported(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "orchestration/__init__.py": (
+                "_EXPORTS = {'KafkaResource': 'resources', 'KafkaClient': 'shuffle.kafka.client'}\n"
+                "__all__ = sorted(_EXPORTS)\n"
+            ),
+            "orchestration/shuffle/__init__.py": (
+                "_EXPORTS = {'KafkaClient': 'kafka.client'}\n__all__ = sorted(_EXPORTS)\n"
+            ),
+            "orchestration/shuffle/kafka/__init__.py": "__all__ = ['read_range']\n",
+            "orchestration/shuffle/kafka/client.py": "class KafkaClient: ...\n",
+            "orchestration/testing/__init__.py": "__all__ = ['window_rows']\n",
+            # The library imports through an export table; the application may.
+            "orchestration/resources.py": "from orchestration.shuffle import KafkaClient\n",
+            "assets/a.py": "from orchestration.shuffle import KafkaClient\n",
+        },
+    )
+    assert public_name_problems(root) == [
+        "orchestration/shuffle/kafka/__init__.py: orchestration.shuffle.kafka exports "
+        "['read_range']; export them from one of "
+        "['orchestration', 'orchestration.shuffle', 'orchestration.testing']",
+        "KafkaClient is exported by 2 public modules: ['orchestration', 'orchestration.shuffle']",
+        "orchestration/resources.py:1: imports KafkaClient through orchestration.shuffle; "
+        "import it from the module that defines it",
     ]

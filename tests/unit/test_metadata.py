@@ -9,7 +9,8 @@ import inspect
 import pytest
 from dagster import AssetKey, asset
 
-from orchestration.definition import ShuffleAsset, shuffle_asset, shuffle_metadata
+from orchestration import shuffle_metadata
+from orchestration.definition import ShuffleAsset, shuffle_asset
 
 PARAMETERS = inspect.signature(shuffle_metadata).parameters
 REQUIRED = [name for name, p in PARAMETERS.items() if p.default is inspect.Parameter.empty]

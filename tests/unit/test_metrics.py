@@ -1,5 +1,6 @@
 """Source metrics from progress reports: the offset arithmetic and what is taken as ours."""
 
+from orchestration.shuffle import summarize_stream_metrics
 from orchestration.shuffle.core.metrics import (
     METRICS_KEY,
     OffsetsBehind,
@@ -7,7 +8,6 @@ from orchestration.shuffle.core.metrics import (
     kind_of,
     offsets_behind,
     progress_metrics,
-    summarize_stream_metrics,
 )
 
 

@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from orchestration.shuffle import KafkaClient, ShuffleError, ShuffleOptionError
 from orchestration.shuffle.core.optiondefs import (
     BATCH,
     BOOLEAN,
@@ -23,11 +24,9 @@ from orchestration.shuffle.core.optiondefs import (
     nearest,
 )
 from orchestration.shuffle.core.options import Options, kafka_to_options
-from orchestration.shuffle.core.reader import ReadOptions
+from orchestration.shuffle.core.planner import ReadOptions
 from orchestration.shuffle.core.records import parse_options
 from orchestration.shuffle.core.stream import StreamOptions
-from orchestration.shuffle.errors import ShuffleError, ShuffleOptionError
-from orchestration.shuffle.kafka.client import KafkaClient
 
 K = {"kafka.bootstrap.servers": "h:1"}
 

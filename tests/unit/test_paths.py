@@ -8,6 +8,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from orchestration.shuffle import ShuffleOptionError
 from orchestration.shuffle.core.paths import (
     AtomicWrite,
     atomic_write,
@@ -15,7 +16,6 @@ from orchestration.shuffle.core.paths import (
     endpoint_mismatch,
     parse_location,
 )
-from orchestration.shuffle.errors import ShuffleOptionError
 
 
 def test_a_plain_path_is_made_absolute_and_local(tmp_path, monkeypatch):

@@ -6,11 +6,18 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.core.commitlog import Commit, Expired, PartitionRange, ShuffleLog
-from orchestration.shuffle.core.queue import (
+from orchestration.shuffle import (
+    Commit,
     DeliveryPolicy,
-    Outcome,
     QueueCounts,
+    QueueSchemaError,
+    ShuffleError,
+    ShuffleLog,
+    ShuffleOptionError,
+)
+from orchestration.shuffle.core.commitlog import Expired, PartitionRange
+from orchestration.shuffle.core.queue import (
+    Outcome,
     WorkItem,
     conform,
     contiguous,
@@ -32,7 +39,6 @@ from orchestration.shuffle.core.queue import (
     work_items,
     work_topic,
 )
-from orchestration.shuffle.errors import QueueSchemaError, ShuffleError, ShuffleOptionError
 
 
 def _commit(run: str, partitions: dict[int, tuple[int, int]]) -> Commit:

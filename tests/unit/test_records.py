@@ -2,6 +2,7 @@
 
 import pytest
 
+from orchestration.shuffle import ShuffleOptionError
 from orchestration.shuffle.core.records import (
     Position,
     Range,
@@ -12,7 +13,6 @@ from orchestration.shuffle.core.records import (
     resolve,
     split,
 )
-from orchestration.shuffle.errors import ShuffleOptionError
 
 K = {"kafka.bootstrap.servers": "h:1"}
 

@@ -4,9 +4,9 @@ import datetime as dt
 
 import pytest
 
-from orchestration.shuffle.core.commitlog import Commit, PartitionRange, ShuffleLog
+from orchestration.shuffle import Commit, ShuffleFormatError, ShuffleLog, ShuffleOptionError
+from orchestration.shuffle.core.commitlog import PartitionRange
 from orchestration.shuffle.core.retention import bytes_deleted, marker, plan_expiry
-from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
 
 NOW = dt.datetime(2024, 1, 10, tzinfo=dt.UTC)
 

@@ -6,10 +6,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle import ShuffleSpec
-from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange, build_commit
-from orchestration.shuffle.core.reader import SplitPlan, plan_splits
-from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle import Commit, Layout, ShuffleOptionError, ShuffleSpec
+from orchestration.shuffle.core.commitlog import PartitionRange, build_commit
+from orchestration.shuffle.core.planner import SplitPlan, plan_splits
 from orchestration.shuffle.write import sort_by_problem
 
 SCHEMA = pa.schema([("k", pa.string()), ("j", pa.int64()), ("x", pa.float64())])

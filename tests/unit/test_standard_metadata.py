@@ -8,17 +8,17 @@ import pyarrow as pa
 import pytest
 from dagster import AssetMaterialization, MetadataValue, TableSchema
 
+from orchestration import KafkaResource
 from orchestration.metadata import column_schema, commit_metadata, shuffle_uri, type_name
-from orchestration.resources import KafkaResource
-from orchestration.shuffle import ShuffleOptionError, ShuffleWindowNotFoundError
-from orchestration.shuffle.core.commitlog import (
+from orchestration.shuffle import (
     Commit,
     Layout,
-    PartitionRange,
     ShuffleLog,
-    to_micros,
+    ShuffleOptionError,
+    ShuffleWindowNotFoundError,
 )
-from orchestration.shuffle.core.reader import plan_read
+from orchestration.shuffle.core.commitlog import PartitionRange, to_micros
+from orchestration.shuffle.core.planner import plan_read
 from orchestration.shuffle.core.retention import marker, plan_expiry
 
 SCHEMA = pa.schema(

@@ -2,7 +2,8 @@
 
 import pytest
 
-from orchestration.shuffle.core.commitlog import Commit, PartitionRange
+from orchestration.shuffle import Commit, ShuffleOptionError
+from orchestration.shuffle.core.commitlog import PartitionRange
 from orchestration.shuffle.core.stream import (
     LogRecord,
     StreamOffset,
@@ -10,7 +11,6 @@ from orchestration.shuffle.core.stream import (
     starting_offset,
     stream_commits,
 )
-from orchestration.shuffle.errors import ShuffleOptionError
 
 
 def commit(run: str, window: str | None, rows: int, at: str = "2024-01-01T00:00:00+00:00"):

@@ -6,8 +6,8 @@ from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceTyp
 from dagster import EnvVar
 from pydantic import ValidationError
 
-from orchestration import KafkaResource
-from orchestration.definition import shuffle_asset, shuffle_metadata
+from orchestration import KafkaResource, shuffle_metadata
+from orchestration.definition import shuffle_asset
 from orchestration.shuffle import ShuffleOptionError, shuffle_acls
 from orchestration.shuffle.kafka.client import READER_GROUP
 

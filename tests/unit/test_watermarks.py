@@ -1,7 +1,7 @@
 import pytest
 
+from orchestration.shuffle import ShuffleWatermarkError
 from orchestration.shuffle.core.watermarks import WatermarkMerger, run_watermark, subtask_watermark
-from orchestration.shuffle.errors import ShuffleWatermarkError
 
 
 def test_emits_only_after_every_subtask_reported():

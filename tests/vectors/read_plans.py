@@ -2,7 +2,7 @@
 
 ``read_plans.json`` holds, per case, a shuffle's commit-log records (``[key, value]``, value
 null for a delete; a record's offset is its index), a read's string options, and what the
-Python planner (:func:`orchestration.shuffle.core.reader.plan_read` through
+Python planner (:func:`orchestration.shuffle.core.planner.plan_read` through
 ``ReadOptions.parse``) makes of them: the splits as ``SplitPlan.to_json`` writes them, or the
 error's class and message; and, when the log skipped records, ``bad_records``: each as
 ``[offset, key, window_known, window]``.
@@ -24,19 +24,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from orchestration.shuffle import Commit, Layout, ShuffleError, ShuffleLog
 from orchestration.shuffle.core.commitlog import (
     COMMIT_PREFIX,
     EXPIRED_PREFIX,
     LAYOUT_KEY,
-    Commit,
     Expired,
-    Layout,
     PartitionRange,
-    ShuffleLog,
 )
 from orchestration.shuffle.core.options import Options
-from orchestration.shuffle.core.reader import ReadOptions
-from orchestration.shuffle.errors import ShuffleError
+from orchestration.shuffle.core.planner import ReadOptions
 
 FILE = Path(__file__).with_name("read_plans.json")
 TOPIC = "vectors.events"

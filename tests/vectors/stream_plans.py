@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestration.shuffle.core.commitlog import COMMIT_PREFIX, ShuffleLog
+from orchestration.shuffle import ShuffleError, ShuffleLog
+from orchestration.shuffle.core.commitlog import COMMIT_PREFIX
 from orchestration.shuffle.core.stream import LogRecord
-from orchestration.shuffle.errors import ShuffleError
 from orchestration.shuffle.spark.reader import SourceOptions
 from orchestration.shuffle.spark.stream import ShuffleStreamReader
 from tests.vectors.read_plans import TOPIC, Record, commit, delete, layout

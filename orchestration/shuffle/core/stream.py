@@ -43,7 +43,7 @@ class StreamOptions:
     the ``kafka-shuffle`` data source takes the same as string options named as Spark's Kafka
     source names its own (:meth:`parse`, :meth:`to_options`). What a streaming read shares
     with a batch read (``parallelism``, ``with_metadata``) is in
-    :class:`~orchestration.shuffle.core.reader.ReadOptions`.
+    :class:`~orchestration.shuffle.core.planner.ReadOptions`.
 
     Example::
 

@@ -4,7 +4,7 @@ whether a session has it, and a planned read executed by it.
 The ``kafka-shuffle-jvm`` source (``jvm/``, built by the package's build into this package's
 ``jars`` folder: :func:`jvm_jars`) executes the splits the Python planner made (one set of
 read rules: commit gating, winning attempts, supersession, windows, runs and expiry are
-decided here, in :mod:`orchestration.shuffle.core.reader`), reads frames straight into
+decided here, in :mod:`orchestration.shuffle.core.planner`), reads frames straight into
 Arrow vectors that Spark uses as they are, and, when each split is one whole Kafka
 partition, tells Spark that its rows are grouped by the key's partition. Spark then plans
 ``groupBy(key)``, ``Window.partitionBy(key)``, ``groupBy(key).applyInPandas``, SQL
@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, SparkSession
 
 from orchestration.shuffle.core.options import kafka_to_options
-from orchestration.shuffle.core.reader import AUTO, ReadPlan, SplitPlan, plan_splits
+from orchestration.shuffle.core.planner import AUTO, ReadPlan, SplitPlan, plan_splits
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleSessionError
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
 from orchestration.shuffle.spark.session import is_connect

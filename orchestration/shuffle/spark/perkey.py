@@ -192,7 +192,7 @@ def in_reader(
     """A shuffle read with ``options`` that returns ``kf``'s results instead of rows."""
     from pyspark import cloudpickle
 
-    from orchestration.shuffle.spark.session import register_data_sources
+    from orchestration.shuffle.spark.sources import register_data_sources
 
     register_data_sources(spark)
     options = _balanced(spark, options)
@@ -208,10 +208,10 @@ def in_reader(
 def _balanced(spark: Any, options: dict[str, str]) -> dict[str, str]:
     """``options`` with a read planned in whole Kafka partitions (parallelism not given,
     None or ``"auto"``) regrouped into one task per core (see
-    :func:`~orchestration.shuffle.core.reader.balance_splits`): per-key results are not keyed
+    :func:`~orchestration.shuffle.core.planner.balance_splits`): per-key results are not keyed
     rows, so nothing needs a task per partition."""
     from orchestration.shuffle.core.commitlog import Layout
-    from orchestration.shuffle.core.reader import AUTO, SplitPlan, balance_splits
+    from orchestration.shuffle.core.planner import AUTO, SplitPlan, balance_splits
     from orchestration.shuffle.spark.session import task_slots
 
     names = {k.lower(): k for k in options}

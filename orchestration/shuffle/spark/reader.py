@@ -1,7 +1,8 @@
-"""The Spark side of reading a shuffle: the ``kafka-shuffle`` Python data source (batch reads
-here, streaming reads in :mod:`orchestration.shuffle.spark.stream`).
+"""The Spark side of reading a shuffle: the batch reader of the ``kafka-shuffle`` Python data
+source (its streaming reader is :mod:`orchestration.shuffle.spark.stream`, the data source
+itself :mod:`orchestration.shuffle.spark.sources`, above both).
 
-Each Spark partition follows its :class:`~orchestration.shuffle.core.reader.SplitPlan`: it seeks
+Each Spark partition follows its :class:`~orchestration.shuffle.core.planner.SplitPlan`: it seeks
 straight to the committed offset ranges of its Kafka partitions, keeps the DATA frames of
 committed subtask attempts only, merges the producers' watermarks per partition (a
 regression is an error), and checks each committed attempt's END frame against what it
@@ -10,7 +11,7 @@ read, so a lost or extra frame cannot go unnoticed.
 Options (:class:`SourceOptions`, declared in
 :data:`~orchestration.shuffle.core.optiondefs.SHUFFLE`, which refuses any other):
 ``topic`` and ``kafka.*`` (librdkafka settings), the read options of
-:class:`~orchestration.shuffle.core.reader.ReadOptions` (``windows``, ``runs``, the
+:class:`~orchestration.shuffle.core.planner.ReadOptions` (``windows``, ``runs``, the
 event-time range, ``parallelism``, ``with_metadata``) and, for streaming reads, those of
 :class:`~orchestration.shuffle.core.stream.StreamOptions`.
 ``plan_shuffle_read`` plans on the driver and hands the plan over (options ``layout`` and
@@ -23,7 +24,7 @@ itself. ``aggregate`` (JSON ``{"name": ["column", "function"]}``, see
 ``per_key_schema``) runs a function over whole keys inside the reader and returns its
 results instead of rows: a key never spans two Kafka partitions, so a pass over a partition's
 key groups holds every row of its keys. ``pass_rows`` bounds the rows of one pass (see
-:func:`~orchestration.shuffle.core.reader.split_passes`).
+:func:`~orchestration.shuffle.core.planner.split_passes`).
 """
 
 from __future__ import annotations
@@ -39,18 +40,17 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from orchestration.shuffle.core import aggregation as agg
 from orchestration.shuffle.core import frames as fr
-from orchestration.shuffle.core import perkey as grouping
-from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog, schema_from_b64
-from orchestration.shuffle.core.optiondefs import BATCH, SHUFFLE, STREAM
+from orchestration.shuffle.core import perkey
+from orchestration.shuffle.core.commitlog import Layout, ShuffleLog, schema_from_b64
+from orchestration.shuffle.core.optiondefs import SHUFFLE, STREAM
 from orchestration.shuffle.core.options import Options, kafka_to_options
-from orchestration.shuffle.core.reader import (
+from orchestration.shuffle.core.planner import (
     PartitionRead,
     ReadOptions,
-    ReadPlan,
     SplitPlan,
     merged_intervals,
     split_passes,
@@ -59,12 +59,11 @@ from orchestration.shuffle.core.stream import StreamOptions
 from orchestration.shuffle.core.watermarks import WatermarkMerger
 from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
 from orchestration.shuffle.kafka.client import KafkaClient, read_range
-from orchestration.shuffle.kafka.commitlog import check_partitions, read_log
+from orchestration.shuffle.kafka.commitlog import read_log
+from orchestration.shuffle.kafka.planner import plan_shuffle
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
-
-    from orchestration.shuffle.spark.stream import ShuffleStreamReader
+    pass
 
 SOURCE = "kafka-shuffle"
 
@@ -83,57 +82,6 @@ def output_schema(layout: Layout, with_metadata: bool) -> pa.Schema:
     return pa.schema(fields + (METADATA_FIELDS if with_metadata else []))
 
 
-def plan_shuffle(
-    kafka: KafkaClient, topic: str, options: ReadOptions, log: ShuffleLog | None = None
-) -> ReadPlan:
-    """Plans the read ``options`` select from the commit log (read here unless given), and
-    checks that the data topic still has the layout's partitions."""
-    if log is None:
-        log = read_log(kafka, topic)
-    plan = options.plan(log)
-    check_partitions(kafka, plan.layout)
-    check_offsets(kafka, topic, plan.layout.num_partitions, plan.commits)
-    return plan
-
-
-def check_offsets(
-    kafka: KafkaClient, topic: str, num_partitions: int, commits: Sequence[Commit]
-) -> None:
-    """Refuses a read whose committed offsets the data topic no longer holds: deleted below
-    the partition's start (retention, ``delete_records``) or past its end (the topic was
-    made again, or lost acknowledged records). Checked on the driver, before any task
-    runs, so the error names the run, window and offsets instead of a fetch's failure.
-
-    Raises:
-        ShuffleFormatError: Naming the topic, partition, run, window, committed offsets
-            and the offsets the partition holds now.
-    """
-    wanted = [(p, r, c) for c in commits for p, r in c.partitions.items()]
-    if not wanted:
-        return
-    bounds = kafka.end_offsets(topic, num_partitions)
-    for p, r, c in wanted:
-        if not 0 <= p < num_partitions:
-            continue  # the planner refuses it, naming the partition
-        low, high = bounds[p]
-        if r.first >= low and r.last < high:
-            continue
-        what = (
-            f"topic {topic!r} partition {p}: run {c.run_id} (window {c.window!r}) was "
-            f"committed at offsets [{r.first}, {r.last}], but the partition holds "
-            f"[{low}, {high})"
-        )
-        if r.first < low:
-            raise ShuffleFormatError(
-                f"{what}: offsets below {low} were deleted (retention or delete_records); "
-                "expire the run (expire_shuffle) or write its window again"
-            )
-        raise ShuffleFormatError(
-            f"{what}: the commit names offsets past the partition's end; the topic lost "
-            "records or was deleted and made again"
-        )
-
-
 def source_options(
     topic: str,
     kafka: KafkaClient,
@@ -147,7 +95,7 @@ def source_options(
 
     With ``plan`` (the layout and the splits, planned on the driver) the source reads exactly
     those splits; the plan has fixed the runs and the splits, so only the options that apply
-    to rows go along (:meth:`~orchestration.shuffle.core.reader.ReadOptions.row_options`).
+    to rows go along (:meth:`~orchestration.shuffle.core.planner.ReadOptions.row_options`).
     """
     out = {"topic": topic}
     if plan is not None:
@@ -168,7 +116,7 @@ def source_options(
 
 class SourceOptions:
     """The ``kafka-shuffle`` data source's options, parsed and validated once on the driver:
-    the read options (:class:`~orchestration.shuffle.core.reader.ReadOptions`), the streaming
+    the read options (:class:`~orchestration.shuffle.core.planner.ReadOptions`), the streaming
     ones (:class:`~orchestration.shuffle.core.stream.StreamOptions`), and what the source
     itself needs (topic, Kafka settings, a plan handed over, in-reader aggregation or per-key
     work). :func:`source_options` writes them.
@@ -230,7 +178,7 @@ class SourceOptions:
                 raise ShuffleOptionError(
                     f"{SOURCE}: option 'per_key_schema' is not a base64 Arrow schema"
                 ) from None
-        self._key_function: grouping.KeyFunction | None = None
+        self._key_function: perkey.KeyFunction | None = None
 
     def check_mode(self, mode: str) -> None:
         """Refuses the options that a ``mode`` read (``"batch"`` or ``"stream"``) does not
@@ -244,13 +192,13 @@ class SourceOptions:
             self._stream = StreamOptions.parse(Options(self._stream_given, SHUFFLE, STREAM))
         return self._stream
 
-    def key_function(self) -> grouping.KeyFunction:
+    def key_function(self) -> perkey.KeyFunction:
         """The per-key function of option ``per_key``."""
         if self._key_function is None:
             if not self.per_key:
                 raise ShuffleOptionError(f"{SOURCE}: option 'per_key' is not set")
             kf = pickle.loads(base64.b64decode(self.per_key))
-            if not isinstance(kf, grouping.KeyFunction):
+            if not isinstance(kf, perkey.KeyFunction):
                 raise ShuffleOptionError(
                     f"{SOURCE}: option 'per_key' does not hold a per-key function"
                 )
@@ -392,7 +340,7 @@ class ShuffleReader(DataSourceReader):
     def _per_key(self, c: Consumer, plan: SplitPlan) -> Iterator[pa.RecordBatch]:
         """The per-key function over each pass: the rows of a contiguous range of one Kafka
         partition's key groups, so every row of each of its keys (see
-        :func:`~orchestration.shuffle.core.reader.split_passes` for what bounds a pass)."""
+        :func:`~orchestration.shuffle.core.planner.split_passes` for what bounds a pass)."""
         kf = self.opts.key_function()
         if kf.columns is not None:
             self._use_columns(list(kf.columns))
@@ -513,46 +461,3 @@ class ShuffleReader(DataSourceReader):
             }
             columns += [meta[f.name]() for f in self.schema if f.name in meta]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
-
-
-class ShuffleDataSource(DataSource):
-    """``kafka-shuffle``: read a shuffle's committed runs.
-
-    Prefer :func:`orchestration.shuffle.read_shuffle`, which also checks the layout and
-    tags the key columns for :func:`orchestration.shuffle.apply_per_key`. Writing goes
-    through :func:`orchestration.shuffle.write_shuffle`.
-    """
-
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE
-
-    def _source_options(self) -> SourceOptions:
-        cached: SourceOptions | None = getattr(self, "_opts", None)
-        if cached is None:
-            cached = SourceOptions(self.options)
-            self._opts = cached
-        return cached
-
-    def schema(self) -> StructType:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        opts = self._source_options()
-        schema = output_schema(opts.layout, opts.read.with_metadata)
-        if opts.per_key_schema is not None:
-            return from_arrow_schema(opts.per_key_schema)
-        if opts.aggregate:
-            schema = agg.PartialAggregator(opts.layout.key, opts.aggregate, schema).output_schema()
-        return from_arrow_schema(schema)
-
-    def reader(self, schema: StructType) -> ShuffleReader:
-        opts = self._source_options()
-        opts.check_mode(BATCH)
-        return ShuffleReader(opts)
-
-    def streamReader(self, schema: StructType) -> ShuffleStreamReader:
-        from orchestration.shuffle.spark.stream import ShuffleStreamReader
-
-        opts = self._source_options()
-        opts.check_mode(STREAM)
-        return ShuffleStreamReader(opts)

@@ -1,18 +1,13 @@
-"""The project's Spark data sources on any session, and a convenience session factory.
-
-Every engine function that needs a data source registers it on the session it is given,
-so a session from ``SparkSession.builder``, ``dagster_pyspark`` or a notebook works as is.
-For use by name, register them yourself::
-
-    register_data_sources(spark)
-    spark.read.format("kafka-records").option("topic", "events")...
+"""What the engine asks of a Spark session, whichever built it: classic or Spark Connect
+(:func:`is_connect`), its plan as text, its task slots, the settings that suit the shuffle
+(:func:`session_settings`), and whether its executors can reach a storage location.
 
 A Spark Connect session (``SparkSession.builder.remote(...)``) has no JVM on this side; the
-functions here tell the two kinds apart per session (:func:`is_connect`), since one process
-may hold both.
+functions here tell the two kinds apart per session, since one process may hold both.
 
-:func:`spark_session` only bundles settings that suit the shuffle on a laptop; it is never
-required.
+Registering the project's data sources on a session, and the convenience session factory
+:func:`~orchestration.shuffle.spark.sources.spark_session`, are in
+:mod:`orchestration.shuffle.spark.sources`.
 """
 
 from __future__ import annotations
@@ -23,22 +18,13 @@ import os
 import re
 import sys
 import threading
-import warnings
-from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource
 
 from orchestration.shuffle.core.paths import Location, endpoint_mismatch
 from orchestration.shuffle.errors import ShuffleSessionError
 
-DEFAULT_MASTER = "local[2]"
-
-# Connect sessions (by session id) our sources were registered with: Connect offers no way to
-# ask the server whether a source is registered, and a registration lives in one session.
-_connect_registered: set[str] = set()
-_connect_lock = threading.Lock()
 # ``explain`` only prints; capturing it swaps ``sys.stdout`` for the whole process.
 _explain_lock = threading.Lock()
 
@@ -59,63 +45,6 @@ def explain_text(df: Any, mode: str = "simple") -> str:
     with _explain_lock, contextlib.redirect_stdout(buffer):
         df.explain(mode=mode)
     return buffer.getvalue()
-
-
-def _data_sources() -> list[type[DataSource]]:
-    from orchestration.shuffle.spark.reader import ShuffleDataSource
-    from orchestration.shuffle.spark.records import KafkaRecordsDataSource
-
-    return [KafkaRecordsDataSource, ShuffleDataSource]
-
-
-def _registered(spark: SparkSession, name: str) -> bool:
-    try:
-        manager = spark._jsparkSession.sessionState().dataSourceManager()
-        return bool(manager.dataSourceExists(name))
-    except Exception:  # noqa: BLE001 - an internal API; registering again is harmless
-        return False
-
-
-def register_data_sources(spark: SparkSession) -> None:
-    """Registers the project's Python data sources (``kafka-shuffle``, ``kafka-records``)
-    with ``spark``. Idempotent: a source already registered is left as it is."""
-    from pyspark.errors import AnalysisException
-
-    if is_connect(spark):
-        _register_connect(spark)
-        return
-    missing = [s for s in _data_sources() if not _registered(spark, s.name())]
-    if not missing:
-        return
-    # Spark checks a new name against the *active* session's sources; with several sessions
-    # (``newSession()``) that is not always the one given, so make it active meanwhile.
-    jvm: Any = spark._jvm  # py4j's view of the JVM: its members are looked up at run time
-    jsessions = jvm.org.apache.spark.sql.SparkSession
-    previous = jsessions.getActiveSession()
-    jsessions.setActiveSession(spark._jsparkSession)
-    try:
-        for source in missing:
-            try:
-                spark.dataSource.register(source)
-            except AnalysisException as exc:
-                if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
-                    raise
-    finally:
-        if previous.isDefined():
-            jsessions.setActiveSession(previous.get())
-        else:
-            jsessions.clearActiveSession()
-
-
-def _register_connect(spark: Any) -> None:
-    # The server keeps a registration per Connect session; registering again would only
-    # replace it (with a warning in the server's log), so each session registers once.
-    with _connect_lock:
-        if spark.session_id in _connect_registered:
-            return
-        for source in _data_sources():
-            spark.dataSource.register(source)
-        _connect_registered.add(spark.session_id)
 
 
 def task_slots(spark: SparkSession) -> int | None:
@@ -151,79 +80,6 @@ def session_settings(master: str, *, ui: bool = False) -> dict[str, str]:
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     return settings
-
-
-def spark_session(
-    master: str = DEFAULT_MASTER,
-    app_name: str = "kafka-shuffle",
-    conf: Mapping[str, str] | None = None,
-    ui: bool = False,
-    log_level: str = "WARN",
-    remote: str | None = None,
-) -> SparkSession:
-    """Returns a SparkSession with settings that suit the shuffle, creating it.
-
-    An already active classic session is returned as it is: its settings and log level
-    belong to whoever built it (a ``conf`` given then is not applied, with a warning).
-
-    With ``remote`` (or the ``SPARK_REMOTE`` environment variable), a Spark Connect session
-    to that server instead: the server owns its static settings (master, application name,
-    UI, jars, log level), so only ``conf`` and the session-level time zone and shuffle
-    partitions below are set, on this session only.
-
-    Example::
-
-        spark = spark_session()                      # local[2], UI off
-        spark = spark_session(master="spark://h:7077", conf={"spark.executor.memory": "4g"})
-        spark = spark_session(remote="sc://127.0.0.1:15002")   # Spark Connect
-
-    Args:
-        master: Spark master URL (ignored with ``remote``).
-        app_name: Application name shown in the Spark UI (ignored with ``remote``).
-        conf: Extra Spark settings; they win over the defaults below.
-        ui: Whether to start the Spark UI (ignored with ``remote``).
-        log_level: Spark's log level once started (ignored with ``remote``).
-        remote: A Spark Connect URL (``sc://host:port``); default ``$SPARK_REMOTE``.
-    """
-    remote = remote or os.environ.get("SPARK_REMOTE") or None
-    if remote:
-        return _connect_session(remote, conf)
-    existing = SparkSession.getActiveSession()
-    if existing is not None:
-        # Someone else's session: its settings and log level are its owner's.
-        if conf:
-            warnings.warn(
-                "spark_session: a SparkSession is already active; it is returned as it is "
-                f"and conf {sorted(conf)} is not applied to it",
-                stacklevel=2,
-            )
-        register_data_sources(existing)
-        return existing
-    # Python workers must run the interpreter that has pyarrow and this package installed.
-    # PySpark reads this when the session starts (a Spark setting would not reach local
-    # workers); a value the user set is kept.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings = session_settings(master, ui=ui)
-    settings.update({k: str(v) for k, v in (conf or {}).items()})
-    builder = SparkSession.builder.appName(app_name)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(log_level)
-    register_data_sources(spark)
-    return spark
-
-
-def _connect_session(url: str, conf: Mapping[str, str] | None) -> SparkSession:
-    # Runtime settings only: a Connect session cannot change the server's static ones.
-    settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "4"}
-    settings.update({k: str(v) for k, v in (conf or {}).items()})
-    builder = SparkSession.builder.remote(url)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    register_data_sources(spark)
-    return spark
 
 
 def s3_endpoints(spark: SparkSession, bucket: str) -> tuple[str | None, str | None]:

@@ -24,7 +24,7 @@ from pyspark.sql.streaming.datasource import (
 
 from orchestration.shuffle.core.commitlog import Commit
 from orchestration.shuffle.core.metrics import METRICS_KEY
-from orchestration.shuffle.core.reader import plan_splits
+from orchestration.shuffle.core.planner import plan_splits
 from orchestration.shuffle.core.stream import (
     LogRecord,
     StreamOffset,
@@ -40,7 +40,7 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads of a shuffle: each micro-batch reads the runs committed since the
     previous one (see :mod:`orchestration.shuffle.core.stream`), keyed as a batch read is.
 
-    Made by :class:`~orchestration.shuffle.spark.reader.ShuffleDataSource` for
+    Made by :class:`~orchestration.shuffle.spark.sources.ShuffleDataSource` for
     ``spark.readStream.format("kafka-shuffle")``; prefer
     :func:`orchestration.shuffle.read_shuffle_stream`, which also tags the key columns.
     """

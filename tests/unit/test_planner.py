@@ -1,9 +1,9 @@
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.core.commitlog import Commit, Layout, PartitionRange
-from orchestration.shuffle.core.keygroups import key_group_range
-from orchestration.shuffle.core.reader import (
+from orchestration.shuffle import Commit, Layout, ShuffleOptionError, key_group_range
+from orchestration.shuffle.core.commitlog import PartitionRange
+from orchestration.shuffle.core.planner import (
     AUTO_TASK_ROWS,
     Segment,
     SplitPlan,
@@ -13,7 +13,6 @@ from orchestration.shuffle.core.reader import (
     plan_splits,
     split_passes,
 )
-from orchestration.shuffle.errors import ShuffleOptionError
 
 LAYOUT = Layout("t", ("k",), 4, 16, pa.schema([("k", pa.string())]))
 

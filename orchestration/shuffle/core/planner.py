@@ -315,7 +315,7 @@ class ReadOptions:
         parallelism: Spark partitions; None: one per Kafka partition. ``"auto"``: the same,
             but a small read merges whole contiguous partitions so that each task reads
             about 500k rows or more (each task has a fixed cost). See
-            :mod:`orchestration.shuffle.core.reader` for smaller and larger values. The
+            :mod:`orchestration.shuffle.core.planner` for smaller and larger values. The
             Python functions (:meth:`select`) default to ``"auto"``; the data source's
             option, when not given, is None.
         with_metadata: Add the columns ``_partition``, ``_key_group``, ``_run_id``,
