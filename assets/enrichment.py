@@ -32,7 +32,14 @@ from dagster_pyspark import LazyPySparkResource
 from assets.pipeline import FLIGHTS_BY_TAILNUM, PIPELINE_GROUP, FaultInjection, daily
 from assets.warehouse import WarehouseResource
 from orchestration import KafkaResource
-from orchestration.shuffle import DeliveryPolicy, process_queue, read_range, shuffle_log
+from orchestration.shuffle import (
+    DeliveryPolicy,
+    QueueScale,
+    QueueStop,
+    process_queue,
+    read_range,
+    shuffle_log,
+)
 
 ENRICHED = "flights_enriched"
 DEAD_LETTERS = "flights_enriched_dead_letters"
@@ -156,13 +163,12 @@ def enrichment_assets(topic: str, *, tasks: int = 2, consumers_per_task: int = 4
             ENRICHED_SCHEMA,
             kafka=conf,
             output=output,
-            tasks=tasks,
-            consumers_per_task=consumers_per_task,
+            # batch_size: a record is a frame of flights: a few per poll spreads the work
+            scale=QueueScale(tasks=tasks, consumers_per_task=consumers_per_task, batch_size=2),
+            stop=QueueStop(idle_timeout=3.0),
             delivery=DeliveryPolicy(max_deliveries=3, dead_letter_topic=dead_letter_topic(topic)),
-            idle_timeout=3.0,
             data="pandas",
             runs=[commit.run_id],
-            batch_size=2,  # a record is a frame of flights: a few per poll spreads the work
         )
         context.log.info(
             f"{ENRICHED} {day}: {result.rows_out} rows from run {commit.run_id}; "

@@ -39,7 +39,14 @@ from confluent_kafka import Producer
 
 from bench.common import WORK
 from devstack import localstack
-from orchestration.shuffle import KafkaClient, process_queue, register_data_sources, spark_session
+from orchestration.shuffle import (
+    KafkaClient,
+    QueueScale,
+    QueueStop,
+    process_queue,
+    register_data_sources,
+    spark_session,
+)
 
 SCHEMA = "id long, digest string"
 IDLE = 2.0
@@ -97,10 +104,8 @@ def run_queue(spark, kafka, topic, fn, consumers, batch, out) -> tuple[float, fl
         SCHEMA,
         kafka=kafka,
         output=out,
-        tasks=tasks,
-        consumers_per_task=consumers // tasks,
-        idle_timeout=IDLE,
-        batch_size=batch,
+        scale=QueueScale(tasks=tasks, consumers_per_task=consumers // tasks, batch_size=batch),
+        stop=QueueStop(idle_timeout=IDLE),
     )
     wall = max(res.seconds - IDLE, 1e-6)
     active = max(res.active_seconds, 1e-6)

@@ -30,6 +30,8 @@ from devstack.soak import definitions as soak
 from orchestration.shuffle import (
     DeliveryPolicy,
     KafkaClient,
+    QueueScale,
+    QueueStop,
     ShuffleSpec,
     ShuffleTopicNotFoundError,
     jvm_spark_conf,
@@ -181,12 +183,21 @@ class App:
         while not self.stop.is_set() or drain:
             try:
                 res = process_queue(
-                    self.spark, QUEUE_TOPIC, QUEUE_GROUP, work, "id long, doubled long",
-                    kafka=self.conf, output=str(self.out / "queue_out"), tasks=2,
-                    delivery=DeliveryPolicy(max_deliveries=2, dead_letter_topic=DLQ_TOPIC,
-                                            lock_seconds=15),
-                    idle_timeout=10 if drain else 5, max_seconds=None if drain else 45,
-                )  # fmt: skip
+                    self.spark,
+                    QUEUE_TOPIC,
+                    QUEUE_GROUP,
+                    work,
+                    "id long, doubled long",
+                    kafka=self.conf,
+                    output=str(self.out / "queue_out"),
+                    scale=QueueScale(tasks=2),
+                    stop=QueueStop(
+                        idle_timeout=10 if drain else 5, max_seconds=None if drain else 45
+                    ),
+                    delivery=DeliveryPolicy(
+                        max_deliveries=2, dead_letter_topic=DLQ_TOPIC, lock_seconds=15
+                    ),
+                )
                 soak.record("queue_result", accepted=res.accepted, dead=res.dead_lettered,
                             drain=drain)  # fmt: skip
                 if drain:

@@ -80,6 +80,8 @@ _EXPORTS = {
     "read_queue_output": "queue.driver",
     "QueueCounts": "core.queue",
     "DeliveryPolicy": "core.queue",
+    "QueueScale": "core.queue",
+    "QueueStop": "core.queue",
     "grant_shuffle_access": "kafka.access",
     "shuffle_acls": "kafka.access",
     "KafkaClient": "kafka.client",
@@ -93,7 +95,7 @@ if TYPE_CHECKING:
     from orchestration.shuffle.core.commitlog import BadRecord, Commit, Layout, ShuffleLog
     from orchestration.shuffle.core.keygroups import key_group_of, key_group_range, partition_of
     from orchestration.shuffle.core.metrics import BatchMetrics, summarize_stream_metrics
-    from orchestration.shuffle.core.queue import DeliveryPolicy, QueueCounts
+    from orchestration.shuffle.core.queue import DeliveryPolicy, QueueCounts, QueueScale, QueueStop
     from orchestration.shuffle.errors import (
         QueueGroupError,
         QueueSchemaError,

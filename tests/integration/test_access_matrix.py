@@ -25,6 +25,8 @@ import pytest
 from orchestration.shuffle import (
     DeliveryPolicy,
     KafkaClient,
+    QueueScale,
+    QueueStop,
     ShuffleAuthorizationError,
     ShuffleSpec,
     expire_shuffle,
@@ -113,10 +115,9 @@ def run_queue(w: World, conf, topic: str, group: str, dlq: str):
         QUEUE_SCHEMA,
         kafka=conf,
         output=str(w.tmp / f"out-{uuid.uuid4().hex[:8]}"),
-        tasks=1,
+        scale=QueueScale(tasks=1, batch_size=50),
+        stop=QueueStop(idle_timeout=2),
         delivery=DeliveryPolicy(max_deliveries=1, dead_letter_topic=dlq),
-        idle_timeout=2,
-        batch_size=50,
     )
 
 

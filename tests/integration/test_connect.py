@@ -20,6 +20,8 @@ from confluent_kafka import Producer
 
 from orchestration.shuffle import (
     KafkaClient,
+    QueueScale,
+    QueueStop,
     ShuffleKeyError,
     ShuffleOptionError,
     ShuffleSpec,
@@ -220,9 +222,16 @@ def test_sources_by_name_queue_and_expiry(connect_spark, kafka_conf, shuffled, t
 
     out = tmp_path / "queue-out"
     result = process_queue(
-        connect_spark, plain, group, doubled, "id long, doubled long", kafka=kafka_conf,
-        output=str(out), tasks=2, idle_timeout=3,
-    )  # fmt: skip
+        connect_spark,
+        plain,
+        group,
+        doubled,
+        "id long, doubled long",
+        kafka=kafka_conf,
+        output=str(out),
+        scale=QueueScale(tasks=2),
+        stop=QueueStop(idle_timeout=3),
+    )
     assert result.accepted == 40 and result.rejected == 0
     output = read_queue_output(connect_spark, str(out))
     assert sorted((r.id, r.doubled) for r in output.collect()) == [(i, 2 * i) for i in range(40)]

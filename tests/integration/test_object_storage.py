@@ -10,6 +10,8 @@ import pytest
 
 from orchestration.shuffle import (
     KafkaClient,
+    QueueScale,
+    QueueStop,
     ShuffleOptionError,
     ShuffleSessionError,
     process_queue,
@@ -45,9 +47,8 @@ def test_queue_output_on_s3_has_each_record_once(spark, kafka_conf, unique, s3):
         IDS,
         kafka=kafka_conf,
         output=output,
-        tasks=2,
-        idle_timeout=3,
-        batch_size=8,
+        scale=QueueScale(tasks=2, batch_size=8),
+        stop=QueueStop(idle_timeout=3),
     )
     assert res.accepted == len(ids) and res.rejected == 0 and res.dead_lettered == 0
     got = sorted(tuple(r) for r in read_queue_output(spark, output).collect())
@@ -110,7 +111,14 @@ def test_endpoints_that_differ_are_refused_in_one_error(spark, kafka_conf, uniqu
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
     with pytest.raises(ShuffleSessionError) as err:
         process_queue(
-            spark, topic, unique("qg"), doubled, IDS, kafka=kafka_conf, output=output, tasks=1
+            spark,
+            topic,
+            unique("qg"),
+            doubled,
+            IDS,
+            kafka=kafka_conf,
+            output=output,
+            scale=QueueScale(tasks=1),
         )
     text = str(err.value)
     assert output in text and "http://127.0.0.1:1" in text

@@ -20,7 +20,9 @@ from orchestration.shuffle import (
     DeliveryPolicy,
     KafkaClient,
     QueueGroupError,
+    QueueScale,
     QueueSchemaError,
+    QueueStop,
     ShuffleConnectionError,
     ShuffleSpec,
     ShuffleTopicNotFoundError,
@@ -102,11 +104,9 @@ def test_poison_records_end_in_the_dead_letter_topic_and_flaky_ones_are_retried(
         IDS,
         kafka=kafka_conf,
         output=str(out),
-        tasks=2,
-        consumers_per_task=2,
+        scale=QueueScale(tasks=2, consumers_per_task=2, batch_size=20),
+        stop=QueueStop(idle_timeout=3),
         delivery=DeliveryPolicy(max_deliveries=3, dead_letter_topic=topic + ".dlq"),
-        idle_timeout=3,
-        batch_size=20,
     )
     # Poison records are released until their third delivery, then dead-lettered, rejected.
     assert res.accepted == 118
@@ -166,10 +166,8 @@ def test_more_consumers_than_partitions_all_get_work(spark, kafka_conf, unique, 
         IDS,
         kafka=kafka_conf,
         output=str(tmp_path / "out"),
-        tasks=2,
-        consumers_per_task=3,
-        idle_timeout=3,
-        batch_size=5,
+        scale=QueueScale(tasks=2, consumers_per_task=3, batch_size=5),
+        stop=QueueStop(idle_timeout=3),
     )
     assert res.accepted == 600
     assert len(res.per_task) == 6
@@ -254,8 +252,8 @@ def test_a_consumer_killed_mid_batch_loses_nothing(spark, kafka_conf, unique, tm
         IDS,
         kafka=kafka_conf,
         output=str(out),
-        tasks=2,
-        idle_timeout=4,
+        scale=QueueScale(tasks=2),
+        stop=QueueStop(idle_timeout=4),
         delivery=DeliveryPolicy(lock_seconds=2),
     )
     # Every record ends accepted with its output written, the killed batch included.
@@ -321,10 +319,9 @@ def test_shuffle_topic_only_committed_rows_are_processed(spark, kafka_conf, uniq
             "id long, run_partition int",
             kafka=kafka_conf,
             output=str(out),
-            tasks=1,  # the other core writes the run committed meanwhile
-            consumers_per_task=3,
-            idle_timeout=8,
-            batch_size=2,
+            # One task: the other core writes the run committed meanwhile.
+            scale=QueueScale(tasks=1, consumers_per_task=3, batch_size=2),
+            stop=QueueStop(idle_timeout=8),
             feed_interval=0.5,
         )
 
@@ -362,8 +359,8 @@ def test_shuffle_topic_only_committed_rows_are_processed(spark, kafka_conf, uniq
         "id long, run_partition int",
         kafka=kafka_conf,
         output=str(out),
-        tasks=1,
-        idle_timeout=3,
+        scale=QueueScale(tasks=1),
+        stop=QueueStop(idle_timeout=3),
     )
     assert res2.fed_runs == 1 and res2.rows_out == 700
     got = sorted(r.id for r in read_queue_output(spark, str(out)).collect())
@@ -389,8 +386,8 @@ def test_start_latest_max_seconds_and_an_existing_group_goes_on(
             IDS,
             kafka=kafka_conf,
             output=out,
-            tasks=1,
-            idle_timeout=12,
+            scale=QueueScale(tasks=1),
+            stop=QueueStop(idle_timeout=12),
             start="latest",
         )
 
@@ -417,14 +414,20 @@ def test_start_latest_max_seconds_and_an_existing_group_goes_on(
         IDS,
         kafka=kafka_conf,
         output=out,
-        tasks=1,
-        idle_timeout=3,
-        max_seconds=3,
-        batch_size=10,
+        scale=QueueScale(tasks=1, batch_size=10),
+        stop=QueueStop(idle_timeout=3, max_seconds=3),
     )
     assert 0 < part.accepted < 100
     rest = process_queue(
-        spark, topic, group, doubled, IDS, kafka=kafka_conf, output=out, tasks=1, idle_timeout=3
+        spark,
+        topic,
+        group,
+        doubled,
+        IDS,
+        kafka=kafka_conf,
+        output=out,
+        scale=QueueScale(tasks=1),
+        stop=QueueStop(idle_timeout=3),
     )
     assert part.accepted + rest.accepted == 100
     ids = sorted(r.id for r in read_queue_output(spark, out).collect())
@@ -461,7 +464,15 @@ def test_bad_input_gets_clear_errors_and_loses_nothing(spark, kafka_conf, unique
 
     with pytest.raises(QueueSchemaError, match="no column 'doubled'"):
         process_queue(
-            spark, topic, group, wrong, IDS, kafka=kafka_conf, output=out, tasks=1, idle_timeout=3
+            spark,
+            topic,
+            group,
+            wrong,
+            IDS,
+            kafka=kafka_conf,
+            output=out,
+            scale=QueueScale(tasks=1),
+            stop=QueueStop(idle_timeout=3),
         )
     # The records the failed run held were released: a fixed function gets all of them.
     res = process_queue(
@@ -472,8 +483,8 @@ def test_bad_input_gets_clear_errors_and_loses_nothing(spark, kafka_conf, unique
         IDS,
         kafka=kafka_conf,
         output=out,
-        tasks=1,
-        idle_timeout=3,
+        scale=QueueScale(tasks=1),
+        stop=QueueStop(idle_timeout=3),
         delivery=DeliveryPolicy(lock_seconds=2),
     )
     assert res.accepted == 30
@@ -520,9 +531,8 @@ def test_two_consumers_share_one_partition_written_with_default_batching(
         IDS,
         kafka=kafka_conf,
         output=out,
-        tasks=2,
-        idle_timeout=3,
-        batch_size=10,
+        scale=QueueScale(tasks=2, batch_size=10),
+        stop=QueueStop(idle_timeout=3),
     )
     assert res.accepted == 300 and res.rejected == 0 and res.skipped == 0
     # Both consumers processed records.
@@ -554,7 +564,15 @@ def test_an_item_whose_record_a_read_cannot_reach_is_released_not_done(
     KafkaClient(kafka_conf).ensure_topic(topic, partitions=1)
     produce(kafka_conf, topic, range(5), partitions=1)
     first = process_queue(
-        spark, topic, group, doubled, IDS, kafka=kafka_conf, output=out, tasks=1, idle_timeout=3
+        spark,
+        topic,
+        group,
+        doubled,
+        IDS,
+        kafka=kafka_conf,
+        output=out,
+        scale=QueueScale(tasks=1),
+        stop=QueueStop(idle_timeout=3),
     )
     assert first.accepted == 5
     # A work item naming offset 7 of a partition that ends at 5: what a consumer sees when
@@ -563,9 +581,16 @@ def test_an_item_whose_record_a_read_cannot_reach_is_released_not_done(
     p.produce(work_topic(topic), value=WorkItem(partition=0, offset=7, run_id="").to_json())
     assert p.flush(30) == 0
     second = process_queue(
-        spark, topic, group, doubled, IDS, kafka=kafka_conf, output=out, tasks=1, idle_timeout=3,
-        max_seconds=8,
-    )  # fmt: skip
+        spark,
+        topic,
+        group,
+        doubled,
+        IDS,
+        kafka=kafka_conf,
+        output=out,
+        scale=QueueScale(tasks=1),
+        stop=QueueStop(idle_timeout=3, max_seconds=8),
+    )
     # Not taken for a record that is gone (acknowledged as done, so lost): handed back.
     assert second.skipped == 0 and second.accepted == 0
     assert second.released >= 1
@@ -614,9 +639,17 @@ def test_a_record_whose_dead_letter_acknowledgement_was_lost_is_not_dead_lettere
     p.produce(dlq, key=b"k1", value=b"1", headers=headers)
     assert p.flush(30) == 0
     res = process_queue(
-        spark, topic, group, FailFirst(flaky=(), poison={1, 2}), IDS, kafka=kafka_conf,
-        output=str(tmp_path / "out"), tasks=1, delivery=policy, idle_timeout=3,
-    )  # fmt: skip
+        spark,
+        topic,
+        group,
+        FailFirst(flaky=(), poison={1, 2}),
+        IDS,
+        kafka=kafka_conf,
+        output=str(tmp_path / "out"),
+        scale=QueueScale(tasks=1),
+        stop=QueueStop(idle_timeout=3),
+        delivery=policy,
+    )
     assert res.accepted == 2 and res.rejected == 2
     # Record 2 is dead-lettered on this delivery; record 1's unit was there already.
     assert res.dead_lettered == 1 and res.dead_lettered_before == 1

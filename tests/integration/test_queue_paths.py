@@ -7,6 +7,8 @@ import pytest
 
 from orchestration.shuffle import (
     KafkaClient,
+    QueueScale,
+    QueueStop,
     ShuffleTopicNotFoundError,
     process_queue,
     read_queue_output,
@@ -32,9 +34,8 @@ def test_a_file_uri_and_a_plain_path_give_the_same_rows(spark, kafka_conf, uniqu
             IDS,
             kafka=kafka_conf,
             output=output,
-            tasks=1,
-            idle_timeout=3,
-            batch_size=8,
+            scale=QueueScale(tasks=1, batch_size=8),
+            stop=QueueStop(idle_timeout=3),
         )
         assert res.accepted == len(ids) and res.rejected == 0 and res.output == output
         rows[name] = sorted(tuple(r) for r in read_queue_output(spark, output).collect())

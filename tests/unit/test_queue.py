@@ -10,10 +10,13 @@ from orchestration.shuffle import (
     Commit,
     DeliveryPolicy,
     QueueCounts,
+    QueueScale,
     QueueSchemaError,
+    QueueStop,
     ShuffleError,
     ShuffleLog,
     ShuffleOptionError,
+    process_queue,
 )
 from orchestration.shuffle.core.commitlog import Expired, PartitionRange
 from orchestration.shuffle.core.queue import (
@@ -254,6 +257,30 @@ def test_delivery_policy_checks_its_fields_and_sets_the_group_limit_one_above():
         DeliveryPolicy(dead_letter_topic="")
     with pytest.raises(ShuffleOptionError, match="lock_seconds"):
         DeliveryPolicy(lock_seconds=0)
+
+
+def test_queue_scale_and_stop_check_their_fields():
+    assert QueueScale() == QueueScale(tasks=2, consumers_per_task=1, batch_size=100)
+    assert QueueStop() == QueueStop(idle_timeout=5.0, max_seconds=None)
+    for bad in ({"tasks": 0}, {"consumers_per_task": -1}, {"batch_size": 2.5}):
+        name = next(iter(bad))
+        with pytest.raises(ShuffleOptionError, match=f"QueueScale: {name} must be a positive int"):
+            QueueScale(**bad)
+    with pytest.raises(ShuffleOptionError, match="QueueStop: idle_timeout must be > 0"):
+        QueueStop(idle_timeout=0)
+    with pytest.raises(ShuffleOptionError, match="QueueStop: max_seconds must be > 0 or None"):
+        QueueStop(max_seconds=True)
+
+
+def test_process_queue_refuses_the_old_keywords_and_the_wrong_types_before_any_work():
+    # The options grouped in QueueScale and QueueStop are no longer keywords of their own.
+    for old in ("tasks", "consumers_per_task", "batch_size", "idle_timeout", "max_seconds"):
+        with pytest.raises(TypeError, match=old):
+            process_queue(None, "t", "g", len, "id long", kafka={}, output="o", **{old: 1})
+    with pytest.raises(ShuffleOptionError, match="scale must be a QueueScale, got 2"):
+        process_queue(None, "t", "g", len, "id long", kafka={}, output="o", scale=2)
+    with pytest.raises(ShuffleOptionError, match="stop must be a QueueStop"):
+        process_queue(None, "t", "g", len, "id long", kafka={}, output="o", stop=QueueScale())
 
 
 def test_fed_run_tells_a_feeding_marker_from_a_work_item():

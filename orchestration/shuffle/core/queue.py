@@ -203,6 +203,68 @@ class DeliveryPolicy:
             )
 
 
+@dataclass(frozen=True)
+class QueueScale:
+    """How many consumers a queue runs, and how much each takes at a time.
+
+    Attributes:
+        tasks: Spark tasks; tasks beyond the free cores wait for one.
+        consumers_per_task: share consumers (threads) per task, for an I/O-bound ``fn``.
+        batch_size: records per poll (``max.poll.records``); a share group acquires whole
+            producer batches, so a poll may return more.
+
+    Example::
+
+        QueueScale(tasks=4, consumers_per_task=2, batch_size=500)
+    """
+
+    tasks: int = 2
+    consumers_per_task: int = 1
+    batch_size: int = 100
+
+    def __post_init__(self) -> None:
+        check_positive_ints(
+            "QueueScale",
+            tasks=self.tasks,
+            consumers_per_task=self.consumers_per_task,
+            batch_size=self.batch_size,
+        )
+
+
+@dataclass(frozen=True)
+class QueueStop:
+    """When a queue's consumers stop: drained, or out of time.
+
+    Attributes:
+        idle_timeout: seconds without records on a consumer before it stops (drained).
+        max_seconds: stop after this long even if records remain (they stay queued); None:
+            only when drained.
+
+    Example::
+
+        QueueStop(idle_timeout=10, max_seconds=600)
+    """
+
+    idle_timeout: float = 5.0
+    max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.idle_timeout) or self.idle_timeout <= 0:
+            raise ShuffleOptionError(
+                f"QueueStop: idle_timeout must be > 0, got {self.idle_timeout!r}"
+            )
+        if self.max_seconds is not None and (
+            not _is_number(self.max_seconds) or self.max_seconds <= 0
+        ):
+            raise ShuffleOptionError(
+                f"QueueStop: max_seconds must be > 0 or None, got {self.max_seconds!r}"
+            )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def share_group_configs(start: str, delivery: DeliveryPolicy) -> dict[str, str]:
     """The broker-side configs a queue sets on its share group."""
     return {

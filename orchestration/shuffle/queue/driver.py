@@ -105,7 +105,8 @@ from orchestration.shuffle.core.queue import (
     RESERVED_COLUMNS,
     DeliveryPolicy,
     QueueCounts,
-    check_positive_ints,
+    QueueScale,
+    QueueStop,
     fed_positions,
     fed_run,
     feed_range,
@@ -539,14 +540,11 @@ def process_queue(
     *,
     kafka: KafkaConfig,
     output: str | os.PathLike[str],
-    tasks: int = 2,
-    consumers_per_task: int = 1,
+    scale: QueueScale | None = None,
+    stop: QueueStop | None = None,
     delivery: DeliveryPolicy | None = None,
-    idle_timeout: float = 5.0,
-    max_seconds: float | None = None,
     data: str = "arrow",
     start: str = "earliest",
-    batch_size: int = 100,
     runs: Sequence[str] | None = None,
     feed_interval: float = 1.0,
 ) -> QueueResult:
@@ -554,7 +552,7 @@ def process_queue(
     docstring for the guarantees.
 
     Args:
-        spark: Any SparkSession; the consumers run in ``tasks`` Spark tasks.
+        spark: Any SparkSession; the consumers run in ``scale.tasks`` Spark tasks.
         topic: A plain topic, or a shuffle's data topic (queued through ``<topic>.queue``).
         group: The share group. A new group starts at ``start``; an existing one goes on.
         fn: A batch of units -> rows of ``schema`` (a pyarrow Table, a pandas DataFrame or
@@ -570,17 +568,16 @@ def process_queue(
             environment variables, on the driver and the executors). A local path is
             refused when the executors may run on other hosts. Read it with
             :func:`read_queue_output`.
-        tasks: Spark tasks; tasks beyond the free cores wait for one.
-        consumers_per_task: share consumers (threads) per task, for an I/O-bound ``fn``.
+        scale: How many consumers run and how much each polls
+            (:class:`~orchestration.shuffle.core.queue.QueueScale`: by default 2 tasks of one
+            consumer each, 100 records per poll).
+        stop: When the consumers stop (:class:`~orchestration.shuffle.core.queue.QueueStop`:
+            by default after 5 s without records, with no time limit).
         delivery: How a failing record is retried and where it goes after its last
             delivery (:class:`~orchestration.shuffle.core.queue.DeliveryPolicy`: by default 3
             deliveries, no dead-letter topic, a 30 s record lock).
-        idle_timeout: seconds without records on a consumer before it stops (drained).
-        max_seconds: stop after this long even if records remain (they stay queued).
         data: ``"arrow"`` (fn gets a pyarrow Table) or ``"pandas"`` (a DataFrame).
         start: ``"earliest"`` or ``"latest"``: where a new group starts.
-        batch_size: records per poll (``max.poll.records``); a share group acquires whole
-            producer batches, so a poll may return more.
         runs: for a shuffle topic, only these run ids are work (others are acknowledged
             and counted as skipped): give such a group its own id.
         feed_interval: seconds between checks of a shuffle's commit log while running.
@@ -590,29 +587,29 @@ def process_queue(
         result = process_queue(
             spark, "events", "scorers", score, "id long, score double",
             kafka={"bootstrap.servers": "127.0.0.1:19092"}, output="/data/scores",
-            tasks=2, consumers_per_task=4,
+            scale=QueueScale(tasks=2, consumers_per_task=4),
+            stop=QueueStop(idle_timeout=10),
             delivery=DeliveryPolicy(max_deliveries=3, dead_letter_topic="events.dlq"),
         )
     """
+    scale = QueueScale() if scale is None else scale
+    stop = QueueStop() if stop is None else stop
     delivery = DeliveryPolicy() if delivery is None else delivery
-    if not isinstance(delivery, DeliveryPolicy):
-        raise ShuffleOptionError(
-            f"process_queue: delivery must be a DeliveryPolicy, got {delivery!r}"
-        )
+    for name, given, kind in (
+        ("scale", scale, QueueScale),
+        ("stop", stop, QueueStop),
+        ("delivery", delivery, DeliveryPolicy),
+    ):
+        if not isinstance(given, kind):
+            raise ShuffleOptionError(
+                f"process_queue: {name} must be a {kind.__name__}, got {given!r}"
+            )
     if data not in ("arrow", "pandas"):
         raise ShuffleOptionError(f"process_queue: data must be 'arrow' or 'pandas', got {data!r}")
     if start not in ("earliest", "latest"):
         raise ShuffleOptionError(
             f"process_queue: start must be 'earliest' or 'latest', got {start!r}"
         )
-    check_positive_ints(
-        "process_queue",
-        tasks=tasks,
-        consumers_per_task=consumers_per_task,
-        batch_size=batch_size,
-    )
-    if idle_timeout <= 0:
-        raise ShuffleOptionError(f"process_queue: idle_timeout must be > 0, got {idle_timeout!r}")
     client = KafkaClient.of(kafka)
     client.check_reachable()
     if not _topic_exists(client, topic):
@@ -640,16 +637,16 @@ def process_queue(
         fn=fn,
         schema=schema_to_b64(arrow),
         output=_task_output(location),
-        consumers_per_task=consumers_per_task,
+        consumers_per_task=scale.consumers_per_task,
         delivery=delivery,
-        idle_timeout=float(idle_timeout),
-        max_seconds=None if max_seconds is None else float(max_seconds),
+        idle_timeout=float(stop.idle_timeout),
+        max_seconds=None if stop.max_seconds is None else float(stop.max_seconds),
         data=data,
-        batch_size=batch_size,
+        batch_size=scale.batch_size,
         shuffle=shuffle,
         runs=None if runs is None else tuple(runs),
     )
-    job = spark.range(0, tasks, 1, tasks).mapInArrow(
+    job = spark.range(0, scale.tasks, 1, scale.tasks).mapInArrow(
         QueueTask(spec), ", ".join(f"{c} long" for c in TASK_COLUMNS)
     )
     rows: list[Row] = []
