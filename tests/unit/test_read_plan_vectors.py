@@ -1,6 +1,6 @@
 """The checked-in read-plan vectors (``tests/vectors/read_plans.json``) are what the Python
 planner makes of their records and options, and what ``tests/vectors/read_plans.py`` writes.
-The JVM planner is checked against the same file in ``tests/integration/test_jvm_read.py``."""
+The JVM planner is checked against the same file by ``PlanVectorsTest.java`` (jvm/src/test)."""
 
 import json
 

@@ -1,7 +1,7 @@
 """The checked-in stream-plan vectors (``tests/vectors/stream_plans.json``) are what the
 Python stream reader makes of their records and options, and what
 ``tests/vectors/stream_plans.py`` writes. The JVM stream (``ShuffleStream.java``) is checked
-against the same file in ``tests/integration/test_jvm_read.py``."""
+against the same file by ``jvm/src/test/java/io/kafkashuffle/spark/PlanVectorsTest.java``."""
 
 import json
 
