@@ -17,7 +17,7 @@ import java.util.regex.Pattern;
  * The read planner on the JVM, for reads that no Python planner prepared (SQL over a catalog
  * table): which commits a read sees and which offsets each split fetches. The same rules,
  * step by step and with the same error messages, as {@code plan_read} and {@code
- * plan_splits} in {@code orchestration/shuffle/core/reader.py}; both planners are tested
+ * plan_splits} in {@code orchestration/shuffle/core/planner.py}; both planners are tested
  * against the checked-in vectors {@code tests/vectors/read_plans.json} (commit-log records
  * in, plan out).
  */

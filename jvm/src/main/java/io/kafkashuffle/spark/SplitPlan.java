@@ -11,7 +11,7 @@ import java.util.List;
 
 /**
  * What one Spark partition reads, as the Python planner ({@code
- * orchestration/shuffle/core/reader.py} {@code SplitPlan.to_json}) or {@link ReadPlanner}
+ * orchestration/shuffle/core/planner.py} {@code SplitPlan.to_json}) or {@link ReadPlanner}
  * computed it: per Kafka partition, its key-group range and the committed segments (run,
  * offsets, attempts).
  */
