@@ -1,9 +1,9 @@
 """What is written from the data sources' option tables
-(``orchestration/shuffle/core/optiondefs.py``): README's option tables, between
-``<!-- options:<source>:start -->`` and ``<!-- options:<source>:end -->``, and the JVM
-sources' copy of the tables, ``OptionTables.java``, which ``OptionCheck.java`` checks
-options against. ``tests/unit/test_options.py`` fails while one differs from what the
-tables give.
+(``orchestration/shuffle/core/optiondefs.py``): the JVM sources' copy of the tables,
+``OptionTables.java``, which ``OptionCheck.java`` checks options against.
+``tests/unit/test_options.py`` fails while it differs from what the tables give. (The docs
+site's option tables are written from the same definitions when it is built:
+``docs/hooks.py``.)
 
 Usage::
 
@@ -18,31 +18,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestration.shuffle.core.optiondefs import BATCH, STREAM, TABLES, OptionTable, markdown
+from orchestration.shuffle.core.optiondefs import BATCH, STREAM, TABLES, OptionTable
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 JAVA = ROOT / "jvm/src/main/java/io/kafkashuffle/spark/OptionTables.java"
-
-
-def _block(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(<!-- {re.escape(name)}:start -->\n)(.*?)(<!-- {name}:end -->)", re.S)
-
-
-def readme_blocks() -> dict[str, str]:
-    """Each marker name of README and the text its block holds."""
-    return {
-        f"options:{source}": "\n".join(markdown(table)) + "\n" for source, table in TABLES.items()
-    }
-
-
-def _readme(text: str) -> str:
-    for name, block in readme_blocks().items():
-        pattern = _block(name)
-        if not pattern.search(text):
-            raise SystemExit(f"README.md has no <!-- {name}:start/end --> markers")
-        text = pattern.sub(lambda m, b=block: m.group(1) + b + m.group(3), text)
-    return text
 
 
 def _java_string(text: str, indent: int = 0) -> str:
@@ -139,7 +118,7 @@ def java_tables() -> str:
 
 
 # Each file written from the tables, and how its new text is made from its current one.
-WRITTEN: dict[Path, Callable[[str], str]] = {README: _readme, JAVA: lambda _: java_tables()}
+WRITTEN: dict[Path, Callable[[str], str]] = {JAVA: lambda _: java_tables()}
 
 
 def stale() -> list[Path]:
