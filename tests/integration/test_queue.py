@@ -368,6 +368,8 @@ def test_shuffle_topic_only_committed_rows_are_processed(spark, kafka_conf, uniq
     assert again.run_id
 
 
+# Waits out max_seconds and a group's idle time (~30 s): out of the quick loop.
+@pytest.mark.slow
 def test_start_latest_max_seconds_and_an_existing_group_goes_on(
     spark, kafka_conf, unique, tmp_path
 ):

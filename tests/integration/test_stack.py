@@ -92,6 +92,8 @@ def test_spark_reads_records(kafka_conf, spark, unique):
     assert per_partition == [{0}, {1}]
 
 
+# Restarting the broker takes ~40 s: with the end-to-end tests, out of the quick loop.
+@pytest.mark.slow
 @pytest.mark.skipif(
     localstack.external_bootstrap() is not None, reason="restarts only the local broker"
 )
