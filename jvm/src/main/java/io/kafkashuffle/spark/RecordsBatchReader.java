@@ -71,7 +71,7 @@ final class RecordsBatchReader implements PartitionReader<ColumnarBatch> {
 
   private KafkaConsumer<byte[], ByteBuffer> consumer() {
     if (consumer == null) {
-      Properties p = KafkaSettings.consumer(settings.kafka, RecordsTableProvider.OWNER);
+      Properties p = KafkaOptions.consumer(settings.kafka, RecordsTableProvider.OWNER);
       p.setProperty("enable.auto.commit", "false");
       p.setProperty("auto.offset.reset", "none");
       // librdkafka's default, which the Python reader has: records of aborted transactions

@@ -94,7 +94,7 @@ public final class RecordsTableProvider implements TableProvider, DataSourceRegi
     CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(properties);
     Settings settings =
         new Settings(
-            KafkaSettings.fromOptions(options),
+            KafkaOptions.fromOptions(options),
             flag(options, "includeHeaders"),
             flag(options, "failOnDataLoss"));
     return new RecordsTable(settings, ranges(options.get("ranges")));
@@ -112,7 +112,7 @@ public final class RecordsTableProvider implements TableProvider, DataSourceRegi
       this.headers = headers;
       this.failOnDataLoss = failOnDataLoss;
       // Refuses settings the Java client cannot honour here, on the driver.
-      KafkaSettings.consumer(this.kafka, OWNER);
+      KafkaOptions.consumer(this.kafka, OWNER);
     }
   }
 

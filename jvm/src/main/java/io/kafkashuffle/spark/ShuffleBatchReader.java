@@ -144,7 +144,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
 
   private KafkaConsumer<byte[], ByteBuffer> consumer() {
     if (consumer == null) {
-      Properties p = KafkaSettings.consumer(spec.kafka, OWNER);
+      Properties p = KafkaOptions.consumer(spec.kafka, OWNER);
       // Reads are planned by offsets: no group, no committed position, no reset.
       p.setProperty("enable.auto.commit", "false");
       p.setProperty("auto.offset.reset", "none");

@@ -53,7 +53,7 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
   public void initialize(String name, CaseInsensitiveStringMap options) {
     SparkVersionCheck.require();
     this.name = name;
-    this.kafka = KafkaSettings.fromOptions(options);
+    this.kafka = KafkaOptions.fromOptions(options);
   }
 
   /**
@@ -71,7 +71,7 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
         now.put(e.getKey().substring(prefix.length()), e.getValue());
       }
     }
-    Map<String, String> settings = KafkaSettings.fromOptions(now);
+    Map<String, String> settings = KafkaOptions.fromOptions(now);
     // No settings under the name: the catalog was unset, and keeps what it was built with.
     if (!settings.isEmpty() && !settings.equals(kafka)) {
       kafka = settings;
@@ -97,7 +97,7 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
 
   /** Settings of a consumer that reads commit logs to their end (read_committed). */
   static Properties logConsumerSettings(Map<String, String> kafka, String owner) {
-    Properties p = KafkaSettings.consumer(kafka, owner);
+    Properties p = KafkaOptions.consumer(kafka, owner);
     p.setProperty("enable.auto.commit", "false");
     p.setProperty("auto.offset.reset", "none");
     p.setProperty("isolation.level", "read_committed");

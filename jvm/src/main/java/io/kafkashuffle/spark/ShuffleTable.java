@@ -98,7 +98,7 @@ final class ShuffleTable implements SupportsRead {
       OptionTables.SHUFFLE_JVM.check(given, null);
       String topic = layout.topic;
       String planText = options.get("plan");
-      Map<String, String> kafka = KafkaSettings.fromOptions(options);
+      Map<String, String> kafka = KafkaOptions.fromOptions(options);
       if (!kafka.containsKey("bootstrap.servers")) {
         kafka = catalogKafka;
       }

@@ -76,7 +76,7 @@ public final class ShuffleTableProvider implements SupportsCatalogOptions, DataS
     SparkVersionCheck.require();
     CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(properties);
     return new ShuffleTable(
-        layoutOption(options), KafkaSettings.fromOptions(options), withMetadata(options), null);
+        layoutOption(options), KafkaOptions.fromOptions(options), withMetadata(options), null);
   }
 
   private static Layout layoutOption(CaseInsensitiveStringMap options) {

@@ -17,10 +17,10 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
  * dropping it could change whom the client trusts. The Python side has checked that the two
  * spellings of one setting, when both are given, agree.
  */
-final class KafkaSettings {
+final class KafkaOptions {
   static final String PREFIX = "kafka.";
 
-  private KafkaSettings() {}
+  private KafkaOptions() {}
 
   /** The {@code kafka.*} entries of {@code options}, without the prefix (keys lower-case). */
   static Map<String, String> fromOptions(Map<String, String> options) {
