@@ -161,11 +161,7 @@ final class PartitionFetch {
     if (high < next) {
       throw new ShuffleException(
           ShuffleException.Kind.NOT_FOUND,
-          "topic "
-              + quotedTopic
-              + " was deleted while reading partition "
-              + read.partition
-              + range
+          deletedWhileReading(range)
               + " (and created again: it ends at offset "
               + high
               + ", the read was at "
@@ -243,11 +239,12 @@ final class PartitionFetch {
       }
       throw new ShuffleException(
           ShuffleException.Kind.NOT_FOUND,
-          "topic "
-              + quotedTopic
-              + " was deleted while reading partition "
-              + read.partition
-              + range);
+          deletedWhileReading(range));
     }
+  }
+
+  private String deletedWhileReading(String range) {
+    return "topic " + quotedTopic + " was deleted while reading partition " + read.partition
+        + range;
   }
 }
