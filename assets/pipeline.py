@@ -7,8 +7,8 @@ Built from the library alone, as a user would build theirs:
   event time ``sched_dep``; one committed run per day, ``complete_until`` = end of the day).
   Rows without a ``tailnum`` cannot be keyed: they go to ``flights_missing_tailnum``.
 - ``aircraft_daily_utilization`` and ``aircraft_delay_streaks``: per-aircraft work on the
-  shuffle, already keyed (no Exchange): the first aggregated inside the reader, the second a
-  function over each aircraft's legs in order (``apply_per_key``).
+  shuffle, already keyed (no Exchange): the first aggregated per key (``ShuffleRead.
+  aggregate``), the second a function over each aircraft's legs in order (``apply_per_key``).
 - ``carrier_hourly_otp``: a different key, so an ordinary ``groupBy`` over the shuffle read.
 
 Outputs are Parquet under ``<warehouse>/<asset_name>/day=YYYY-MM-DD/``; re-materializing a
@@ -220,11 +220,12 @@ def _rows_balance_check(shuffle_asset, topic: str):
 
 
 def daily_utilization(read: ShuffleRead) -> DataFrame:
-    """One row per (tailnum, day), aggregated inside the shuffle reader.
+    """One row per (tailnum, day), aggregated per aircraft with no Exchange.
 
-    The rows are aggregated per aircraft as their frames are decoded: no Exchange, and the
-    rows never reach the JVM. A producer run holds one day (its window), so the day is the
-    same for every row of a key and ``min`` carries it through.
+    On a session with the JVM read path this is Spark's own ``groupBy.agg`` over the keyed
+    read; without it, the rows are aggregated as their frames are decoded in the Python
+    reader. A producer run holds one day (its window), so the day is the same for every row
+    of a key and ``min`` carries it through.
     """
     per_aircraft = read.aggregate(
         {

@@ -183,32 +183,76 @@ class ShuffleRead:
             df = self._load(options)
         else:
             splits = tuple(jvm_splits(self.plan, self.parallelism))
-            planned = (self.layout, splits)
-            df = load_jvm(
-                self.spark,
-                catalog,
-                source_options(self.topic, self._kafka, options, plan=planned),
-            )
+            df = self._load_jvm(catalog, options, splits)
         tag = _key_tag(self.topic, self.layout, len(splits))
         for c in self.layout.key:
             df = df.withMetadata(c, tag)
         return df
 
-    def aggregate(self, aggregations: Mapping[str, tuple[str, str]]) -> DataFrame:
-        """Aggregates the rows per key inside the reader (see :func:`aggregate_shuffle`).
+    def _load_jvm(
+        self, catalog: str, options: ReadOptions, splits: Sequence[SplitPlan]
+    ) -> DataFrame:
+        planned = (self.layout, tuple(splits))
+        return load_jvm(
+            self.spark, catalog, source_options(self.topic, self._kafka, options, plan=planned)
+        )
 
-        Without a ``parallelism`` asked for, the read runs as one task per core, each
-        aggregating whole Kafka partitions (see :func:`~orchestration.shuffle.core.planner.
-        balance_splits`): the output is one row per key, not keyed rows, so nothing needs
-        a task per partition.
+    def aggregate(
+        self, aggregations: Mapping[str, tuple[str, str]], *, engine: Engine = "auto"
+    ) -> DataFrame:
+        """Aggregates the rows per key (see :func:`aggregate_shuffle`).
+
+        On the JVM path (``engine="auto"`` on a session with the jar, or ``"jvm"``) this is
+        Spark's own ``groupBy(*key).agg(...)`` over the keyed JVM read: no Exchange, no
+        Python process. With ``engine="python"`` (or ``"auto"`` on a session without the
+        jar), the Python reader aggregates as it decodes; without a ``parallelism`` asked
+        for, that read runs as one task per core, each aggregating whole Kafka partitions
+        (see :func:`~orchestration.shuffle.core.planner.balance_splits`): the output is one
+        row per key, not keyed rows, so nothing needs a task per partition.
         """
         aggs = agg.parse(aggregations, output_schema(self.layout, False), self.layout.key)
+        catalog = choose_engine(self.spark, self._kafka, engine)
+        if catalog is not None:
+            return self._aggregate_on_jvm(catalog, aggs)
         splits: Sequence[SplitPlan] = self.plan.splits
         slots = task_slots(self.spark)
         if self.parallelism in (None, AUTO) and slots:
             layout = self.layout
             splits = balance_splits(splits, slots, layout.max_parallelism, layout.num_partitions)
         return self._load(replace(self.options, with_metadata=False), splits, aggs)
+
+    def _aggregate_on_jvm(self, catalog: str, aggs: Sequence[agg.Aggregation]) -> DataFrame:
+        """``aggs`` as Spark's ``groupBy(*key).agg`` over the JVM read, each output column
+        cast to the type the Python reader gives it, so that both engines return one schema
+        (``mean`` is the mean of the values as doubles on both)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        options = replace(self.options, with_metadata=False)
+        splits = jvm_splits(self.plan, self.parallelism)
+        df = self._load_jvm(catalog, options, tuple(splits))
+        arrow = agg.PartialAggregator(
+            self.layout.key, aggs, output_schema(self.layout, False)
+        ).output_schema()
+        types = {f.name: f.dataType for f in from_arrow_schema(arrow).fields}
+        spark_function = {"count": F.count, "sum": F.sum, "min": F.min, "max": F.max}
+        columns = []
+        for a in aggs:
+            if a.column == agg.ALL_ROWS:
+                column = F.count(F.lit(1))
+            elif a.function == "mean":
+                column = F.avg(_column(a.column).cast("double"))
+            else:
+                column = spark_function[a.function](_column(a.column))
+            columns.append(column.cast(types[a.name]).alias(a.name))
+        return df.groupBy(*[_column(k) for k in self.layout.key]).agg(*columns)
+
+
+def _column(name: str) -> Any:
+    """The column ``name`` taken as it is (a dot or a backquote in it is no path)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def _check_selection(function: Callable[..., Any], selection: Mapping[str, Any]) -> None:
@@ -298,17 +342,22 @@ def aggregate_shuffle(
     kafka: KafkaConfig,
     aggregations: Mapping[str, tuple[str, str]],
     log: ShuffleLog | None = None,
+    engine: Engine = "auto",
     **selection: Unpack[ReadSelection],
 ) -> DataFrame:
-    """Aggregates committed runs of a shuffle per key, inside the reader.
+    """Aggregates committed runs of a shuffle per key, with no Spark shuffle.
 
-    Equal to ``read_shuffle(...).groupBy(*key).agg(...)``, but the rows are aggregated
-    as their frames are decoded (see :mod:`orchestration.shuffle.core.aggregation`): they never
-    cross from Python to the JVM, no Spark shuffle runs, and a reader's memory follows
-    the number of keys in its partition (plus one chunk of rows), not the number of rows.
-    Frames decode only the key and the aggregated columns. Without ``parallelism``, the
-    read runs one task per core, each aggregating whole Kafka partitions balanced by their
-    committed rows.
+    Equal to ``read_shuffle(...).groupBy(*key).agg(...)``, and on the JVM path (a session
+    with the jar, see :func:`jvm_spark_conf`) it is exactly that: Spark's own aggregation
+    over the keyed read, which needs no Exchange and starts no Python process (a long-lived
+    session's idle Python processes are stopped after a minute, and starting them again
+    costs a read 1-3 s). On the Python path (``engine="python"``, or a session without the
+    jar) the rows are aggregated as their frames are decoded (see
+    :mod:`orchestration.shuffle.core.aggregation`): they never cross from Python to the JVM,
+    and a reader's memory follows the number of keys in its partition (plus one chunk of
+    rows), not the number of rows. Either way only the key and the aggregated columns are
+    decoded. Without ``parallelism``, the Python read runs one task per core, each
+    aggregating whole Kafka partitions balanced by their committed rows.
 
     Example::
 
@@ -318,6 +367,8 @@ def aggregate_shuffle(
     Args:
         aggregations: ``{output name: (column, function)}`` with functions ``count``,
             ``sum``, ``min``, ``max``, ``mean``; ``("*", "count")`` counts rows.
+        engine: ``"auto"`` (the JVM when the session has the jar), ``"jvm"`` or
+            ``"python"``; both return the same schema.
         Other arguments: as for :func:`read_shuffle`.
 
     Returns:
@@ -325,7 +376,7 @@ def aggregate_shuffle(
     """
     _check_selection(aggregate_shuffle, selection)
     read = plan_shuffle_read(spark, topic, kafka=kafka, log=log, **selection)
-    return read.aggregate(aggregations)
+    return read.aggregate(aggregations, engine=engine)
 
 
 def shuffle_commits_since(

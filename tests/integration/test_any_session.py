@@ -14,6 +14,7 @@ from orchestration.shuffle import (
     register_data_sources,
     write_shuffle,
 )
+from tests.conftest import jvm_read_off, jvm_read_on
 
 pytestmark = pytest.mark.integration
 
@@ -87,9 +88,18 @@ def test_timestamps_round_trip_in_another_time_zone(spark, kafka_conf, unique):
     instants = {r.id: r.us for r in back.select("id", F.unix_micros("ts").alias("us")).collect()}
     assert instants == {i: 1356998400000000 + i * 3600000000 + i for i in range(600)}
     # Read from a UTC session, the same instants.
-    utc = read_shuffle(spark, back.schema["user_id"].metadata["kafka_shuffle"]["topic"],
-                       kafka=kafka_conf)  # fmt: skip
+    topic = back.schema["user_id"].metadata["kafka_shuffle"]["topic"]
+    utc = read_shuffle(spark, topic, kafka=kafka_conf)
     got = {r.id: r.us for r in utc.select("id", F.unix_micros("ts").alias("us")).collect()}
+    assert got == instants
+    # And on the JVM read path: the frames name New York's zone, the layout UTC; the
+    # instants are the same.
+    settings = jvm_read_on(spark, kafka_conf)
+    try:
+        jvm = read_shuffle(spark, topic, kafka=kafka_conf, engine="jvm")
+        got = {r.id: r.us for r in jvm.select("id", F.unix_micros("ts").alias("us")).collect()}
+    finally:
+        jvm_read_off(spark, settings)
     assert got == instants
     # The session really is in New York: a local midnight there is 05:00 UTC.
     local = ny.sql("select unix_micros(timestamp'2013-01-01 00:00:00') as us").first().us

@@ -6,7 +6,8 @@ of several bit patterns, infinities, the ends of each integer range, empty and l
 bytes that are not UTF-8), so that every pool value repeats. Each shuffle is written (from
 rows, and for floating-point keys also from Parquet through the columnar writer), then:
 
-- ``aggregate_shuffle`` is compared with ``groupBy(key).agg(...)`` over the same rows;
+- ``aggregate_shuffle`` (on both read paths) is compared with ``groupBy(key).agg(...)`` over
+  the same rows;
 - ``apply_per_key`` (in the reader, and over a filtered read, which sorts and cuts) with
   ``groupBy(key).applyInPandas(...)``;
 - Spark's own ``groupBy`` over the JVM read (which has no Exchange) with the same over the
@@ -205,9 +206,25 @@ def test_aggregation_groups_as_group_by(spark, kafka_conf, written):
     )
     columns = [*keys, *AGGS]
     want = rows_of(expected, columns)
+    schemas = {}
     for path, topic in topics.items():
         got = aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations=AGGS)
         assert rows_of(got, columns) == want, f"{path}: aggregate_shuffle differs from groupBy"
+        schemas[path] = [(f.name, f.dataType) for f in got.schema]
+    # On the JVM path the same call is Spark's groupBy over the keyed read: the same rows,
+    # the same types, and for a one-column key no Exchange (Spark takes a source's
+    # partitioning only as a function of one column, so a key of several columns has one).
+    settings = jvm_read_on(spark, kafka_conf)
+    try:
+        for path, topic in topics.items():
+            got = aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations=AGGS)
+            plan = got._jdf.queryExecution().executedPlan().toString()
+            assert "BatchScan" in plan and ("Exchange" in plan) == (len(keys) > 1), plan
+            types = [(f.name, f.dataType) for f in got.schema]
+            assert types == schemas[path], f"{path}: the engines' column types differ"
+            assert rows_of(got, columns) == want, f"{path}: on the JVM, differs from groupBy"
+    finally:
+        jvm_read_off(spark, settings)
 
 
 def test_per_key_work_groups_as_apply_in_pandas(spark, kafka_conf, written):

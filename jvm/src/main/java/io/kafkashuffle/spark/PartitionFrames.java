@@ -12,6 +12,7 @@ import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.IntVector;
 import org.apache.arrow.vector.TimeStampVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.util.TransferPair;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -237,7 +238,7 @@ final class PartitionFrames {
       throw ShuffleException.format("DATA frame at " + where + " has no column '" + name + "'");
     }
     Field want = layout.schema.findField(name);
-    if (!v.getField().getType().equals(want.getType())) {
+    if (!sameValues(v.getField().getType(), want.getType())) {
       throw ShuffleException.format(
           "DATA frame at "
               + where
@@ -249,6 +250,19 @@ final class PartitionFrames {
               + want.getType());
     }
     return v;
+  }
+
+  /**
+   * Whether a frame's column of type {@code got} holds values as the layout's {@code want}
+   * does: the same type, where a timestamp's time zone does not count as long as both have
+   * one (a zone only names how the instants are shown; a producer in a session of another
+   * zone writes the same instants under that zone's name).
+   */
+  static boolean sameValues(ArrowType got, ArrowType want) {
+    if (got instanceof ArrowType.Timestamp g && want instanceof ArrowType.Timestamp w) {
+      return g.getUnit() == w.getUnit() && (g.getTimezone() == null) == (w.getTimezone() == null);
+    }
+    return got.equals(want);
   }
 
   /** The rows to keep (null: all): the read's key groups and the event-time range. */

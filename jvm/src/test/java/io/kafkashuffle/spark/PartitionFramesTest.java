@@ -17,6 +17,7 @@ import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.IntVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.types.TimeUnit;
 import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.Schema;
@@ -175,5 +176,21 @@ class PartitionFramesTest {
         e.getMessage().contains("DATA frame at topic 'orders' partition 1 offset 0 (run "),
         e.getMessage());
     assertTrue(e.getMessage().contains("fails its checksum"), e.getMessage());
+  }
+
+  @Test
+  void timestampsInAnotherZoneHoldTheSameValues() {
+    ArrowType utc = new ArrowType.Timestamp(TimeUnit.MICROSECOND, "UTC");
+    ArrowType ny =
+        new ArrowType.Timestamp(
+            TimeUnit.MICROSECOND, "America/New_York");
+    ArrowType local = new ArrowType.Timestamp(TimeUnit.MICROSECOND, null);
+    ArrowType millis =
+        new ArrowType.Timestamp(TimeUnit.MILLISECOND, "UTC");
+    assertTrue(PartitionFrames.sameValues(ny, utc));
+    assertTrue(PartitionFrames.sameValues(utc, utc));
+    assertTrue(!PartitionFrames.sameValues(local, utc), "a zone-less timestamp is another type");
+    assertTrue(!PartitionFrames.sameValues(millis, utc), "another unit is another type");
+    assertTrue(!PartitionFrames.sameValues(new ArrowType.Int(64, true), utc));
   }
 }
