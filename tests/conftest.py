@@ -144,7 +144,9 @@ def jvm_read_on(session, kafka_conf) -> list[str]:
     conf = jvm_spark_conf(kafka=kafka_conf)
     for jar in conf["spark.jars"].split(","):
         session.sql(f"ADD JAR '{jar}'")
-    added = {k: v for k, v in conf.items() if k != "spark.jars"}
+    # Static settings (the jars, the Python workers' daemon) stay as the session was built.
+    static = ("spark.jars", "spark.python.daemon.module")
+    added = {k: v for k, v in conf.items() if k not in static}
     for key, value in added.items():
         session.conf.set(key, value)
     return [k for k in added if k.startswith("spark.sql.catalog.")]

@@ -56,9 +56,14 @@ from orchestration.shuffle.spark.jvm import (
     load_jvm_stream,
 )
 from orchestration.shuffle.spark.perkey import KEY_METADATA
-from orchestration.shuffle.spark.reader import SOURCE, output_schema, source_options
+from orchestration.shuffle.spark.reader import (
+    SOURCE,
+    output_schema,
+    read_in_tasks,
+    source_options,
+)
 from orchestration.shuffle.spark.records import KafkaRecordsReader, discover
-from orchestration.shuffle.spark.session import task_slots
+from orchestration.shuffle.spark.session import is_connect, task_slots
 from orchestration.shuffle.spark.sources import register_data_sources
 
 
@@ -151,17 +156,13 @@ class ShuffleRead:
         splits: Sequence[SplitPlan] | None = None,
         aggregate: Sequence[agg.Aggregation] = (),
     ) -> DataFrame:
-        register_data_sources(self.spark)
         planned = (self.layout, self.plan.splits if splits is None else splits)
-        return (
-            self.spark.read.format(SOURCE)
-            .options(
-                **source_options(
-                    self.topic, self._kafka, options, plan=planned, aggregate=aggregate
-                )
-            )
-            .load()
-        )
+        given = source_options(self.topic, self._kafka, options, plan=planned, aggregate=aggregate)
+        if aggregate and not is_connect(self.spark):
+            # Aggregates are no keyed rows: read in tasks of ours, with no planning in Python.
+            return read_in_tasks(self.spark, given)
+        register_data_sources(self.spark)
+        return self.spark.read.format(SOURCE).options(**given).load()
 
     def dataframe(self, *, with_metadata: bool = False, engine: Engine = "auto") -> DataFrame:
         """The rows, already keyed: Spark partition *i* holds the key groups of split *i*.

@@ -41,7 +41,8 @@ def write(df, topic, kafka_conf, window=None):
 def in_reader(df) -> bool:
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "Exchange" not in plan
-    return "BatchScan kafka-shuffle" in plan and "Sort" not in plan and "MapInArrow" not in plan
+    # The reader's own tasks over one row per split, with no data source planning.
+    return "MapInArrow kafka_shuffle_read" in plan and "Range" in plan and "Sort" not in plan
 
 
 OUT = "k string, j int, n long, sx double, order string"

@@ -32,7 +32,24 @@ def test_jars_catalog_kafka_and_planner_settings(built):
     # Spark redacts settings whose names say "password" in its UI and logs.
     assert conf["spark.sql.catalog.shuffles.kafka.sasl.password"] == "secret"
     assert conf["spark.sql.sources.v2.bucketing.enabled"] == "true"
+    # Python workers are forked from the daemon that has the engine imported, unless not.
+    assert conf["spark.python.daemon.module"] == "orchestration.shuffle.spark.daemon"
     assert all(isinstance(v, str) for v in conf.values())
+    plain = jvm_spark_conf(kafka={"bootstrap.servers": "b:9092"}, preload_workers=False)
+    assert "spark.python.daemon.module" not in plain
+
+
+def test_the_worker_daemon_preloads_what_it_can():
+    import subprocess
+    import sys
+
+    from orchestration.shuffle.spark import daemon
+
+    assert daemon.preload(("json", "no_such_module_here")) == ["no_such_module_here"]
+    # Everything it preloads imports in a fresh interpreter, without starting Spark.
+    code = "from orchestration.shuffle.spark import daemon; print(daemon.preload())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_refuses_a_catalog_name_that_is_not_an_identifier(built):

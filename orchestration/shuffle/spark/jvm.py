@@ -34,6 +34,7 @@ from orchestration.shuffle.core.options import kafka_to_options
 from orchestration.shuffle.core.planner import AUTO, ReadPlan, SplitPlan, plan_splits
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleSessionError
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
+from orchestration.shuffle.spark.daemon import DAEMON_MODULE, DAEMON_SETTING
 from orchestration.shuffle.spark.session import is_connect
 
 SOURCE = "kafka-shuffle-jvm"
@@ -116,7 +117,9 @@ def require_supported_spark(version: str) -> None:
         )
 
 
-def jvm_spark_conf(*, kafka: KafkaConfig, catalog: str = DEFAULT_CATALOG) -> dict[str, str]:
+def jvm_spark_conf(
+    *, kafka: KafkaConfig, catalog: str = DEFAULT_CATALOG, preload_workers: bool = True
+) -> dict[str, str]:
     """The Spark settings a session needs to read shuffles on the JVM.
 
     The jars (``spark.jars``), the catalog ``catalog`` (``spark.sql.catalog.<catalog>``) with
@@ -134,6 +137,11 @@ def jvm_spark_conf(*, kafka: KafkaConfig, catalog: str = DEFAULT_CATALOG) -> dic
     Args:
         kafka: The cluster the catalog's shuffles live on (a ``KafkaClient`` or settings).
         catalog: The catalog's name in Spark SQL.
+        preload_workers: Also fork Spark's Python workers from
+            :mod:`orchestration.shuffle.spark.daemon`, which has pyarrow, pandas and the
+            engine imported, so that the first Python task after an idle minute does not
+            import them again (``spark.python.daemon.module``; the executors' Python must
+            have the package installed). False leaves Spark's own daemon.
 
     Raises:
         ShuffleSessionError: The package holds no jars (:func:`jvm_jars`), or the installed
@@ -156,6 +164,8 @@ def jvm_spark_conf(*, kafka: KafkaConfig, catalog: str = DEFAULT_CATALOG) -> dic
     for key, value in kafka_to_options(client.settings).items():
         conf[f"spark.sql.catalog.{catalog}.{key}"] = value
     conf.update(PLANNER_SETTINGS)
+    if preload_workers:
+        conf[DAEMON_SETTING] = DAEMON_MODULE
     return conf
 
 

@@ -189,12 +189,16 @@ def apply_per_key(
 def in_reader(
     spark: Any, options: dict[str, str], kf: KeyFunction, pass_rows: int | None = None
 ) -> DataFrame:
-    """A shuffle read with ``options`` that returns ``kf``'s results instead of rows."""
+    """A shuffle read with ``options`` that returns ``kf``'s results instead of rows.
+
+    A read with a plan runs as Spark tasks of ours (:func:`~orchestration.shuffle.spark.
+    reader.read_in_tasks`), so that no data source planning runs in Python on the driver;
+    one without (a read by name) goes through the ``kafka-shuffle`` data source."""
     from pyspark import cloudpickle
 
+    from orchestration.shuffle.spark.reader import read_in_tasks
     from orchestration.shuffle.spark.sources import register_data_sources
 
-    register_data_sources(spark)
     options = _balanced(spark, options)
     extra = {
         "per_key": base64.b64encode(cloudpickle.dumps(kf)).decode("ascii"),
@@ -202,6 +206,9 @@ def in_reader(
     }
     if pass_rows is not None:
         extra["pass_rows"] = str(pass_rows)
+    if "plan" in {k.lower() for k in options}:
+        return read_in_tasks(spark, {**options, **extra})
+    register_data_sources(spark)
     return spark.read.format("kafka-shuffle").options(**options, **extra).load()
 
 

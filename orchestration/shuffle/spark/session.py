@@ -64,8 +64,13 @@ def task_slots(spark: SparkSession) -> int | None:
 
 
 def session_settings(master: str, *, ui: bool = False) -> dict[str, str]:
-    """Spark settings that suit the shuffle on one machine or a small cluster."""
+    """Spark settings that suit the shuffle on one machine or a small cluster (Python
+    workers forked from :mod:`orchestration.shuffle.spark.daemon`, which has the engine's
+    modules imported)."""
+    from orchestration.shuffle.spark.daemon import DAEMON_MODULE, DAEMON_SETTING
+
     settings = {
+        DAEMON_SETTING: DAEMON_MODULE,
         "spark.master": master,
         "spark.ui.enabled": str(ui).lower(),
         "spark.ui.showConsoleProgress": "false",
