@@ -63,9 +63,11 @@ final class PartitionFetch {
         long[] iv = intervals.next();
         start = iv[0];
         c.assign(List.of(tp));
-        long end = endOffset(c, iv[1] + 1);
-        // Offsets may have gaps (e.g. transaction markers): stop at the partition's end.
-        stop = Math.min(iv[1] + 1, end);
+        // No end offset is asked for (a round trip per interval): the interval ends at a
+        // record the commit names, and offsets with no record (transaction markers) move
+        // the position past them as they are fetched. A partition that ends before the
+        // interval does (deleted, truncated) sends nothing, and refuseGone says why.
+        stop = iv[1] + 1;
         if (start >= stop) {
           stop = -1;
           continue;
@@ -183,33 +185,6 @@ final class PartitionFetch {
               + " (the partition now starts at "
               + low
               + ")");
-    }
-  }
-
-  /**
-   * The partition's end offset before reading {@code [start, until)}. Asked in short tries:
-   * a deleted topic makes the request time out (after 60 s in one try), so between tries
-   * the topic is looked for and its absence reported at once.
-   */
-  long endOffset(KafkaConsumer<byte[], ByteBuffer> c, long until) {
-    long deadline = System.currentTimeMillis() + 60_000;
-    while (true) {
-      try {
-        return c.endOffsets(List.of(tp), Duration.ofMillis(GONE_CHECK_MS * 2)).get(tp);
-      } catch (org.apache.kafka.common.errors.TimeoutException e) {
-        refuseMissing(c, " offsets [" + start + ", " + until + ")");
-        if (System.currentTimeMillis() > deadline) {
-          throw new ShuffleException(
-              ShuffleException.Kind.CONNECTION,
-              "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
-              e);
-        }
-      } catch (KafkaException e) {
-        throw new ShuffleException(
-            ShuffleException.Kind.CONNECTION,
-            "reading topic " + quotedTopic + " partition " + read.partition + ": " + e,
-            e);
-      }
     }
   }
 
