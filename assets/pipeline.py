@@ -220,12 +220,11 @@ def _rows_balance_check(shuffle_asset, topic: str):
 
 
 def daily_utilization(read: ShuffleRead) -> DataFrame:
-    """One row per (tailnum, day), aggregated per aircraft with no Exchange.
+    """One row per (tailnum, day), aggregated inside the shuffle reader.
 
-    On a session with the JVM read path this is Spark's own ``groupBy.agg`` over the keyed
-    read; without it, the rows are aggregated as their frames are decoded in the Python
-    reader. A producer run holds one day (its window), so the day is the same for every row
-    of a key and ``min`` carries it through.
+    The rows are aggregated per aircraft as their frames are decoded: no Exchange, and the
+    rows never reach the JVM. A producer run holds one day (its window), so the day is the
+    same for every row of a key and ``min`` carries it through.
     """
     per_aircraft = read.aggregate(
         {

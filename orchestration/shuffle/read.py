@@ -203,17 +203,19 @@ class ShuffleRead:
     ) -> DataFrame:
         """Aggregates the rows per key (see :func:`aggregate_shuffle`).
 
-        On the JVM path (``engine="auto"`` on a session with the jar, or ``"jvm"``) this is
-        Spark's own ``groupBy(*key).agg(...)`` over the keyed JVM read: no Exchange, no
-        Python process. With ``engine="python"`` (or ``"auto"`` on a session without the
-        jar), the Python reader aggregates as it decodes; without a ``parallelism`` asked
-        for, that read runs as one task per core, each aggregating whole Kafka partitions
-        (see :func:`~orchestration.shuffle.core.planner.balance_splits`): the output is one
-        row per key, not keyed rows, so nothing needs a task per partition.
+        ``engine="auto"`` or ``"python"``: the Python reader aggregates as it decodes;
+        without a ``parallelism`` asked for, that read runs as one task per core, each
+        aggregating whole Kafka partitions (see :func:`~orchestration.shuffle.core.planner.
+        balance_splits`): the output is one row per key, not keyed rows, so nothing needs a
+        task per partition. ``engine="jvm"``: Spark's own ``groupBy(*key).agg(...)`` over
+        the keyed JVM read (no Exchange for a one-column key, no Python process).
         """
+        if engine not in ENGINES:
+            raise ShuffleOptionError(f"engine must be one of {ENGINES}, got {engine!r}")
         aggs = agg.parse(aggregations, output_schema(self.layout, False), self.layout.key)
-        catalog = choose_engine(self.spark, self._kafka, engine)
-        if catalog is not None:
+        if engine == "jvm":
+            catalog = choose_engine(self.spark, self._kafka, engine)
+            assert catalog is not None  # "jvm" without the JVM path raises
             return self._aggregate_on_jvm(catalog, aggs)
         splits: Sequence[SplitPlan] = self.plan.splits
         slots = task_slots(self.spark)
@@ -348,17 +350,16 @@ def aggregate_shuffle(
 ) -> DataFrame:
     """Aggregates committed runs of a shuffle per key, with no Spark shuffle.
 
-    Equal to ``read_shuffle(...).groupBy(*key).agg(...)``, and on the JVM path (a session
-    with the jar, see :func:`jvm_spark_conf`) it is exactly that: Spark's own aggregation
-    over the keyed read, which needs no Exchange and starts no Python process (a long-lived
-    session's idle Python processes are stopped after a minute, and starting them again
-    costs a read 1-3 s). On the Python path (``engine="python"``, or a session without the
-    jar) the rows are aggregated as their frames are decoded (see
-    :mod:`orchestration.shuffle.core.aggregation`): they never cross from Python to the JVM,
-    and a reader's memory follows the number of keys in its partition (plus one chunk of
-    rows), not the number of rows. Either way only the key and the aggregated columns are
-    decoded. Without ``parallelism``, the Python read runs one task per core, each
-    aggregating whole Kafka partitions balanced by their committed rows.
+    Equal to ``read_shuffle(...).groupBy(*key).agg(...)``, but the rows are aggregated as
+    their frames are decoded (see :mod:`orchestration.shuffle.core.aggregation`), in Spark
+    tasks of the engine over the read's plan: they never cross from Python to the JVM, and a
+    reader's memory follows the number of keys in its partition (plus one chunk of rows),
+    not the number of rows. Frames decode only the key and the aggregated columns. Without
+    ``parallelism``, the read runs one task per core, each aggregating whole Kafka
+    partitions balanced by their committed rows. With ``engine="jvm"`` it is Spark's own
+    ``groupBy(*key).agg(...)`` over the keyed JVM read instead (no Exchange for a one-column
+    key, no Python process; same schema), which is slower than the reader's aggregation
+    (see ``docs/performance.md``) but runs where Python workers cannot.
 
     Example::
 
@@ -368,8 +369,8 @@ def aggregate_shuffle(
     Args:
         aggregations: ``{output name: (column, function)}`` with functions ``count``,
             ``sum``, ``min``, ``max``, ``mean``; ``("*", "count")`` counts rows.
-        engine: ``"auto"`` (the JVM when the session has the jar), ``"jvm"`` or
-            ``"python"``; both return the same schema.
+        engine: ``"auto"`` and ``"python"`` aggregate in the reader, ``"jvm"`` with
+            Spark's ``groupBy`` over the JVM read; both return the same schema.
         Other arguments: as for :func:`read_shuffle`.
 
     Returns:

@@ -211,13 +211,13 @@ def test_aggregation_groups_as_group_by(spark, kafka_conf, written):
         got = aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations=AGGS)
         assert rows_of(got, columns) == want, f"{path}: aggregate_shuffle differs from groupBy"
         schemas[path] = [(f.name, f.dataType) for f in got.schema]
-    # On the JVM path the same call is Spark's groupBy over the keyed read: the same rows,
+    # With engine="jvm" the same call is Spark's groupBy over the keyed read: the same rows,
     # the same types, and for a one-column key no Exchange (Spark takes a source's
     # partitioning only as a function of one column, so a key of several columns has one).
     settings = jvm_read_on(spark, kafka_conf)
     try:
         for path, topic in topics.items():
-            got = aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations=AGGS)
+            got = aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations=AGGS, engine="jvm")
             plan = got._jdf.queryExecution().executedPlan().toString()
             assert "BatchScan" in plan and ("Exchange" in plan) == (len(keys) > 1), plan
             types = [(f.name, f.dataType) for f in got.schema]

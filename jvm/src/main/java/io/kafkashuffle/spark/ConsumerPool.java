@@ -62,6 +62,11 @@ final class ConsumerPool {
     props.putAll(p);
     props.setProperty("key.deserializer", ByteArrayDeserializer.class.getName());
     props.setProperty("value.deserializer", ByteBufferDeserializer.class.getName());
+    // Unless given: the socket's receive buffer sized by the OS (the Java client's default
+    // fixes it at 64 KiB, which holds a read of megabyte frames to a fraction of what the
+    // broker can send), and up to 8 MiB of a partition per fetch (several frames a trip).
+    props.putIfAbsent("receive.buffer.bytes", "-1");
+    props.putIfAbsent("max.partition.fetch.bytes", String.valueOf(8 << 20));
     String key = key(props);
     List<KafkaConsumer<byte[], ByteBuffer>> expired = new ArrayList<>();
     KafkaConsumer<byte[], ByteBuffer> c = null;
