@@ -8,7 +8,8 @@ Each size runs in a process of its own, so that its session starts fresh:
   ``groupBy(key).agg`` over the Parquet source) and T3 (``aggregate_shuffle`` against the
   same ``groupBy.agg``), side by side, in the three states a pipeline's session reads in:
   just started (``fresh``: ``--rounds`` + 1 rounds back to back, the first reported apart),
-  after a minute idle (each round after 65 s of nothing) and after a pandas UDF job (each
+  after a minute idle (each round after 75 s of nothing: Spark stops
+  Python processes idle for a minute, checking every 10 s) and after a pandas UDF job (each
   round after a ``groupBy.applyInPandas`` job over 150k rows, over a minute long); medians
   of ``--rounds`` rounds (5) in each state. Met when T2 >= 1x and T3 >= 2x in every state.
   The session is built with ``jvm_spark_conf`` (``--p1-python``: without the jar, kept as
@@ -18,7 +19,7 @@ Each size runs in a process of its own, so that its session starts fresh:
   aggregation (``aggregate_shuffle`` / ``groupBy.agg``) and ``apply_per_key(per="batch")``
   (against ``groupBy.agg``), each into the ``noop`` sink. Met when ours takes at most the
   baseline's time. It also times the parts of one read (planning from the commit log,
-  making the DataFrame, running it) and the same read after 65 s of idle session
+  making the DataFrame, running it) and the same read after 75 s of idle session
   (``--idle``: Spark stops its idle Python planner processes after a minute).
 
 Medians go to ``.local/bench/session.json`` (a run replaces the sizes and parts it
@@ -74,7 +75,7 @@ from orchestration.shuffle.core.commitlog import commit_topic
 P1_BOUNDS = {"T2": 1.0, "T3": 2.0, "T3-jvm": 2.0}
 SMALL_ROWS = 1_000
 SMALL_WINDOWS = 30
-IDLE_SECONDS = 65
+IDLE_SECONDS = 75
 # Rows of the source the pandas UDF job runs over: over a minute on the 2-core machine, longer
 # than the minute after which Spark stops idle Python processes.
 JOB_ROWS = 150_000
@@ -94,7 +95,7 @@ def _ratios(times: dict[str, list[float]], skip: int = 0) -> dict[str, float]:
 def p1(spark, kafka: dict, rows: int, rounds: int, partitions: int) -> dict:
     """The pairs in the three states a session is in when a pipeline reads: just started
     (``fresh``: rounds back to back, the first reported apart), after a minute idle
-    (``idle``: each round after 65 s of nothing) and after a pandas UDF job (``after_job``:
+    (``idle``: each round after 75 s of nothing) and after a pandas UDF job (``after_job``:
     each round after a ``groupBy.applyInPandas`` job over the first rows of the source that
     runs for over a minute). In each round the two pairs run side by side, alternating which
     goes first from round to round."""
