@@ -165,13 +165,9 @@ def _load(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def round_three(
-    work: Path, results: dict | None = None, memory: dict | None = None
-) -> list[tuple[str, str, str, str]]:
-    """P1-P7, each (target, what was measured, wanted, met / missed / not run), from the
-    results of the four benchmarks in ``work``: ``session.json`` (P1, P2), ``records.json``
-    (P3, P4), ``results.json`` (P5, P6; or ``results`` and, for P5, ``memory`` when given)
-    and ``queue.json`` (P7)."""
+def session_rows(work: Path) -> list[tuple[str, str, str, str]]:
+    """P1 and P2, each (target, what was measured, wanted, met / missed / not run), from
+    ``session.json`` in ``work`` (``bench/session_bench.py``)."""
     out: list[tuple[str, str, str, str]] = []
 
     def verdict(ok: bool) -> str:
@@ -211,6 +207,27 @@ def round_three(
             )
     if not p2:
         out.append(("P2", "not run", "", "not run"))
+    return out
+
+
+def session_table(work: Path) -> str:
+    lines = ["| target | measured | wanted | |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in session_rows(work)]
+    return "\n".join(lines)
+
+
+def round_three(
+    work: Path, results: dict | None = None, memory: dict | None = None
+) -> list[tuple[str, str, str, str]]:
+    """P3-P7, each (target, what was measured, wanted, met / missed / not run), from the
+    results of three benchmarks in ``work``: ``records.json`` (P3, P4), ``results.json``
+    (P5, P6; or ``results`` and, for P5, ``memory`` when given) and ``queue.json`` (P7).
+    P1 and P2 are :func:`session_rows`."""
+    out: list[tuple[str, str, str, str]] = []
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
     records = _load(work / "records.json") or {}
     sizes = records.get("sizes") or {}
     big = max(sizes, key=int) if sizes else None
@@ -410,6 +427,7 @@ TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 # where the page has their markers.
 WORK_TABLES = {
     "round3": round_three_table,
+    "session": lambda work, _results, _memory: session_table(work),
     "jvm": lambda work, _results, _memory: jvm_table(work),
     "records": lambda work, _results, _memory: records_table(work),
     "queue": lambda work, _results, _memory: queue_table(work),
@@ -471,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.targets:
+        print(session_table(ROOT / ".local" / "bench"))
+        print()
         print(round_three_table(ROOT / ".local" / "bench"))
         print()
         print(jvm_table(ROOT / ".local" / "bench"))

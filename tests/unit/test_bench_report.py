@@ -134,8 +134,9 @@ def test_round_three_targets_say_met_missed_or_not_run(tmp_path):
     assert rows["P4"][3] == "met"
     # A queue measured with batched producers does not count for P7.
     assert rows["P7"][3] == "**missed**" and "batched" in rows["P7"][0]
-    for name in ("P1", "P2", "P5", "P6"):
+    for name in ("P5", "P6"):
         assert rows[name][3] == "not run"
+    assert "P1" not in rows and "P2" not in rows  # the session table's
     assert report.round_three_table(tmp_path).count("\n") == len(rows) + 1
     # A run with both read paths: P4 is the JVM path's, the Python path's beside it.
     records = json.loads((tmp_path / "records.json").read_text())
@@ -146,6 +147,30 @@ def test_round_three_targets_say_met_missed_or_not_run(tmp_path):
     p4 = {r[0].split()[0]: r for r in report.round_three(tmp_path)}["P4"]
     assert p4[3] == "**missed**"
     assert p4[1].startswith("on the JVM 0.50 (micro-batches alone 0.80)") and "0.95" in p4[1]
+
+
+def test_session_rows_give_each_state_and_skip_an_earlier_form(tmp_path):
+    assert [r[0] for r in report.session_rows(tmp_path)] == ["P1", "P2"]  # not run
+    check = {"fresh": 1.2, "fresh_first_round": 0.4, "idle": 0.9, "after_job": 1.1}
+    p1 = {
+        "2000000": {
+            "states": {},
+            "rounds": 5,
+            "targets": {"T2": {**check, "bound": 1.0, "met": False}},
+        },
+        "10000000": {"targets": {"T2": {"fresh": 1.0, "after": 1.0}}},  # an earlier form
+    }
+    (tmp_path / "session.json").write_text(json.dumps({"p1": p1}))
+    rows = report.session_rows(tmp_path)
+    assert rows[0] == (
+        "P1 T2, 2M rows",
+        "fresh 1.20x (first round 0.40x), after a minute idle 0.90x, after a pandas UDF job "
+        "1.10x; medians of 5 rounds",
+        ">= 1x in each",
+        "**missed**",
+    )
+    assert [r[0] for r in rows] == ["P1 T2, 2M rows", "P2"]
+    assert report.session_table(tmp_path).count("\n") == len(rows) + 1
 
 
 def test_jvm_table_lists_every_size_and_target_or_says_not_run(tmp_path):
