@@ -97,8 +97,8 @@ def p1(spark, kafka: dict, rows: int, rounds: int, partitions: int) -> dict:
     (``fresh``: rounds back to back, the first reported apart), after a minute idle
     (``idle``: each round after 75 s of nothing) and after a pandas UDF job (``after_job``:
     each round after a ``groupBy.applyInPandas`` job over the first rows of the source that
-    runs for over a minute). In each round the two pairs run side by side, alternating which
-    goes first from round to round."""
+    runs for over a minute). In each round the pairs run side by side; which pair runs first
+    rotates from round to round, and which of a pair goes first alternates."""
     src = WORK / f"source-{rows}-k200000.parquet"
     generate(spark, rows, src, keys=200_000)
     df = spark.read.parquet(str(src))
@@ -150,7 +150,13 @@ def p1(spark, kafka: dict, rows: int, rounds: int, partitions: int) -> dict:
         # The fresh state's first round is reported apart, so it runs one round more.
         for r in range(rounds + (state == "fresh")):
             before()
-            ordered = pairs if r % 2 == 0 else [(b, a) for a, b in pairs]
+            # Which pair runs first rotates from round to round (the first Python job after
+            # the idle time or the job pays for Spark's new Python workers), and within a
+            # pair which goes first alternates.
+            turn = r % len(pairs)
+            ordered = pairs[turn:] + pairs[:turn]
+            if r % 2:
+                ordered = [(b, a) for a, b in ordered]
             for name, got in side_by_side(ordered, 1, f"rows={rows} {state} round {r}").items():
                 times.setdefault(name, []).extend(got)
         skip = 1 if state == "fresh" else 0
