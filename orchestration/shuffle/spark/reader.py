@@ -463,6 +463,17 @@ class ShuffleReader(DataSourceReader):
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
+def result_schema(opts: SourceOptions) -> pa.Schema:
+    """What a read with ``opts`` returns: the per-key function's schema, the aggregates', or
+    the rows'."""
+    schema = output_schema(opts.layout, opts.read.with_metadata)
+    if opts.per_key_schema is not None:
+        return opts.per_key_schema
+    if opts.aggregate:
+        return agg.PartialAggregator(opts.layout.key, opts.aggregate, schema).output_schema()
+    return schema
+
+
 class SplitTasks:
     """The reader of a result-returning read (option ``aggregate`` or ``per_key``) as a
     ``mapInArrow`` function over one row per split (``spark.range(splits)``): row *i* reads
@@ -496,13 +507,9 @@ def read_in_tasks(spark: Any, options: Mapping[str, str]) -> Any:
 
     opts = SourceOptions(options)
     opts.check_mode(BATCH)
-    if opts.per_key_schema is not None:
-        schema = opts.per_key_schema
-    elif opts.aggregate:
-        rows = output_schema(opts.layout, opts.read.with_metadata)
-        schema = agg.PartialAggregator(opts.layout.key, opts.aggregate, rows).output_schema()
-    else:
+    if opts.per_key_schema is None and not opts.aggregate:
         raise ShuffleOptionError(f"{SOURCE}: read_in_tasks needs option 'aggregate' or 'per_key'")
+    schema = result_schema(opts)
     splits = len(opts.plans)
     task = SplitTasks(options)
     return spark.range(0, splits, 1, max(splits, 1)).mapInArrow(task, from_arrow_schema(schema))

@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 
-from orchestration.shuffle.core import aggregation as agg
 from orchestration.shuffle.core.optiondefs import BATCH, STREAM
-from orchestration.shuffle.spark.reader import SOURCE, ShuffleReader, SourceOptions, output_schema
+from orchestration.shuffle.spark.reader import SOURCE, ShuffleReader, SourceOptions, result_schema
 from orchestration.shuffle.spark.records import KafkaRecordsDataSource
 from orchestration.shuffle.spark.session import is_connect, session_settings
 from orchestration.shuffle.spark.stream import ShuffleStreamReader
@@ -69,13 +68,7 @@ class ShuffleDataSource(DataSource):
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        opts = self._source_options()
-        schema = output_schema(opts.layout, opts.read.with_metadata)
-        if opts.per_key_schema is not None:
-            return from_arrow_schema(opts.per_key_schema)
-        if opts.aggregate:
-            schema = agg.PartialAggregator(opts.layout.key, opts.aggregate, schema).output_schema()
-        return from_arrow_schema(schema)
+        return from_arrow_schema(result_schema(self._source_options()))
 
     def reader(self, schema: StructType) -> ShuffleReader:
         opts = self._source_options()
