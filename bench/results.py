@@ -113,6 +113,29 @@ MEMORY_PHASES = (
 )
 
 
+def per_size(values: str, sizes: list[int], default: int) -> list[int]:
+    """One count per size from ``values``: one number for every size, or one per size in
+    order (``"3,3,1"`` for 1M, 10M and 100M rows: the largest size once).
+
+    Example::
+
+        per_size("3,1", [10**6, 10**8], 3)   # [3, 1]
+    """
+    if not values:
+        return [default] * len(sizes)
+    counts = [int(v) for v in str(values).split(",") if v.strip()]
+    if any(c < 1 for c in counts):
+        raise ValueError(f"repeat counts must be at least 1, got {values!r}")
+    if len(counts) == 1:
+        return counts * len(sizes)
+    if len(counts) != len(sizes):
+        raise ValueError(
+            f"{len(counts)} repeat counts ({values!r}) for {len(sizes)} sizes: give one, or "
+            "one per size"
+        )
+    return counts
+
+
 def memory_growth(report: dict) -> dict:
     """T9: per phase of ours, the peak worker memory at the largest size over the smallest."""
     sizes = sorted(report["sizes"], key=int)

@@ -56,6 +56,7 @@ Run::
     scripts/dev bench                          # 1M and 10M rows, 3 repeats
     scripts/dev bench --quick                  # 1M rows, one run: a smoke test
     scripts/dev bench --rows 1000000 --repeat 5
+    scripts/dev bench --rows 1000000,10000000,100000000 --repeat 3,3,1   # a decade more data
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import sys
 import threading
@@ -95,7 +97,7 @@ from bench.common import (
     spark_kafka_rows,
     spark_kafka_write,
 )
-from bench.results import T9_BOUND, chart, memory_growth, targets
+from bench.results import T9_BOUND, chart, memory_growth, per_size, targets
 from devstack import localstack
 from orchestration.shuffle import (
     KafkaClient,
@@ -185,6 +187,37 @@ class WorkerMemory:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class DiskPeak:
+    """Samples the used bytes of the file system that holds the broker's data and the bench's
+    files (one disk on this machine): the peak over what was used on entry is what a size
+    takes on disk (its topics, Parquet sources, tables and Spark's spill files)."""
+
+    def __init__(self, path: Path, interval: float = 1.0):
+        self.path = path
+        self.interval = interval
+        self.start = shutil.disk_usage(path).used
+        self.peak = self.start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, shutil.disk_usage(self.path).used)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> DiskPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak_gib(self) -> float:
+        return (self.peak - self.start) / 2**30
 
 
 def timed(fn) -> tuple[float, int, object]:
@@ -426,16 +459,20 @@ class Fixtures:
     the windowed ones (T8)."""
 
     def __init__(
-        self, spark, kafka: dict, rows: int, partitions: int, mp: int, windows: bool = True
+        self,
+        spark,
+        kafka: dict,
+        rows: int,
+        partitions: int,
+        mp: int,
+        windows: bool = True,
+        k200k: bool = True,
     ):
         from pyspark.sql import functions as F
 
         self.kafka = kafka
         tag = uuid.uuid4().hex[:8]
-        src = WORK / f"source-{rows}-k200000.parquet"
-        generate(spark, rows, src, keys=200_000)
-        self.source_200k = spark.read.parquet(str(src))
-        self.topic_200k = f"bench.k200k.{tag}"
+        self.topic_200k = f"bench.k200k.{tag}" if k200k else None
         self.topic_30 = f"bench.w30.{tag}"
         self.topic_1 = f"bench.w1.{tag}"
         self.topic_day = f"bench.day.{tag}"
@@ -446,11 +483,16 @@ class Fixtures:
                 event_time="ts",
             )  # fmt: skip
 
-        print(f"  preparing: 200k-key shuffle and {WINDOWS} windows of {rows // WINDOWS} rows")
-        write_shuffle(self.source_200k, spec(self.topic_200k), kafka=kafka, window="bench")
+        if k200k:
+            print("  preparing: the 200k-key shuffle", flush=True)
+            src = WORK / f"source-{rows}-k200000.parquet"
+            generate(spark, rows, src, keys=200_000)
+            self.source_200k = spark.read.parquet(str(src))
+            write_shuffle(self.source_200k, spec(self.topic_200k), kafka=kafka, window="bench")
         self.cursor = {}
         if not windows:
             return
+        print(f"  preparing: {WINDOWS} windows of {rows // WINDOWS} rows", flush=True)
         bench_keys = spark.read.parquet(str(WORK / f"source-{rows}.parquet"))
         window_of = F.pmod(F.hash("a"), F.lit(WINDOWS))
         for w in range(WINDOWS):
@@ -469,7 +511,7 @@ class Fixtures:
 
     def topics(self) -> list[str]:
         windowed = [self.topic_30, self.topic_1, self.topic_day] if self.cursor else []
-        return [self.topic_200k, *windowed]
+        return ([self.topic_200k] if self.topic_200k else []) + windowed
 
     def tick(self, topic: str) -> float:
         """The median of TICKS sensor ticks (shuffle_commits_since from the kept cursor)."""
@@ -515,10 +557,12 @@ class Fixtures:
             write_shuffle(self.day, self.spec_day, kafka=kafka, window="w07")
             our_consumers(spark, kafka, self.topic_day, ["w07"])
 
-        return [
+        k200k = [
             ("shuffle_per_key_200k", t1_ours, "spark_apply_in_pandas_200k", t1_theirs),
             ("shuffle_aggregate_200k", t3_ours, "spark_group_by_200k",
              lambda: group_by(self.source_200k)),
+        ] if self.topic_200k else []  # fmt: skip
+        return k200k + [
             ("tick_30_windows", lambda: self.tick(self.topic_30),
              "tick_1_window", lambda: self.tick(self.topic_1)),
             ("read_1_of_30_windows", read_one, "read_30_windows", read_all),
@@ -548,6 +592,7 @@ def run_size(
             "recover_one_consumer",
         }
         <= skip,
+        k200k=not {"shuffle_per_key_200k", "shuffle_aggregate_200k"} <= skip,
     )
     results: dict[str, list[dict]] = {k: [] for k in PHASES}
     client = KafkaClient(kafka)
@@ -580,6 +625,19 @@ def run_size(
         pairs = make_phases(
             spark, kafka, df, json_schema, spec, theirs, topics, state
         ) + fixtures.pairs(spark)
+        # Topics no later pair reads, dropped as soon as their pair is done, so that a large
+        # size needs the disk of a few copies of its rows, not of all of them at once.
+        done_with = {
+            "kafka_perf_test": [topics["perf"]],
+            "shuffle_write_rows": [topics["rows"], commit_topic(topics["rows"])],
+            "shuffle_read": [theirs],
+            "reuse_three_consumers": [topics["reuse"], commit_topic(topics["reuse"])],
+            "reuse_three_consumers_arrow": [
+                topics["reuse_arrow"],
+                commit_topic(topics["reuse_arrow"]),
+            ],
+            "reuse_three_consumers_b": [topics["reuse_b"], commit_topic(topics["reuse_b"])],
+        }
         for a_name, a_fn, b_name, b_fn in pairs:
             if a_name in skip:
                 continue
@@ -600,6 +658,8 @@ def run_size(
                     f"{rows / seconds / 1e3:9.0f}k rows/s  worker peak {peak / 2**20:6.0f} MiB",
                     flush=True,
                 )
+            if a_name in done_with:
+                drop_topics(kafka, done_with[a_name])
         reuses = [topics["reuse"], topics["reuse_arrow"], topics["rows"], topics["b"]]
         reuses.append(topics["reuse_b"])
         for t in spark.catalog.listTables():
@@ -652,7 +712,11 @@ def run_size(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default=None, help="comma-separated sizes (default 1M,10M)")
-    parser.add_argument("--repeat", type=int, default=None, help="runs per phase (default 3)")
+    parser.add_argument(
+        "--repeat",
+        default=None,
+        help="runs per phase (default 3): one number, or one per size (3,3,1)",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run: 1M rows, one run of each phase"
     )
@@ -673,7 +737,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     rows_arg = args.rows or ("1000000" if args.quick else "1000000,10000000")
-    repeat = args.repeat or (1 if args.quick else 3)
+    sizes = [int(r) for r in rows_arg.split(",")]
+    repeats = per_size(args.repeat, sizes, 1 if args.quick else 3)
     skip = {p for p in args.skip.split(",") if p}
     only = {p for p in args.only.split(",") if p}
     if only:
@@ -697,19 +762,23 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "master": args.master,
         "partitions": args.partitions,
-        "repeat": repeat,
+        "repeat": dict(zip((str(r) for r in sizes), repeats, strict=True)),
         "python_worker_reuse": not args.no_worker_reuse,
         "cores": os.cpu_count(),
         "sizes": {},
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for rows in (int(r) for r in rows_arg.split(",")):
+    for rows, repeat in zip(sizes, repeats, strict=True):
         print(f"== {rows} rows, {repeat} run(s) of each phase", flush=True)
         load_before = os.getloadavg()[0]
-        report["sizes"][str(rows)] = run_size(
-            spark, kafka, rows, repeat, args.partitions, args.max_parallelism, skip
-        )
+        with DiskPeak(WORK) as disk:
+            report["sizes"][str(rows)] = run_size(
+                spark, kafka, rows, repeat, args.partitions, args.max_parallelism, skip
+            )
+        report["sizes"][str(rows)]["disk_peak_gib"] = disk.peak_gib
+        report["sizes"][str(rows)]["repeat"] = repeat
+        print(f"  disk taken at the peak of this size: {disk.peak_gib:.1f} GiB", flush=True)
         # Other work on the machine skews side-by-side ratios less than absolute times, but
         # it shows: the 1-minute load average before and after the size's phases.
         report["sizes"][str(rows)]["load_average"] = [load_before, os.getloadavg()[0]]
