@@ -23,7 +23,19 @@ import re
 import sys
 from pathlib import Path
 
-from bench.results import MEMORY_PHASES, T9_BOUND, chart, memory_growth
+from bench.results import (
+    MEMORY_GROWTH_BOUND,
+    MEMORY_PHASES,
+    T9_BOUND,
+    TIME_GROWTH_BOUND,
+    chart,
+    growth,
+    growth_chart,
+    is_ours,
+    jvm_growth_input,
+    memory_growth,
+    shuffle_growth_input,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -422,6 +434,72 @@ def queue_table(work: Path) -> str:
     return "\n".join(lines)
 
 
+# The growth run's files (``scripts/dev bench`` and ``bench-jvm`` at 1M, 10M and 100M rows).
+GROWTH_FILES = (("shuffle benchmark", "decade.json"), ("JVM benchmark", "decade-jvm.json"))
+
+
+def growth_inputs(work: Path) -> list[tuple[str, dict]]:
+    """The growth run's phases per benchmark, from its files in ``work`` (those present)."""
+    out = []
+    for title, name in GROWTH_FILES:
+        report = _load(work / name)
+        if not report or not report.get("sizes"):
+            continue
+        make = jvm_growth_input if name.startswith("decade-jvm") else shuffle_growth_input
+        out.append((title, make(report)))
+    return out
+
+
+def _verdict(ratio: float, met: bool) -> str:
+    return f"{ratio:.2f}x" if met else f"**{ratio:.2f}x**"
+
+
+def growth_table(work: Path) -> str:
+    """Time per row and peak worker memory of every phase at each size of the growth run,
+    and their growth over its two largest sizes against the bounds."""
+    inputs = growth_inputs(work)
+    if not inputs:
+        return (
+            "not run: `scripts/dev bench` and `bench-jvm` with `--rows 1000000,10000000,100000000`"
+        )
+    sizes = sorted({int(n) for _, d in inputs for v in d.values() for n in v if ":" not in n})
+    small, large = sizes[-2:] if len(sizes) > 1 else (sizes[0], sizes[0])
+    head = " | ".join(f"µs/row {_rows(str(n))}" for n in sizes)
+    mem = " | ".join(f"MiB {_rows(str(n))}" for n in sizes)
+    step = f"{_rows(str(large))} / {_rows(str(small))}"
+    lines = [
+        f"| benchmark | phase | {head} | time per row, {step} | {mem} | memory, {step} |",
+        "|---|---|" + "---|" * (2 * len(sizes) + 2),
+    ]
+    for title, data in inputs:
+        g = growth(data, small, large)
+        ordered = sorted(data, key=lambda p: (not is_ours(p), list(data).index(p)))
+        for phase in ordered:
+            values = data[phase]
+            us = [values.get(str(n)) for n in sizes]
+            cells = [f"{s / n * 1e6:.2f}" if s else "" for s, n in zip(us, sizes, strict=True)]
+            mib = [values.get(f"{n}:mib") for n in sizes]
+            mcells = [f"{m:.0f}" if m else "" for m in mib]
+            entry = g.get(phase)
+            t = _verdict(entry["time_ratio"], entry["time_met"]) if entry else ""
+            m = (
+                _verdict(entry["memory_ratio"], entry["memory_met"])
+                if entry and "memory_ratio" in entry
+                else ("not sampled" if entry else "")
+            )
+            name = f"`{phase}`" if is_ours(phase) else f"{phase} (baseline)"
+            lines.append(
+                f"| {title} | {name} | {' | '.join(cells)} | {t} | {' | '.join(mcells)} | {m} |"
+            )
+    lines.append("")
+    lines.append(
+        f"Growth {step}: time per row wanted <= {TIME_GROWTH_BOUND}x, peak memory of one "
+        f"Python worker wanted <= {MEMORY_GROWTH_BOUND}x (bold: over the bound). Memory is "
+        "sampled in our Python workers only (workers fresh for each task)."
+    )
+    return "\n".join(lines)
+
+
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 # Tables from the other benchmarks' files in the work folder (work, results, memory), written
 # where the page has their markers.
@@ -431,6 +509,7 @@ WORK_TABLES = {
     "jvm": lambda work, _results, _memory: jvm_table(work),
     "records": lambda work, _results, _memory: records_table(work),
     "queue": lambda work, _results, _memory: queue_table(work),
+    "growth": lambda work, _results, _memory: growth_table(work),
 }
 
 
@@ -480,6 +559,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the Markdown file whose marked tables are written (default: docs/performance.md)",
     )
     parser.add_argument("--chart", help="also draw the targets chart (PNG) of the merged results")
+    parser.add_argument(
+        "--growth",
+        metavar="PNG",
+        help="write only the growth table (decade.json, decade-jvm.json in .local/bench) and "
+        "draw its chart to PNG, then stop",
+    )
     parser.add_argument("--check", action="store_true", help="fail if the page is out of date")
     parser.add_argument(
         "--targets",
@@ -494,6 +579,13 @@ def main(argv: list[str] | None = None) -> int:
         print(round_three_table(ROOT / ".local" / "bench"))
         print()
         print(jvm_table(ROOT / ".local" / "bench"))
+        return 0
+    if args.growth:
+        work = ROOT / ".local" / "bench"
+        growth_chart(growth_inputs(work), Path(args.growth))
+        page = Path(args.page)
+        page.write_text(_replace(page.read_text(), "growth", growth_table(work)))
+        print(f"updated the growth table of {page}; chart: {args.growth}")
         return 0
     report = merge([json.loads(Path(p).read_text()) for p in args.results])
     if args.chart:

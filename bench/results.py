@@ -208,3 +208,137 @@ def chart(report: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# A decade more data: how time per row and peak worker memory grow from one size to the next
+# (issue targets: time per row within 1.15x, peak memory within 1.2x, from 10M to 100M rows).
+TIME_GROWTH_BOUND = 1.15
+MEMORY_GROWTH_BOUND = 1.2
+# The shuffle benchmark's phases in a growth run: ours, then the baselines beside them.
+GROWTH_PHASES = (
+    "arrow_handover",
+    "shuffle_write",
+    "shuffle_write_rows",
+    "shuffle_read",
+    "shuffle_per_key",
+    "shuffle_per_key_arrow",
+    "shuffle_aggregate",
+    "reuse_three_consumers",
+    "reuse_three_consumers_arrow",
+    "spark_write",
+    "spark_read",
+    "spark_group_by",
+    "spark_group_by_agg",
+    "spark_three_consumers",
+    "kafka_perf_test",
+)
+OURS_PREFIXES = ("shuffle_", "reuse_", "arrow_", "jvm_", "python_", "write_")
+
+
+def is_ours(phase: str) -> bool:
+    """Whether ``phase`` is one of ours (memory is sampled in our Python workers only)."""
+    return phase.startswith(OURS_PREFIXES)
+
+
+def growth(sizes: dict[str, dict[str, float | None]], small: int, large: int) -> dict:
+    """Per phase, from ``small`` to ``large`` rows: the time per row (microseconds) at each
+    size and its ratio, and the peak memory (MiB, None when not sampled) and its ratio, each
+    against its bound.
+
+    ``sizes`` maps a phase to ``{"<rows>": seconds}`` and, under ``"<rows>:mib"``, its peak
+    memory. A phase missing at either size is left out.
+
+    Example::
+
+        growth({"w": {"10": 1.0, "100": 12.0}}, 10, 100)["w"]["time_ratio"]   # 1.2
+    """
+    out = {}
+    for phase, values in sizes.items():
+        a, b = values.get(str(small)), values.get(str(large))
+        if not a or not b:
+            continue
+        per_row = {n: s / int(n) * 1e6 for n, s in values.items() if ":" not in n and s}
+        time_ratio = (b / large) / (a / small)
+        entry: dict = {
+            "us_per_row": per_row,
+            "time_ratio": time_ratio,
+            "time_met": time_ratio <= TIME_GROWTH_BOUND,
+            "mib": {n.split(":")[0]: m for n, m in values.items() if n.endswith(":mib") and m},
+        }
+        ma, mb = values.get(f"{small}:mib"), values.get(f"{large}:mib")
+        if ma and mb:
+            entry["memory_ratio"] = mb / ma
+            entry["memory_met"] = mb / ma <= MEMORY_GROWTH_BOUND
+        out[phase] = entry
+    return out
+
+
+def shuffle_growth_input(report: dict) -> dict[str, dict[str, float | None]]:
+    """:func:`growth`'s input from a shuffle benchmark report: each phase's median seconds
+    and, for ours, the peak worker memory, per size."""
+    out: dict[str, dict[str, float | None]] = {}
+    for rows, summary in report["sizes"].items():
+        for phase in GROWTH_PHASES:
+            entry = summary.get(phase)
+            if not isinstance(entry, dict) or "median_seconds" not in entry:
+                continue
+            values = out.setdefault(phase, {})
+            values[rows] = entry["median_seconds"]
+            if is_ours(phase):
+                values[f"{rows}:mib"] = entry.get("worker_peak_rss_mib")
+    return out
+
+
+def jvm_growth_input(report: dict) -> dict[str, dict[str, float | None]]:
+    """:func:`growth`'s input from a JVM benchmark report: each phase's median seconds per
+    size (no memory: the JVM's heap is fixed by the session)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for rows, summary in report["sizes"].items():
+        for phase, seconds in summary.get("medians", {}).items():
+            out.setdefault(phase, {})[rows] = seconds
+    return out
+
+
+def growth_chart(panels: list[tuple[str, dict]], path: Path) -> None:
+    """Growth curves: for each ``(title, growth input)``, time per row against rows (log
+    scales, ours solid, baselines dashed), and for the shuffle benchmark's phases of ours,
+    peak worker memory against rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    memory = [(t, d) for t, d in panels if any(k.endswith(":mib") for v in d.values() for k in v)]
+    count = len(panels) + len(memory)
+    fig, axes = plt.subplots(1, count, figsize=(6.2 * count, 5.2), squeeze=False)
+    for ax, (title, data) in zip(axes.flat, panels, strict=False):
+        for phase, values in sorted(data.items()):
+            sizes = sorted(int(n) for n in values if ":" not in n and values[n])
+            if len(sizes) < 2:
+                continue
+            ys = [values[str(n)] / n * 1e6 for n in sizes]
+            style = "-" if is_ours(phase) else "--"
+            ax.plot(sizes, ys, style, marker="o", markersize=3, label=phase)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("rows")
+        ax.set_ylabel("microseconds per row (median)")
+        ax.set_title(f"{title}: time per row", fontsize=10)
+        ax.legend(fontsize=6, loc="best")
+    for ax, (title, data) in zip(axes.flat[len(panels) :], memory, strict=False):
+        for phase, values in sorted(data.items()):
+            points = sorted(
+                (int(k.split(":")[0]), m) for k, m in values.items() if k.endswith(":mib") and m
+            )
+            if len(points) < 2:
+                continue
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
+                    label=phase)  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xlabel("rows")
+        ax.set_ylabel("peak RSS of one Python worker (MiB)")
+        ax.set_title(f"{title}: peak worker memory", fontsize=10)
+        ax.legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

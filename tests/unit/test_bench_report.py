@@ -244,3 +244,59 @@ def test_t1_is_restated_as_overhead_over_the_function_s_own_cpu_time():
     assert over["ours_seconds"] == pytest.approx(6.0)
     assert over["baseline_seconds"] == pytest.approx(186.0)
     assert over["ratio"] == pytest.approx(31.0) and over["met"]
+
+
+def test_repeat_counts_are_one_for_every_size_or_one_per_size():
+    from bench.results import per_size
+
+    assert per_size("", [1, 2, 3], 3) == [3, 3, 3]
+    assert per_size("5", [1, 2], 3) == [5, 5]
+    assert per_size("3,3,1", [1, 2, 3], 3) == [3, 3, 1]
+    with pytest.raises(ValueError, match="2 repeat counts"):
+        per_size("3,1", [1, 2, 3], 3)
+    with pytest.raises(ValueError, match="at least 1"):
+        per_size("0", [1], 3)
+
+
+def test_growth_is_time_per_row_and_memory_of_the_larger_size_over_the_smaller():
+    from bench.results import growth
+
+    data = {
+        # 10x the rows: 11x the time (1.1x per row, met), 1.5x the memory (missed).
+        "shuffle_write": {"10": 1.0, "100": 11.0, "10:mib": 200.0, "100:mib": 300.0},
+        # 13x the time (1.3x per row, missed); no memory sampled.
+        "spark_write": {"10": 2.0, "100": 26.0},
+        "only_small": {"10": 1.0},
+    }
+    g = growth(data, 10, 100)
+    assert set(g) == {"shuffle_write", "spark_write"}
+    w = g["shuffle_write"]
+    assert w["time_ratio"] == pytest.approx(1.1) and w["time_met"]
+    assert w["us_per_row"] == {"10": pytest.approx(1e5), "100": pytest.approx(1.1e5)}
+    assert w["memory_ratio"] == pytest.approx(1.5) and not w["memory_met"]
+    s = g["spark_write"]
+    assert s["time_ratio"] == pytest.approx(1.3) and not s["time_met"]
+    assert "memory_ratio" not in s
+
+
+def test_growth_table_reads_both_benchmarks_files_and_marks_what_is_over_the_bound(tmp_path):
+    assert "not run" in report.growth_table(tmp_path)
+
+    def size(seconds: float, mib: float) -> dict:
+        return {"shuffle_read": {"median_seconds": seconds, "worker_peak_rss_mib": mib},
+                "spark_read": {"median_seconds": seconds * 10}}  # fmt: skip
+
+    sizes = {"1000000": size(1.0, 100.0), "10000000": size(10.0, 110.0),
+             "100000000": size(130.0, 200.0)}  # fmt: skip
+    (tmp_path / "decade.json").write_text(json.dumps({"sizes": sizes}))
+    jvm = {"10000000": {"medians": {"jvm_read": 1.0}}, "100000000": {"medians": {"jvm_read": 10.0}}}
+    (tmp_path / "decade-jvm.json").write_text(json.dumps({"sizes": jvm}))
+    lines = report.growth_table(tmp_path).splitlines()
+    assert "time per row, 100M / 10M" in lines[0] and "memory, 100M / 10M" in lines[0]
+    read = next(line for line in lines if "`shuffle_read`" in line)
+    # 1.00 µs per row at 1M and 10M, 1.30 at 100M: 1.30x (missed); 200 / 110 MiB (missed).
+    assert "| 1.00 | 1.00 | 1.30 | **1.30x** | 100 | 110 | 200 | **1.82x** |" in read
+    spark = next(line for line in lines if "spark_read (baseline)" in line)
+    assert spark.endswith("| not sampled |")
+    jvm_read = next(line for line in lines if "`jvm_read`" in line)
+    assert jvm_read.startswith("| JVM benchmark |") and "| 1.00x |" in jvm_read
