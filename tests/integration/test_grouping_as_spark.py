@@ -23,6 +23,7 @@ import decimal
 import math
 import struct
 import uuid
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -249,6 +250,56 @@ def test_per_key_work_groups_as_apply_in_pandas(spark, kafka_conf, written):
         # A filtered read is sorted by Spark and cut at key boundaries instead.
         cut = apply_per_key(read.filter(F.col("v") > -10_000), keys, summary, schema)
         assert rows_of(cut, columns) == want, f"{path}: sorted and cut"
+
+
+def test_per_key_function_forms_as_apply_in_pandas(spark, kafka_conf, written):
+    """The key form ``fn(key, pdf)`` and the iterator forms (``Iterator[pd.DataFrame]``
+    hints, with and without a key) give what ``applyInPandas`` gives with the same function,
+    with batches of 3 rows on both sides, so that a key's rows span several batches."""
+    keys, source, topics = written
+    schema = ", ".join(
+        [f"{f.name} {f.dataType.simpleString()}" for f in source.schema if f.name in keys]
+        + ["rows long", "total long", "batches long"]
+    )
+    columns = [*keys, "rows", "total", "batches"]
+
+    def from_key(key, pdf):
+        head = pd.DataFrame([list(key)], columns=list(keys))
+        # The key's values as Spark hands them: built back into rows, they must equal the
+        # key columns' values (compared below, through the output).
+        return head.assign(rows=len(pdf), total=int(pdf["v"].sum()), batches=1)
+
+    def streamed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        head, rows, total, count = None, 0, 0, 0
+        for b in batches:
+            head = b.iloc[:1][list(keys)].reset_index(drop=True) if head is None else head
+            rows, total, count = rows + len(b), total + int(b["v"].sum()), count + 1
+        yield head.assign(rows=rows, total=total, batches=count)
+
+    def keyed_streamed(key: tuple, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        rows = total = count = 0
+        for b in batches:
+            rows, total, count = rows + len(b), total + int(b["v"].sum()), count + 1
+        yield pd.DataFrame([list(key)], columns=list(keys)).assign(
+            rows=rows, total=total, batches=count
+        )
+
+    size = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(size)
+    spark.conf.set(size, "3")
+    try:
+        for fn in (from_key, streamed, keyed_streamed):
+            want = rows_of(source.groupBy(*keys).applyInPandas(fn, schema), columns)
+            if fn is not from_key:
+                assert any(r[-1] > 1 for r in want), "a key spans several batches"
+            for path, topic in topics.items():
+                read = read_shuffle(spark, topic, kafka=kafka_conf, engine="python")
+                got = apply_per_key(read, keys, fn, schema)
+                assert rows_of(got, columns) == want, f"{path}, {fn.__name__}: in the reader"
+                cut = apply_per_key(read.filter(F.col("v") > -10_000), keys, fn, schema)
+                assert rows_of(cut, columns) == want, f"{path}, {fn.__name__}: sorted and cut"
+    finally:
+        spark.conf.set(size, before)
 
 
 def test_group_by_over_the_jvm_read_as_over_the_rows(spark, kafka_conf, written):

@@ -201,3 +201,82 @@ def test_comparable_key_makes_nan_equal_to_nan():
     keys = comparable_key(pa.array([float("nan"), _double(0xFFF8000000000000), -0.0, 0.0]))
     equal = pc.equal(keys.slice(1), keys.slice(0, 3)).to_pylist()
     assert equal == [True, False, True]
+
+
+def test_the_key_form_gets_each_key_as_a_tuple_of_its_values():
+    table = make_table(5, rows=400)
+    schema = pa.schema([("k", pa.string()), ("j", pa.int64()), ("n", pa.int64())])
+    seen = []
+
+    def keyed(key, pdf):
+        seen.append(key)
+        first = pdf.iloc[0]
+        assert key[0] == first["k"] or (pd.isna(key[0]) and pd.isna(first["k"]))
+        return pd.DataFrame({"k": [pdf["k"].iat[0]], "j": [pdf["j"].iat[0]], "n": [len(pdf)]})
+
+    kf = KeyFunction(("k", "j"), keyed, schema, with_key=True)
+    out = pa.Table.from_batches(list(kf.apply(table)), schema)
+    keys = table.group_by(["k", "j"]).aggregate([([], "count_all")])
+    assert out.num_rows == keys.num_rows == len(seen)
+    assert all(isinstance(k, tuple) and len(k) == 2 for k in seen)
+    assert sorted(out["n"].to_pylist()) == sorted(keys["count_all"].to_pylist())
+
+    # On Arrow, the key's values are Arrow scalars (as applyInArrow gives them).
+    arrow_keys = []
+
+    def keyed_arrow(key, t):
+        arrow_keys.append(key)
+        return t.select(["k", "j"]).slice(0, 1).append_column("n", pa.array([t.num_rows]))
+
+    kf = KeyFunction(("k", "j"), keyed_arrow, schema, data="arrow", with_key=True)
+    assert sum(b.num_rows for b in kf.apply(table)) == keys.num_rows
+    assert all(isinstance(v, pa.Scalar) for key in arrow_keys for v in key)
+
+
+@pytest.mark.parametrize("data", ["pandas", "arrow"])
+def test_the_iterator_form_streams_each_key_in_bounded_batches(data):
+    # One key of 1,000 rows and 20 keys of a few: batches of at most 64 rows.
+    ks = ["big"] * 1000 + [f"k{i % 20}" for i in range(100)]
+    table = pa.table({"k": ks, "v": np.arange(len(ks))})
+    schema = pa.schema([("k", pa.string()), ("n", pa.int64()), ("total", pa.int64())])
+    sizes = []
+
+    def stream(batches):
+        n = total = 0
+        key = None
+        for b in batches:
+            rows = len(b) if data == "pandas" else b.num_rows
+            sizes.append(rows)
+            column = b["k"] if data == "pandas" else b.column("k").to_pylist()
+            key = column[0]
+            values = b["v"] if data == "pandas" else b.column("v").to_numpy()
+            n, total = n + rows, total + int(values.sum())
+        out = {"k": [key], "n": [n], "total": [total]}
+        yield pd.DataFrame(out) if data == "pandas" else pa.RecordBatch.from_pydict(out, schema)
+
+    kf = KeyFunction(("k",), stream, schema, data=data, iterator=True, batch_rows=64)
+    out = pa.Table.from_batches(list(kf.apply(table)), schema).to_pandas().set_index("k")
+    want = table.to_pandas().groupby("k")["v"].agg(["size", "sum"])
+    assert len(out) == 21
+    assert (out.loc[want.index, "n"].to_numpy() == want["size"].to_numpy()).all()
+    assert (out.loc[want.index, "total"].to_numpy() == want["sum"].to_numpy()).all()
+    assert max(sizes) == 64 and sizes.count(64) >= 1000 // 64
+
+
+def test_the_iterator_form_with_a_key_and_one_returning_a_frame_is_refused():
+    table = pa.table({"k": ["a", "a", "b"], "v": [1, 2, 3]})
+    schema = pa.schema([("k", pa.string()), ("n", pa.int64())])
+
+    def keyed(key, batches):
+        yield pd.DataFrame({"k": [key[0]], "n": [sum(len(b) for b in batches)]})
+
+    kf = KeyFunction(("k",), keyed, schema, with_key=True, iterator=True, batch_rows=1)
+    out = pa.Table.from_batches(list(kf.apply(table)), schema).to_pydict()
+    assert sorted(zip(out["k"], out["n"], strict=True)) == [("a", 2), ("b", 1)]
+
+    def not_an_iterator(batches):
+        return pd.DataFrame({"k": ["a"], "n": [1]})
+
+    kf = KeyFunction(("k",), not_an_iterator, schema, iterator=True)
+    with pytest.raises(TypeError, match="not_an_iterator has iterator type hints"):
+        list(kf.apply(table))

@@ -29,6 +29,9 @@ import pyarrow.compute as pc
 
 # Outputs gathered before they are converted and handed on: bounds what waits in memory.
 EMIT_EVERY = 4096
+# Rows of each batch a function of the iterator form receives (as Spark's
+# ``spark.sql.execution.arrow.maxRecordsPerBatch`` by default).
+ITERATOR_BATCH_ROWS = 10_000
 _GROUP_ID = "__group_id"
 
 
@@ -160,6 +163,14 @@ class KeyFunction:
         data: ``"pandas"`` or ``"arrow"``.
         order_by: Columns that order a key's rows.
         columns: The input columns ``fn`` receives, in order (None: all of the table's).
+        with_key: ``per="key"`` only: ``fn(key, data)``, ``key`` a tuple of the key's values
+            (as ``applyInPandas`` gives them: pandas values of the key columns' first row, or
+            Arrow scalars with ``data="arrow"``).
+        iterator: ``per="key"`` only: ``fn`` receives an iterator of a key's rows in batches
+            of ``batch_rows`` (pandas DataFrames, or Arrow record batches) and returns an
+            iterator of results, as ``applyInPandas`` with ``Iterator[pd.DataFrame]`` type
+            hints; a key's rows are then never converted to pandas at once.
+        batch_rows: Rows of each batch of the iterator form.
     """
 
     keys: tuple[str, ...]
@@ -169,6 +180,9 @@ class KeyFunction:
     data: str = "pandas"
     order_by: tuple[str, ...] = ()
     columns: tuple[str, ...] | None = None
+    with_key: bool = False
+    iterator: bool = False
+    batch_rows: int = ITERATOR_BATCH_ROWS
 
     def apply(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
         """Runs the function over ``table``, which must hold every row of its keys."""
@@ -189,10 +203,22 @@ class KeyFunction:
         if self.per == "batch":
             yield from self.conform([self.fn(self._frame(table))])
             return
+        results = self._iterated(table, starts) if self.iterator else self._each(table, starts)
+        outs: list[Any] = []
+        for out in results:
+            if out is None:
+                continue
+            outs.append(out)
+            if len(outs) >= EMIT_EVERY:
+                yield from self.conform(outs)
+                outs = []
+        yield from self.conform(outs)
+
+    def _each(self, table: pa.Table, starts: np.ndarray) -> Iterator[Any]:
+        """The function's result for each key: ``fn(rows)``, or ``fn(key, rows)``."""
         frame = self._frame(table)
         bounds = np.append(starts, table.num_rows).tolist()
-        fn = self.fn
-        outs: list[Any] = []
+        fn, with_key = self.fn, self.with_key
         if self.data == "pandas":
             # pandas ships no type information and pandas-stubs is not a dependency.
             import pandas as pd  # type: ignore[import-untyped]
@@ -201,21 +227,53 @@ class KeyFunction:
                 part = frame.iloc[s:e]
                 # As groupBy().applyInPandas gives it: an index from 0 for each key.
                 part.index = pd.RangeIndex(e - s)
-                out = fn(part)
-                if out is not None:
-                    outs.append(out)
-                    if len(outs) >= EMIT_EVERY:
-                        yield from self.conform(outs)
-                        outs = []
+                yield fn(self._key_values(part), part) if with_key else fn(part)
         else:
             for s, e in zip(bounds[:-1], bounds[1:], strict=True):
-                out = fn(frame.slice(s, e - s))
-                if out is not None:
-                    outs.append(out)
-                    if len(outs) >= EMIT_EVERY:
-                        yield from self.conform(outs)
-                        outs = []
-        yield from self.conform(outs)
+                part = frame.slice(s, e - s)
+                yield fn(self._key_values(part), part) if with_key else fn(part)
+
+    def _key_values(self, first: Any) -> tuple[Any, ...]:
+        """The key of a key's rows, from ``first`` (its first rows, in the function's form)
+        as ``applyInPandas`` / ``applyInArrow`` give it: the first row's pandas values, or
+        Arrow scalars."""
+        if self.data == "pandas":
+            return tuple(first[k].iloc[0] for k in self.keys)
+        return tuple(first.column(k)[0] for k in self.keys)
+
+    def _batch(self, piece: pa.Table) -> Any:
+        if self.data == "pandas":
+            return piece.to_pandas()
+        return piece.combine_chunks().to_batches()[0]
+
+    def _iterated(self, table: pa.Table, starts: np.ndarray) -> Iterator[Any]:
+        """Per key, the results of ``fn`` over an iterator of the key's rows in batches of
+        ``batch_rows`` (the iterator form of ``applyInPandas``): a batch is converted when
+        the function asks for it, so a key's rows are never in pandas at once."""
+        bounds = np.append(starts, table.num_rows).tolist()
+        step = max(int(self.batch_rows), 1)
+        for s, e in zip(bounds[:-1], bounds[1:], strict=True):
+            first = self._batch(table.slice(s, min(step, e - s)))
+            key = self._key_values(first) if self.with_key else None
+
+            def batches(first: Any = first, s: int = s, e: int = e) -> Iterator[Any]:
+                yield first
+                for o in range(s + step, e, step):
+                    yield self._batch(table.slice(o, min(step, e - o)))
+
+            given = batches()
+            del first
+            results = self.fn(key, given) if self.with_key else self.fn(given)
+            if results is None:
+                continue
+            if isinstance(results, (pa.Table, pa.RecordBatch)) or hasattr(results, "columns"):
+                raise TypeError(
+                    f"{getattr(self.fn, '__name__', 'the per-key function')} has iterator type "
+                    "hints, so it must return (or yield) an iterator of results, not one "
+                    f"{type(results).__name__}"
+                )
+            for out in results:
+                yield pa.Table.from_batches([out]) if isinstance(out, pa.RecordBatch) else out
 
     def _frame(self, table: pa.Table) -> Any:
         return table.to_pandas() if self.data == "pandas" else table

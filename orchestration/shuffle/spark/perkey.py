@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +39,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from orchestration.shuffle.core.commitlog import schema_to_b64
-from orchestration.shuffle.core.perkey import KeyFunction, comparable_key
+from orchestration.shuffle.core.perkey import ITERATOR_BATCH_ROWS, KeyFunction, comparable_key
 from orchestration.shuffle.errors import ShuffleKeyError, ShuffleOptionError
 from orchestration.shuffle.spark.session import explain_text, is_connect
 
@@ -116,6 +117,47 @@ def _to_arrow_schema(schema: T.StructType | str, df: DataFrame) -> tuple[T.Struc
     return parsed, to_arrow_schema(parsed, timezone="UTC")
 
 
+def function_form(fn: Callable[..., Any], data: str) -> tuple[bool, bool]:
+    """How ``applyInPandas`` (``data="pandas"``) or ``applyInArrow`` (``"arrow"``) would call
+    ``fn``: ``(with_key, iterator)``. Two positional parameters mean ``fn(key, rows)``;
+    iterator type hints (``Iterator[pd.DataFrame]``, ``Iterator[pa.RecordBatch]``) mean the
+    rows come as an iterator of batches and ``fn`` returns an iterator. Spark's own rules
+    decide both (its argument count and its type hint inference).
+
+    Example::
+
+        def top(key, rows: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]: ...
+        function_form(top, "pandas")   # (True, True)
+    """
+    from pyspark.sql.pandas import typehints
+    from pyspark.util import PythonEvalType
+
+    if data == "pandas":
+        infer = typehints.infer_group_pandas_eval_type_from_func
+        iterator_type = PythonEvalType.SQL_GROUPED_MAP_PANDAS_ITER_UDF
+    else:
+        infer = typehints.infer_group_arrow_eval_type_from_func
+        iterator_type = PythonEvalType.SQL_GROUPED_MAP_ARROW_ITER_UDF
+    try:
+        iterator = infer(fn) == iterator_type
+    except Exception:  # noqa: BLE001 - as Spark: hints it cannot read mean the plain form
+        iterator = False
+    try:
+        with_key = len(inspect.getfullargspec(fn).args) == 2
+    except TypeError:  # a callable without a signature: the one-argument form
+        with_key = False
+    return with_key, iterator
+
+
+def _required_positional(fn: Callable[..., Any]) -> int:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in params if p.kind in kinds and p.default is inspect.Parameter.empty)
+
+
 def apply_per_key(
     df: DataFrame,
     key: str | Sequence[str],
@@ -155,7 +197,13 @@ def apply_per_key(
             inside ``fn`` are exact), as a pandas DataFrame (``data="pandas"``) or a pyarrow
             Table (``data="arrow"``), sorted by ``order_by`` within a key (with
             ``per="batch"`` and no ``order_by``, rows come in no particular order).
-            Returns rows of ``schema`` in the same form (or None for no rows).
+            Returns rows of ``schema`` in the same form (or None for no rows). With
+            ``per="key"``, ``fn`` may take the forms ``applyInPandas`` takes, decided by the
+            same rules (:func:`function_form`): ``fn(key, rows)`` (two parameters; ``key``
+            is a tuple of the key's values), and with ``Iterator`` type hints an iterator of
+            the key's rows in batches of ``spark.sql.execution.arrow.maxRecordsPerBatch``
+            rows, returning an iterator (a key's rows are then never in pandas at once:
+            the form for a key too large to convert whole).
         schema: The output schema (DDL string or StructType).
         order_by: Columns that order each key's rows (ascending, nulls first, NaN after
             every number, as Spark sorts).
@@ -176,14 +224,38 @@ def apply_per_key(
     missing = [c for c in order_by if c not in df.columns]
     if missing:
         raise ShuffleOptionError(f"apply_per_key: order_by column(s) {missing} not in {df.columns}")
+    with_key, iterator = function_form(fn, data) if per == "key" else (False, False)
+    if per == "batch":
+        if function_form(fn, data)[1] or _required_positional(fn) >= 2:
+            raise ShuffleOptionError(
+                f"apply_per_key: per='batch' calls {getattr(fn, '__name__', 'fn')}(rows) with "
+                "whole keys in one DataFrame or table; the key and iterator forms of "
+                "applyInPandas (fn(key, rows), Iterator type hints) are for per='key'"
+            )
     check_keyed(df, keys)
     spark_schema, arrow_schema = _to_arrow_schema(schema, df)
+    batch_rows = _batch_rows(df.sparkSession) if iterator else ITERATOR_BATCH_ROWS
     options = shuffle_scan_options(df)
     if options is not None:
-        kf = KeyFunction(keys, fn, arrow_schema, per, data, tuple(order_by), tuple(df.columns))
+        kf = KeyFunction(
+            keys, fn, arrow_schema, per, data, tuple(order_by), tuple(df.columns),
+            with_key=with_key, iterator=iterator, batch_rows=batch_rows,
+        )  # fmt: skip
         return in_reader(df.sparkSession, options, kf, pass_rows)
-    runner = GroupRunner(keys, fn, arrow_schema, per, data)
+    runner = GroupRunner(
+        keys, fn, arrow_schema, per, data, with_key=with_key, iterator=iterator,
+        batch_rows=batch_rows,
+    )  # fmt: skip
     return df.sortWithinPartitions(*keys, *order_by).mapInArrow(runner, spark_schema)
+
+
+def _batch_rows(spark: Any) -> int:
+    """Rows per batch of the iterator form: the session's Arrow batch size, as Spark's."""
+    try:
+        value = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
+    except (TypeError, ValueError):
+        return ITERATOR_BATCH_ROWS
+    return value if value > 0 else ITERATOR_BATCH_ROWS
 
 
 def in_reader(
@@ -319,13 +391,28 @@ class GroupRunner:
         schema: The function's output schema.
         per: ``"key"`` or ``"batch"``.
         data: ``"pandas"`` or ``"arrow"``.
+        with_key: ``fn(key, rows)`` (see :func:`function_form`).
+        iterator: ``fn`` takes and returns iterators of batches.
+        batch_rows: Rows per batch of the iterator form.
     """
 
     def __init__(
-        self, keys: Sequence[str], fn: Callable[[Any], Any], schema: pa.Schema, per: str, data: str
+        self,
+        keys: Sequence[str],
+        fn: Callable[..., Any],
+        schema: pa.Schema,
+        per: str,
+        data: str,
+        *,
+        with_key: bool = False,
+        iterator: bool = False,
+        batch_rows: int = ITERATOR_BATCH_ROWS,
     ):
         self.keys = tuple(keys)
-        self.fn = KeyFunction(self.keys, fn, schema, per, data)
+        self.fn = KeyFunction(
+            self.keys, fn, schema, per, data, with_key=with_key, iterator=iterator,
+            batch_rows=batch_rows,
+        )  # fmt: skip
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # Rows of the last key seen, which may continue in the next batch. Only a batch's own

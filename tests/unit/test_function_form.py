@@ -1,0 +1,49 @@
+"""apply_per_key tells the forms of a per-key function apart as applyInPandas does."""
+
+from collections.abc import Iterator
+
+import pandas as pd
+import pyarrow as pa
+
+from orchestration.shuffle.spark.perkey import function_form
+
+
+def plain(pdf):
+    return pdf
+
+
+def keyed(key, pdf):
+    return pdf
+
+
+def hinted(pdf: pd.DataFrame) -> pd.DataFrame:
+    return pdf
+
+
+def streamed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    yield from batches
+
+
+def keyed_streamed(key: tuple, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    yield from batches
+
+
+def half_hinted(key, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    yield from batches
+
+
+def arrow_streamed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
+
+
+def test_forms_follow_the_argument_count_and_iterator_hints():
+    assert function_form(plain, "pandas") == (False, False)
+    assert function_form(keyed, "pandas") == (True, False)
+    assert function_form(hinted, "pandas") == (False, False)
+    assert function_form(streamed, "pandas") == (False, True)
+    assert function_form(keyed_streamed, "pandas") == (True, True)
+    assert function_form(arrow_streamed, "arrow") == (False, True)
+    # Spark reads hints only when every parameter has one; else the plain form, with a key.
+    assert function_form(half_hinted, "pandas") == (True, False)
+    # A lambda has no hints: the plain form, as in Spark.
+    assert function_form(lambda pdf: pdf, "pandas") == (False, False)
