@@ -10,6 +10,7 @@ puts it.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,17 @@ def per_key_stats(pdf):
 
 
 PER_KEY_SCHEMA = "k string, n long, sa double, mc long"
+
+
+def per_key_stats_streamed(key: tuple, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """T1's function in the iterator form of ``applyInPandas``: the same row per key, from
+    the key's rows a batch at a time (never all of them in pandas at once)."""
+    n, sa, mc = 0, 0.0, None
+    for b in batches:
+        n, sa = n + len(b), sa + float(b["a"].sum())
+        top = b["c"].max()
+        mc = top if mc is None else max(mc, top)
+    yield pd.DataFrame({"k": [key[0]], "n": [n], "sa": [sa], "mc": [mc]})
 
 
 def batch_stats(pdf):

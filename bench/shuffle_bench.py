@@ -92,6 +92,7 @@ from bench.common import (
     group_by,
     noop,
     per_key_stats,
+    per_key_stats_streamed,
     spark_consumers,
     spark_gaps,
     spark_kafka_rows,
@@ -121,6 +122,8 @@ PHASES = (
     "spark_read",
     "shuffle_per_key",
     "shuffle_per_key_arrow",
+    "shuffle_per_key_streamed",
+    "shuffle_per_key_whole",
     "spark_group_by",
     "shuffle_aggregate",
     "spark_group_by_agg",
@@ -409,6 +412,16 @@ def make_phases(
     def a_ours():
         noop(aggregate_shuffle(spark, ours, kafka=kafka, aggregations=AGGREGATIONS))
 
+    def k_streamed():
+        # T1's function per bench key, in the iterator form: the hot key (13% of the rows)
+        # reaches pandas a batch at a time. Beside it the same function on whole keys.
+        read = read_shuffle(spark, ours, kafka=kafka)
+        noop(apply_per_key(read, "k", per_key_stats_streamed, PER_KEY_SCHEMA))
+
+    def k_whole():
+        read = read_shuffle(spark, ours, kafka=kafka)
+        noop(apply_per_key(read, "k", per_key_stats, PER_KEY_SCHEMA))
+
     # The bucketed table's pairs: a shuffle and a table of their own, written by the first.
     table = f"bench_bucketed_{topics['b'].rsplit('.', 1)[-1]}"
     b_spec = dataclasses.replace(spec, topic=topics["b"])
@@ -439,6 +452,7 @@ def make_phases(
         ("shuffle_read", r_ours, "spark_read", r_theirs),
         ("shuffle_per_key", k_ours, "spark_group_by", lambda: group_by(df)),
         ("shuffle_per_key_arrow", k_arrow, None, None),
+        ("shuffle_per_key_streamed", k_streamed, "shuffle_per_key_whole", k_whole),
         ("shuffle_aggregate", a_ours, "spark_group_by_agg", lambda: group_by(df)),
         ("reuse_three_consumers", lambda: reuse(topics["reuse"], "pandas"), "spark_three_consumers",
          lambda: spark_consumers(df)),
