@@ -435,7 +435,12 @@ def queue_table(work: Path) -> str:
 
 
 # The growth run's files (``scripts/dev bench`` and ``bench-jvm`` at 1M, 10M and 100M rows).
-GROWTH_FILES = (("shuffle benchmark", "decade.json"), ("JVM benchmark", "decade-jvm.json"))
+GROWTH_FILES = (
+    ("shuffle benchmark", "decade.json"),
+    # The per-key forms (``--only shuffle_per_key_streamed``), one run per size.
+    ("per-key forms", "decade-streamed.json"),
+    ("JVM benchmark", "decade-jvm.json"),
+)
 
 
 def growth_inputs(work: Path) -> list[tuple[str, dict]]:

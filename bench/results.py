@@ -229,6 +229,8 @@ GROWTH_PHASES = (
     "shuffle_aggregate",
     "reuse_three_consumers",
     "reuse_three_consumers_arrow",
+    "shuffle_per_key_streamed",
+    "shuffle_per_key_whole",
     "spark_write",
     "spark_read",
     "spark_group_by",

@@ -233,8 +233,13 @@ def test_the_key_form_gets_each_key_as_a_tuple_of_its_values():
     assert all(isinstance(v, pa.Scalar) for key in arrow_keys for v in key)
 
 
+@pytest.mark.parametrize("chunk", [16, 65_536])
 @pytest.mark.parametrize("data", ["pandas", "arrow"])
-def test_the_iterator_form_streams_each_key_in_bounded_batches(data):
+def test_the_iterator_form_streams_each_key_in_bounded_batches(data, chunk, monkeypatch):
+    from orchestration.shuffle.core import perkey as grouping
+
+    # Small keys are converted together, up to `chunk` rows: across chunks too.
+    monkeypatch.setattr(grouping, "ITERATOR_CHUNK_ROWS", chunk)
     # One key of 1,000 rows and 20 keys of a few: batches of at most 64 rows.
     ks = ["big"] * 1000 + [f"k{i % 20}" for i in range(100)]
     table = pa.table({"k": ks, "v": np.arange(len(ks))})
@@ -245,6 +250,8 @@ def test_the_iterator_form_streams_each_key_in_bounded_batches(data):
         n = total = 0
         key = None
         for b in batches:
+            if data == "pandas":
+                assert list(b.index) == list(range(len(b))), "an index from 0 in each batch"
             rows = len(b) if data == "pandas" else b.num_rows
             sizes.append(rows)
             column = b["k"] if data == "pandas" else b.column("k").to_pylist()

@@ -32,6 +32,8 @@ EMIT_EVERY = 4096
 # Rows of each batch a function of the iterator form receives (as Spark's
 # ``spark.sql.execution.arrow.maxRecordsPerBatch`` by default).
 ITERATOR_BATCH_ROWS = 10_000
+# Rows of consecutive small keys converted to pandas at once in the iterator form.
+ITERATOR_CHUNK_ROWS = 65_536
 _GROUP_ID = "__group_id"
 
 
@@ -246,14 +248,41 @@ class KeyFunction:
             return piece.to_pandas()
         return piece.combine_chunks().to_batches()[0]
 
+    def _first_batches(self, table: pa.Table, bounds: list[int]) -> Iterator[tuple[int, Any]]:
+        """Per key (by index), its first batch of up to ``batch_rows`` rows. Keys no larger
+        than a batch are converted to pandas together, up to :data:`ITERATOR_CHUNK_ROWS`
+        rows at a time, so that a small key costs a slice, not a conversion of its own."""
+        step = max(int(self.batch_rows), 1)
+        chunk = max(ITERATOR_CHUNK_ROWS, step)
+        count = len(bounds) - 1
+        i = 0
+        while i < count:
+            s, e = bounds[i], bounds[i + 1]
+            if self.data != "pandas" or e - s > step:
+                yield i, self._batch(table.slice(s, min(step, e - s)))
+                i += 1
+                continue
+            j = i + 1
+            while j < count and bounds[j + 1] - bounds[j] <= step and bounds[j + 1] - s <= chunk:
+                j += 1
+            import pandas as pd
+
+            frame = table.slice(s, bounds[j] - s).to_pandas()
+            for k in range(i, j):
+                part = frame.iloc[bounds[k] - s : bounds[k + 1] - s]
+                part.index = pd.RangeIndex(len(part))
+                yield k, part
+            del frame
+            i = j
+
     def _iterated(self, table: pa.Table, starts: np.ndarray) -> Iterator[Any]:
         """Per key, the results of ``fn`` over an iterator of the key's rows in batches of
         ``batch_rows`` (the iterator form of ``applyInPandas``): a batch is converted when
         the function asks for it, so a key's rows are never in pandas at once."""
         bounds = np.append(starts, table.num_rows).tolist()
         step = max(int(self.batch_rows), 1)
-        for s, e in zip(bounds[:-1], bounds[1:], strict=True):
-            first = self._batch(table.slice(s, min(step, e - s)))
+        for i, first in self._first_batches(table, bounds):
+            s, e = bounds[i], bounds[i + 1]
             key = self._key_values(first) if self.with_key else None
 
             def batches(first: Any = first, s: int = s, e: int = e) -> Iterator[Any]:
