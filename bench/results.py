@@ -316,7 +316,11 @@ def growth_chart(panels: list[tuple[str, dict]], path: Path) -> None:
 
     memory = [(t, d) for t, d in panels if any(k.endswith(":mib") for v in d.values() for k in v)]
     count = len(panels) + len(memory)
-    fig, axes = plt.subplots(1, count, figsize=(6.2 * count, 5.2), squeeze=False)
+    cols = min(count, 2)
+    grid = -(-count // cols)
+    fig, axes = plt.subplots(grid, cols, figsize=(7.5 * cols, 5.6 * grid), squeeze=False)
+    for ax in axes.flat[count:]:
+        ax.set_axis_off()
     for ax, (title, data) in zip(axes.flat, panels, strict=False):
         for phase, values in sorted(data.items()):
             sizes = sorted(int(n) for n in values if ":" not in n and values[n])
@@ -330,7 +334,7 @@ def growth_chart(panels: list[tuple[str, dict]], path: Path) -> None:
         ax.set_xlabel("rows")
         ax.set_ylabel("microseconds per row (median)")
         ax.set_title(f"{title}: time per row", fontsize=10)
-        ax.legend(fontsize=6, loc="best")
+        ax.legend(fontsize=6, loc="best", ncol=2)
     for ax, (title, data) in zip(axes.flat[len(panels) :], memory, strict=False):
         for phase, values in sorted(data.items()):
             points = sorted(
@@ -344,7 +348,7 @@ def growth_chart(panels: list[tuple[str, dict]], path: Path) -> None:
         ax.set_xlabel("rows")
         ax.set_ylabel("peak RSS of one Python worker (MiB)")
         ax.set_title(f"{title}: peak worker memory", fontsize=10)
-        ax.legend(fontsize=6, loc="best")
+        ax.legend(fontsize=6, loc="best", ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
