@@ -176,7 +176,7 @@ class KeyFunction:
     """
 
     keys: tuple[str, ...]
-    fn: Callable[[Any], Any]
+    fn: Callable[..., Any]
     schema: pa.Schema
     per: str = "key"
     data: str = "pandas"

@@ -132,6 +132,8 @@ def function_form(fn: Callable[..., Any], data: str) -> tuple[bool, bool]:
     from pyspark.sql.pandas import typehints
     from pyspark.util import PythonEvalType
 
+    infer: Callable[[Any], Any]
+    iterator_type: int
     if data == "pandas":
         infer = typehints.infer_group_pandas_eval_type_from_func
         iterator_type = PythonEvalType.SQL_GROUPED_MAP_PANDAS_ITER_UDF
