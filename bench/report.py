@@ -478,7 +478,7 @@ def growth_table(work: Path) -> str:
     ]
     for title, data in inputs:
         g = growth(data, small, large)
-        ordered = sorted(data, key=lambda p: (not is_ours(p), list(data).index(p)))
+        ordered = sorted(data, key=lambda p: not is_ours(p))  # ours first, in run order
         for phase in ordered:
             values = data[phase]
             us = [values.get(str(n)) for n in sizes]

@@ -158,32 +158,24 @@ WINDOWS = 30
 TICKS = 50  # ticks timed per run (a tick takes milliseconds); their median is the run's time
 
 
-class WorkerMemory:
-    """Samples the RSS of Spark's Python worker processes (peak of any single one)."""
+class Sampler:
+    """Calls ``sample()`` every ``interval`` seconds in a thread while the ``with`` block
+    runs; subclasses keep the peak of what they sample."""
 
-    def __init__(self, interval: float = 0.1):
+    def __init__(self, interval: float):
         self.interval = interval
-        self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def sample(self) -> None:
+        raise NotImplementedError
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit():
-                    continue
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    if b"pyspark.daemon" not in cmd and b"pyspark.worker" not in cmd:
-                        continue
-                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                        if line.startswith("VmRSS:"):
-                            self.peak = max(self.peak, int(line.split()[1]) * 1024)
-                except OSError:
-                    continue
+            self.sample()
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> WorkerMemory:
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -192,31 +184,41 @@ class WorkerMemory:
         self._thread.join()
 
 
-class DiskPeak:
+class WorkerMemory(Sampler):
+    """Samples the RSS of Spark's Python worker processes (peak of any single one)."""
+
+    def __init__(self, interval: float = 0.1):
+        super().__init__(interval)
+        self.peak = 0
+
+    def sample(self) -> None:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if b"pyspark.daemon" not in cmd and b"pyspark.worker" not in cmd:
+                    continue
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        self.peak = max(self.peak, int(line.split()[1]) * 1024)
+            except OSError:
+                continue
+
+
+class DiskPeak(Sampler):
     """Samples the used bytes of the file system that holds the broker's data and the bench's
     files (one disk on this machine): the peak over what was used on entry is what a size
     takes on disk (its topics, Parquet sources, tables and Spark's spill files)."""
 
     def __init__(self, path: Path, interval: float = 1.0):
+        super().__init__(interval)
         self.path = path
-        self.interval = interval
         self.start = shutil.disk_usage(path).used
         self.peak = self.start
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, shutil.disk_usage(self.path).used)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> DiskPeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        self.peak = max(self.peak, shutil.disk_usage(self.path).used)
 
     @property
     def peak_gib(self) -> float:

@@ -243,13 +243,18 @@ def test_per_key_work_groups_as_apply_in_pandas(spark, kafka_conf, written):
     columns = [*keys, "rows", "total"]
     want = rows_of(expected, columns)
     assert len(want) < ROWS  # the pools repeat: groups hold several rows
+    assert_per_key_both_ways(spark, kafka_conf, topics, keys, summary, schema, columns, want)
+
+
+def assert_per_key_both_ways(spark, kafka_conf, topics, keys, fn, schema, columns, want):
+    """``apply_per_key(fn)`` over each shuffle gives ``want``: in the reader, and over a
+    filtered read (which Spark sorts, and which is cut at key boundaries instead)."""
     for path, topic in topics.items():
         read = read_shuffle(spark, topic, kafka=kafka_conf, engine="python")
-        in_reader = apply_per_key(read, keys, summary, schema)
-        assert rows_of(in_reader, columns) == want, f"{path}: in the reader"
-        # A filtered read is sorted by Spark and cut at key boundaries instead.
-        cut = apply_per_key(read.filter(F.col("v") > -10_000), keys, summary, schema)
-        assert rows_of(cut, columns) == want, f"{path}: sorted and cut"
+        in_reader = apply_per_key(read, keys, fn, schema)
+        assert rows_of(in_reader, columns) == want, f"{path}, {fn.__name__}: in the reader"
+        cut = apply_per_key(read.filter(F.col("v") > -10_000), keys, fn, schema)
+        assert rows_of(cut, columns) == want, f"{path}, {fn.__name__}: sorted and cut"
 
 
 def test_per_key_function_forms_as_apply_in_pandas(spark, kafka_conf, written):
@@ -294,12 +299,7 @@ def test_per_key_function_forms_as_apply_in_pandas(spark, kafka_conf, written):
             if fn is not from_key:
                 most = expected.agg(F.max("batches")).first()[0]
                 assert most > 1, "a key spans several batches"
-            for path, topic in topics.items():
-                read = read_shuffle(spark, topic, kafka=kafka_conf, engine="python")
-                got = apply_per_key(read, keys, fn, schema)
-                assert rows_of(got, columns) == want, f"{path}, {fn.__name__}: in the reader"
-                cut = apply_per_key(read.filter(F.col("v") > -10_000), keys, fn, schema)
-                assert rows_of(cut, columns) == want, f"{path}, {fn.__name__}: sorted and cut"
+            assert_per_key_both_ways(spark, kafka_conf, topics, keys, fn, schema, columns, want)
     finally:
         spark.conf.set(size, before)
 

@@ -47,3 +47,15 @@ def test_forms_follow_the_argument_count_and_iterator_hints():
     assert function_form(half_hinted, "pandas") == (True, False)
     # A lambda has no hints: the plain form, as in Spark.
     assert function_form(lambda pdf: pdf, "pandas") == (False, False)
+
+
+def test_per_batch_refuses_the_key_and_iterator_forms_before_reading():
+    import pytest
+
+    from orchestration.shuffle import apply_per_key
+    from orchestration.shuffle.errors import ShuffleOptionError
+
+    # Refused from the function alone: the DataFrame is never looked at.
+    for fn in (keyed, streamed):
+        with pytest.raises(ShuffleOptionError, match=f"per='batch' calls {fn.__name__}"):
+            apply_per_key(None, "k", fn, "k string", per="batch")

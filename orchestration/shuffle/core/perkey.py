@@ -252,6 +252,8 @@ class KeyFunction:
         """Per key (by index), its first batch of up to ``batch_rows`` rows. Keys no larger
         than a batch are converted to pandas together, up to :data:`ITERATOR_CHUNK_ROWS`
         rows at a time, so that a small key costs a slice, not a conversion of its own."""
+        import pandas as pd
+
         step = max(int(self.batch_rows), 1)
         chunk = max(ITERATOR_CHUNK_ROWS, step)
         count = len(bounds) - 1
@@ -265,8 +267,6 @@ class KeyFunction:
             j = i + 1
             while j < count and bounds[j + 1] - bounds[j] <= step and bounds[j + 1] - s <= chunk:
                 j += 1
-            import pandas as pd
-
             frame = table.slice(s, bounds[j] - s).to_pandas()
             for k in range(i, j):
                 part = frame.iloc[bounds[k] - s : bounds[k + 1] - s]

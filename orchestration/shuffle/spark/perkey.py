@@ -226,14 +226,15 @@ def apply_per_key(
     missing = [c for c in order_by if c not in df.columns]
     if missing:
         raise ShuffleOptionError(f"apply_per_key: order_by column(s) {missing} not in {df.columns}")
-    with_key, iterator = function_form(fn, data) if per == "key" else (False, False)
+    with_key, iterator = function_form(fn, data)
     if per == "batch":
-        if function_form(fn, data)[1] or _required_positional(fn) >= 2:
+        if iterator or _required_positional(fn) >= 2:
             raise ShuffleOptionError(
                 f"apply_per_key: per='batch' calls {getattr(fn, '__name__', 'fn')}(rows) with "
                 "whole keys in one DataFrame or table; the key and iterator forms of "
                 "applyInPandas (fn(key, rows), Iterator type hints) are for per='key'"
             )
+        with_key = False  # whole keys in one call: fn(rows), whatever its parameters
     check_keyed(df, keys)
     spark_schema, arrow_schema = _to_arrow_schema(schema, df)
     batch_rows = _batch_rows(df.sparkSession) if iterator else ITERATOR_BATCH_ROWS
