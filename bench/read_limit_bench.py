@@ -17,6 +17,13 @@ values as produced) over its wall time. The ratio of each to the perf test's rat
 the repeats, is the result (target: >= 0.8 on the JVM path). Medians and every measurement
 go to ``.local/bench/read_limit.json``.
 
+A fresh JVM compiles Spark's and the reader's code while it reads: in the first reads of a
+session the JIT compiler's threads take 0.7-1.1 s of CPU per 10M-row read, on the same two
+cores as the read. ``--warmup N`` reads N times on each path, untimed, before the repeats
+(the default, 0, times a fresh session as the runs before did); each JVM repeat records the
+CPU seconds the compiler threads took during it (``jit_cpu_seconds``, where the driver's
+threads can be read from ``/proc``: a local master on Linux).
+
 Run::
 
     scripts/dev bench-read-limit                      # 10M rows, 3 repeats
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -68,10 +76,31 @@ def consumer_perf_test(kafka: dict, topic: str, records: int) -> float:
     return mb * 2**20 / (fetch_ms / 1000)
 
 
+def compiler_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds the JIT compiler threads of JVM ``pid`` have used, or None where its
+    threads cannot be read (not Linux, or not this machine's process)."""
+    total = 0.0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        for t in tasks:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                if "CompilerThre" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--warmup", type=int, default=0, help="untimed reads on each path before the repeats"
+    )
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--out", default=str(WORK / "read_limit.json"))
@@ -92,13 +121,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"shuffle {topic}: {written.rows} rows, {written.bytes / 2**20:.1f} MiB in "
           f"{written.frames} frames, {records} records", flush=True)  # fmt: skip
 
+    jvm_pid = int(spark._jvm.ProcessHandle.current().pid())
+    jit: list[float] = []
+
     def timed(engine: str):
         def run() -> float:
+            before = compiler_cpu_seconds(jvm_pid)
             start = time.perf_counter()
             noop(read_shuffle(spark, topic, kafka=kafka, engine=engine))
-            return written.bytes / (time.perf_counter() - start)
+            rate = written.bytes / (time.perf_counter() - start)
+            after = compiler_cpu_seconds(jvm_pid)
+            if engine == "jvm" and before is not None and after is not None:
+                jit.append(after - before)
+            return rate
 
         return run
+
+    for _ in range(args.warmup):
+        for engine in ("jvm", "python"):
+            noop(read_shuffle(spark, topic, kafka=kafka, engine=engine))
+    if args.warmup:
+        print(f"  {args.warmup} untimed reads on each path", flush=True)
 
     phases = {
         "kafka_consumer_perf_test": lambda: consumer_perf_test(kafka, topic, records),
@@ -113,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in order:
             rate = phases[name]()
             rates[name].append(rate)
-            print(f"  repeat={i} {name:<26} {rate / 2**20:8.1f} MiB/s", flush=True)
+            compiled = (
+                f" (JIT compiler {jit[-1]:.2f} s CPU)" if name.endswith("jvm") and jit else ""
+            )
+            print(f"  repeat={i} {name:<26} {rate / 2**20:8.1f} MiB/s{compiled}", flush=True)
     med = {name: statistics.median(v) for name, v in rates.items()}
     limit = med["kafka_consumer_perf_test"]
     report = {
@@ -122,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "records": records,
         "partitions": args.partitions,
         "repeat": args.repeat,
+        "warmup": args.warmup,
         "master": args.master,
         "median_mib_per_s": {k: v / 2**20 for k, v in med.items()},
         "ratio_to_consumer_perf_test": {
@@ -129,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": med["shuffle_read_python"] / limit,
         },
         "all_mib_per_s": {k: [x / 2**20 for x in v] for k, v in rates.items()},
+        "jit_cpu_seconds": jit or None,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

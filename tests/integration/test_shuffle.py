@@ -5,7 +5,7 @@ import time
 
 import pandas as pd
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import functions as F
 
@@ -450,3 +450,40 @@ def test_aggregate_refuses_bad_aggregations_before_reading(spark, kafka_conf, un
         aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations={"s": ("nope", "sum")})
     with pytest.raises(ShuffleOptionError, match="sum is not defined for column 'k'"):
         aggregate_shuffle(spark, topic, kafka=kafka_conf, aggregations={"s": ("k", "sum")})
+
+
+def test_end_offsets_are_those_a_committed_reader_sees(kafka_conf, unique):
+    """end_offsets asks every partition in one request; its ends are what a read_committed
+    consumer sees: below an open transaction's records, and the same as the per-partition
+    answer of such a consumer."""
+    topic = unique("sh-ends")
+    client = KafkaClient(kafka_conf)
+    client.ensure_topic(topic, 3)
+    plain = Producer({**kafka_conf, "linger.ms": 0})
+    for i in range(5):
+        plain.produce(topic, value=b"x", partition=i % 3)
+    plain.flush(30)
+    ends = client.end_offsets(topic, 3)
+    assert ends == [(0, 2), (0, 2), (0, 1)]
+    txn = Producer({**kafka_conf, "transactional.id": f"{topic}-txn"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, value=b"open", partition=0)
+    txn.flush(30)
+    try:
+        # The open transaction's record lies past the last stable offset: not readable yet.
+        assert client.end_offsets(topic, 3) == ends
+        with client.consumer() as c:
+            one_by_one = [
+                c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+                for p in range(3)
+            ]
+        assert client.end_offsets(topic, 3) == [tuple(x) for x in one_by_one]
+    finally:
+        txn.abort_transaction(30)
+    # The abort marker takes an offset: once the broker has written it (after the abort
+    # returns), the partition ends past the aborted record.
+    deadline = time.monotonic() + 10
+    while client.end_offsets(topic, 3)[0] != (0, 4) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.end_offsets(topic, 3) == [(0, 4), (0, 2), (0, 1)]

@@ -184,14 +184,25 @@ def _settings(spark: Any) -> dict[str, str]:
         return {}
 
 
+# The Spark context whose class loader last loaded the source: a class once loaded stays
+# loadable for that context, so only the first read of a session asks (a py4j round trip
+# of ~6 ms). A context without the class is asked again each time (ADD JAR may add it).
+_LOADED_IN: list[Any] = []
+
+
 def _class_loadable(spark: SparkSession) -> bool:
+    context = getattr(spark.sparkContext, "_jsc", None)
+    if context is not None and any(c is context for c in _LOADED_IN):
+        return True
     try:
         jvm: Any = spark._jvm
         loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
         loader.loadClass(PROVIDER_CLASS)
-        return True
     except Exception:  # noqa: BLE001 - py4j raises its own errors for a missing class
         return False
+    if context is not None:
+        _LOADED_IN[:] = [context]
+    return True
 
 
 def jvm_available(spark: SparkSession) -> bool:
