@@ -246,14 +246,14 @@ def test_per_key_work_groups_as_apply_in_pandas(spark, kafka_conf, written):
     assert_per_key_both_ways(spark, kafka_conf, topics, keys, summary, schema, columns, want)
 
 
-def assert_per_key_both_ways(spark, kafka_conf, topics, keys, fn, schema, columns, want):
-    """``apply_per_key(fn)`` over each shuffle gives ``want``: in the reader, and over a
-    filtered read (which Spark sorts, and which is cut at key boundaries instead)."""
+def assert_per_key_both_ways(spark, kafka_conf, topics, keys, fn, schema, columns, want, **options):
+    """``apply_per_key(fn, **options)`` over each shuffle gives ``want``: in the reader, and
+    over a filtered read (which Spark sorts, and which is cut at key boundaries instead)."""
     for path, topic in topics.items():
         read = read_shuffle(spark, topic, kafka=kafka_conf, engine="python")
-        in_reader = apply_per_key(read, keys, fn, schema)
+        in_reader = apply_per_key(read, keys, fn, schema, **options)
         assert rows_of(in_reader, columns) == want, f"{path}, {fn.__name__}: in the reader"
-        cut = apply_per_key(read.filter(F.col("v") > -10_000), keys, fn, schema)
+        cut = apply_per_key(read.filter(F.col("v") > -10_000), keys, fn, schema, **options)
         assert rows_of(cut, columns) == want, f"{path}, {fn.__name__}: sorted and cut"
 
 
@@ -315,3 +315,53 @@ def test_group_by_over_the_jvm_read_as_over_the_rows(spark, kafka_conf, written)
             assert rows_of(counted, [*keys, "n"]) == want, f"{path}: groupBy over the JVM read"
     finally:
         jvm_read_off(spark, settings)
+
+
+def test_keys_larger_than_a_pass_as_apply_in_pandas(spark, kafka_conf, written):
+    """With passes of fewer rows than the largest key, passes hold more than their bound:
+    their largest keys are set apart and read again, several at a time or (a key of more
+    rows than a pass) alone and streamed. Every form, and an order within keys, still gives
+    what ``applyInPandas`` gives."""
+    keys, source, topics = written
+    most = source.groupBy(*keys).count().agg(F.max("count")).first()[0]
+    pass_rows = most - 1  # the largest key is read alone
+    assert pass_rows >= 2
+    schema = ", ".join(
+        [f"{f.name} {f.dataType.simpleString()}" for f in source.schema if f.name in keys]
+        + ["rows long", "total long", "first timestamp"]
+    )
+    columns = [*keys, "rows", "total", "first"]
+
+    def summary(pdf):
+        head = pdf.iloc[:1][list(keys)].reset_index(drop=True)
+        return head.assign(rows=len(pdf), total=int(pdf["v"].sum()), first=pdf["event"].min())
+
+    def ordered(pdf):
+        # Given sorted by event: the first row's event is the least.
+        head = pdf.iloc[:1][list(keys)].reset_index(drop=True)
+        return head.assign(rows=len(pdf), total=int(pdf["v"].sum()), first=pdf["event"].iat[0])
+
+    def streamed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        head, rows, total, first = None, 0, 0, None
+        for b in batches:
+            head = b.iloc[:1][list(keys)].reset_index(drop=True) if head is None else head
+            rows, total = rows + len(b), total + int(b["v"].sum())
+            least = b["event"].min()
+            first = least if first is None else min(first, least)
+        yield head.assign(rows=rows, total=total, first=first)
+
+    def keyed(key, pdf):
+        head = pd.DataFrame([list(key)], columns=list(keys))
+        return head.assign(rows=len(pdf), total=int(pdf["v"].sum()), first=pdf["event"].min())
+
+    want = rows_of(source.groupBy(*keys).applyInPandas(summary, schema), columns)
+    for fn, options in (
+        (summary, {}),
+        (ordered, {"order_by": ["event"]}),
+        (streamed, {}),
+        (keyed, {}),
+    ):
+        assert_per_key_both_ways(
+            spark, kafka_conf, topics, keys, fn, schema, columns, want,
+            pass_rows=pass_rows, **options,
+        )  # fmt: skip

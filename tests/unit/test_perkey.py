@@ -8,7 +8,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from orchestration.shuffle.core.perkey import KeyFunction, comparable_key, group_ids, sort_by_key
+from orchestration.shuffle.core.perkey import (
+    KeyedPass,
+    KeyFunction,
+    comparable_key,
+    group_ids,
+    key_index,
+    largest_keys,
+    sort_by_key,
+)
 
 OUT = pa.schema([("k", pa.string()), ("j", pa.int64()), ("n", pa.int64()), ("vs", pa.string())])
 
@@ -287,3 +295,132 @@ def test_the_iterator_form_with_a_key_and_one_returning_a_frame_is_refused():
     kf = KeyFunction(("k",), not_an_iterator, schema, iterator=True)
     with pytest.raises(TypeError, match="not_an_iterator has iterator type hints"):
         list(kf.apply(table))
+
+
+def test_largest_keys_and_key_index_compare_keys_as_spark_groups_them():
+    # -0.0 is 0.0, NaNs of any bits are one key, nulls are one key: as Spark's groupBy.
+    nan_other = _double(0x7FF8000000000001)
+    values = [0.0, -0.0, 0.0, float("nan"), nan_other, None, None, 1.0]
+    table = pa.table({"k": pa.array(values, pa.float64()), "v": range(len(values))})
+    keys, counts = largest_keys(table, ["k"], 2)
+    assert counts.tolist() == [3, 2, 2]
+    assert keys.column("k")[0].as_py() == 0.0
+    assert keys.num_rows == 3 and keys.column_names == ["k"]
+    probe = pa.table({"k": pa.array([-0.0, _double(0x7FF8000000000002), None, 1.0, 2.0])})
+    index = key_index(probe, keys, ["k"])
+    # Each probe row finds the index of its key in `keys`, or -1.
+    found = [keys.column("k")[i].as_py() if i >= 0 else "none" for i in index.tolist()]
+    assert found[0] == 0.0 and np.isnan(found[1]) and found[2] is None
+    assert found[3:] == ["none", "none"]
+
+
+def hot_table(hot: int, others: int, seed: int = 0) -> pa.Table:
+    """`hot` rows of key "hot" scattered among `others` rows of 50 small keys."""
+    rnd = random.Random(seed)
+    ks = ["hot"] * hot + [f"k{rnd.randrange(50)}" for _ in range(others)]
+    rnd.shuffle(ks)
+    return pa.table({"k": ks, "v": np.arange(len(ks))})
+
+
+def test_a_pass_sets_its_largest_key_apart_and_keeps_every_row_of_the_others():
+    table = hot_table(hot=5000, others=2000)
+    held = KeyedPass(("k",), limit=1000)
+    for batch in table.to_batches(max_chunksize=300):
+        held.add(batch)
+    rest = held.table(table.schema)
+    assert held.apart is not None and held.apart.column("k").to_pylist() == ["hot"]
+    assert held.apart_rows.tolist() == [5000], "rows of a key set apart are still counted"
+    assert "hot" not in set(rest.column("k").to_pylist())
+    assert rest.num_rows == 2000, "every row of the other keys"
+    assert held.bundles()[0].column("k").to_pylist() == ["hot"]
+
+
+def test_a_pass_of_many_small_keys_is_held_whole():
+    table = hot_table(hot=0, others=5000)
+    held = KeyedPass(("k",), limit=1000)
+    for batch in table.to_batches(max_chunksize=300):
+        held.add(batch)
+    # Each key has ~100 rows, under limit / 8: none is worth a read of its own.
+    assert held.apart is None and held.bundles() == []
+    assert held.table(table.schema).num_rows == 5000
+
+
+def test_keys_set_apart_are_bundled_up_to_the_limit():
+    ks = ["a"] * 3000 + ["b", "c", "d", "e"] * 300 + [f"s{i}" for i in range(100)]
+    table = pa.table({"k": ks, "v": np.arange(len(ks))})
+    held = KeyedPass(("k",), limit=1000)
+    for batch in table.to_batches(max_chunksize=250):
+        held.add(batch)
+    # "a" fills the pass first; then b-e and the small keys hold 1,300 rows: the largest go
+    # until what is held fits in half the limit.
+    bundles = [b.column("k").to_pylist() for b in held.bundles()]
+    assert bundles == [["a"], ["b", "c", "d"]], "a key of more than the limit goes alone"
+    assert held.apart_rows.tolist() == [3000, 300, 300, 300]
+    assert held.table(table.schema).num_rows == 400
+
+
+@pytest.mark.parametrize("data", ["pandas", "arrow"])
+def test_apply_key_streams_one_key_in_batches_for_the_iterator_form(data):
+    schema = pa.schema([("k", pa.string()), ("n", pa.int64()), ("total", pa.int64())])
+    sizes = []
+
+    def stream(key, batches):
+        n = total = 0
+        for b in batches:
+            rows = len(b) if data == "pandas" else b.num_rows
+            sizes.append(rows)
+            values = b["v"] if data == "pandas" else b.column("v").to_numpy()
+            n, total = n + rows, total + int(values.sum())
+        k = key[0] if data == "pandas" else key[0].as_py()
+        out = {"k": [k], "n": [n], "total": [total]}
+        yield pd.DataFrame(out) if data == "pandas" else pa.RecordBatch.from_pydict(out, schema)
+
+    table = pa.table({"k": ["hot"] * 1000, "v": np.arange(1000), "x": np.zeros(1000)})
+    parts = iter(table.to_batches(max_chunksize=37))
+    kf = KeyFunction(
+        ("k",), stream, schema, data=data, columns=("k", "v"), with_key=True, iterator=True,
+        batch_rows=64,
+    )  # fmt: skip
+    out = pa.Table.from_batches(list(kf.apply_key(parts)), schema).to_pylist()
+    assert out == [{"k": "hot", "n": 1000, "total": sum(range(1000))}]
+    assert sizes == [64] * 15 + [40], "batches of batch_rows rows, across the parts"
+
+
+def test_apply_key_gives_the_whole_key_to_the_other_forms():
+    schema = pa.schema([("k", pa.string()), ("n", pa.int64()), ("first", pa.int64())])
+    table = pa.table({"k": ["hot"] * 500, "t": np.arange(500)[::-1].copy()})
+
+    def whole(pdf):
+        return pd.DataFrame({"k": [pdf.k.iat[0]], "n": [len(pdf)], "first": [pdf.t.iat[0]]})
+
+    for per in ("key", "batch"):
+        kf = KeyFunction(("k",), whole, schema, per=per, order_by=("t",))
+        out = pa.Table.from_batches(list(kf.apply_key(table.to_batches(50))), schema)
+        assert out.to_pylist() == [{"k": "hot", "n": 500, "first": 0}], per
+    streamed = KeyFunction(("k",), lambda b: b, schema, iterator=True, order_by=("t",))
+    assert list(streamed.apply_key(iter([]))) == []
+
+
+def test_a_pass_for_a_whole_key_function_keeps_its_largest_key():
+    # A function that holds a whole key anyway: the hot key's rows are kept, not read again.
+    table = hot_table(hot=5000, others=2000)
+    held = KeyedPass(("k",), limit=1000, keep_largest=True)
+    for batch in table.to_batches(max_chunksize=300):
+        held.add(batch)
+    assert held.table(table.schema).num_rows == 2000
+    kept = pa.Table.from_batches(held.kept())
+    assert kept.num_rows == 5000 and set(kept.column("k").to_pylist()) == {"hot"}
+    assert held.bundles() == [], "nothing to read again"
+
+    # A key that outgrows the one kept is kept instead; the first is read again.
+    rnd = random.Random(1)
+    first = ["a"] * 300 + [f"s{i % 10}" for i in range(800)]
+    rnd.shuffle(first)
+    table = pa.table({"k": first + ["b"] * 2000, "v": np.arange(3100)})
+    held = KeyedPass(("k",), limit=1000, keep_largest=True)
+    for batch in table.to_batches(max_chunksize=100):
+        held.add(batch)
+    assert held.table(table.schema).num_rows == 800
+    kept = pa.Table.from_batches(held.kept())
+    assert kept.num_rows == 2000 and set(kept.column("k").to_pylist()) == {"b"}
+    assert [b.column("k").to_pylist() for b in held.bundles()] == [["a"]]

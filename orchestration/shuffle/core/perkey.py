@@ -11,6 +11,11 @@ encoded (a hash pass; nulls get an id of their own, so null keys form one group,
 that id and then by ``order_by`` (ascending, nulls first, as Spark's ``sortWithinPartitions``
 orders them). Sorting integers instead of strings is what makes this cheap.
 
+A pass holds about a bound of rows (``pass_rows``), but a key group is never split, so one
+key group can hold more: :class:`KeyedPass` then sets its largest keys apart (their rows are
+dropped as read), and the reader reads them again, a bundle of keys at a time, or one key
+streamed through :meth:`KeyFunction.apply_key`.
+
 Keys are compared as Spark's ``groupBy`` compares them, not as Arrow's hash kernels do:
 Spark normalizes floating-point grouping keys (``-0.0`` is ``0.0``, every NaN is one NaN),
 while Arrow hashes a float by its bits, so ``-0.0`` and ``0.0``, or two NaNs of different
@@ -19,7 +24,7 @@ payloads, would be two groups. :func:`spark_key` normalizes a key column first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +93,158 @@ def group_ids(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     if ids is None:
         return np.zeros(table.num_rows, dtype=np.int64)
     return ids
+
+
+def _key_table(rows: pa.Table | pa.RecordBatch, keys: Sequence[str]) -> pa.Table:
+    """The key columns of ``rows`` alone, with no field metadata (so tables of several
+    sources concatenate)."""
+    return pa.table([rows.column(k) for k in keys], names=list(keys))
+
+
+def largest_keys(
+    table: pa.Table, keys: Sequence[str], min_rows: int
+) -> tuple[pa.Table, np.ndarray]:
+    """The keys of ``table`` with at least ``min_rows`` rows, largest first: their key
+    columns (one row per key) and their row counts. Keys compare as in Spark's ``groupBy``.
+
+    Example::
+
+        largest_keys(pa.table({"k": ["a", "b", "a"]}), ["k"], 2)   # (k: ["a"], [2])
+    """
+    if table.num_rows == 0:
+        return _key_table(table, keys).slice(0, 0), np.zeros(0, dtype=np.int64)
+    ids = group_ids(table, keys)
+    _, first, counts = np.unique(ids, return_index=True, return_counts=True)
+    chosen = np.flatnonzero(counts >= max(int(min_rows), 1))
+    chosen = chosen[np.argsort(-counts[chosen], kind="stable")]
+    return _key_table(table, keys).take(first[chosen]), counts[chosen].astype(np.int64)
+
+
+def key_index(rows: pa.Table | pa.RecordBatch, chosen: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """For each row of ``rows``, the index in ``chosen`` (distinct keys, as
+    :func:`largest_keys` gives them) of its key, or -1; keys compare as in Spark's
+    ``groupBy`` (null equals null, -0.0 equals 0.0, NaN equals NaN)."""
+    n = chosen.num_rows
+    if n == 0 or rows.num_rows == 0:
+        return np.full(rows.num_rows, -1, dtype=np.int64)
+    ids = group_ids(pa.concat_tables([_key_table(chosen, keys), _key_table(rows, keys)]), keys)
+    wanted, got = ids[:n], ids[n:]
+    order = np.argsort(wanted, kind="stable")
+    ranked = wanted[order]
+    pos = np.minimum(np.searchsorted(ranked, got), n - 1)
+    return np.where(ranked[pos] == got, order[pos], -1).astype(np.int64)
+
+
+# Keys set apart from a pass hold at least this share of its bound each.
+HEAVY_SHARE = 8
+
+
+class KeyedPass:
+    """The rows of one pass as they are read, held up to about ``limit`` rows.
+
+    A pass is a range of key groups, and a key group is never split, so a pass may hold
+    more than ``limit`` rows. Whenever it does, the keys with at least ``limit /
+    HEAVY_SHARE`` rows are set apart, largest first, until the rest fit in half the limit:
+    their rows are dropped, now and as they are read on (:attr:`apart` has those keys,
+    :attr:`apart_rows` their rows seen), and the reader reads them again (:meth:`bundles`).
+    The rest is what :meth:`table` gives: every row of every other key. A pass of many small
+    keys sets none apart and is held whole.
+
+    With ``keep_largest`` (for a function that must hold a whole key anyway), the rows of
+    the largest key set apart are kept instead of dropped (:meth:`kept`): it is not read
+    again, and holding it costs what the function's call will. The others are still
+    dropped, so what is held beyond that key stays bounded.
+
+    Example::
+
+        held = KeyedPass(("k",), limit=1000)
+        for batch in batches:
+            held.add(batch)
+        rest, again = held.table(schema), held.bundles()   # again: keys to read again
+    """
+
+    def __init__(self, keys: Sequence[str], limit: int, *, keep_largest: bool = False):
+        self.keys = tuple(keys)
+        self.limit = max(int(limit), 1)
+        self.keep_largest = keep_largest
+        self.held: list[pa.RecordBatch] = []
+        self.rows = 0
+        self.apart: pa.Table | None = None
+        self.apart_rows = np.zeros(0, dtype=np.int64)
+        self._kept: int | None = None  # index in `apart` of the key whose rows are kept
+        self._kept_rows: list[pa.RecordBatch] = []
+        self._check_at = self.limit
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if self.apart is not None and batch.num_rows:
+            index = key_index(batch, self.apart, self.keys)
+            hit = index >= 0
+            if hit.any():
+                self.apart_rows += np.bincount(index[hit], minlength=self.apart.num_rows)
+                if self._kept is not None:
+                    self._keep(batch.filter(pa.array(index == self._kept)))
+                batch = batch.filter(pa.array(~hit))
+        if batch.num_rows:
+            self.held.append(batch)
+            self.rows += batch.num_rows
+        if self.rows > self._check_at:
+            self._set_apart()
+            self._check_at = max(self.limit, 2 * self.rows)
+
+    def _keep(self, rows: pa.RecordBatch) -> None:
+        if rows.num_rows:
+            self._kept_rows.append(rows)
+
+    def _set_apart(self) -> None:
+        table = pa.Table.from_batches(self.held)
+        found, counts = largest_keys(table, self.keys, self.limit // HEAVY_SHARE)
+        excess = self.rows - self.limit // 2
+        take = int(np.searchsorted(np.cumsum(counts), excess)) + 1 if excess > 0 else 0
+        found, counts = found.slice(0, take), counts[:take]
+        if found.num_rows == 0:
+            return
+        index = key_index(table, found, self.keys)
+        before = 0 if self.apart is None else self.apart.num_rows
+        self.apart = found if self.apart is None else pa.concat_tables([self.apart, found])
+        self.apart_rows = np.concatenate([self.apart_rows, counts])
+        if self.keep_largest and (self._kept is None or counts[0] > self.apart_rows[self._kept]):
+            # The largest key found (found's first) outgrows the one kept: keep it instead,
+            # and read the one kept before again with the others.
+            self._kept, self._kept_rows = before, []
+            self._keep(table.filter(pa.array(index == 0)).combine_chunks().to_batches()[0])
+        table = table.filter(pa.array(index < 0))
+        self.held = table.to_batches()
+        self.rows = table.num_rows
+
+    def table(self, schema: pa.Schema) -> pa.Table:
+        """The rows held (every row of each key not set apart); they are let go here."""
+        held, self.held = self.held, []
+        return pa.Table.from_batches(held, schema=schema)
+
+    def kept(self) -> list[pa.RecordBatch]:
+        """Every row of the key kept (``keep_largest``), or none; they are let go here."""
+        kept, self._kept_rows = self._kept_rows, []
+        return kept
+
+    def bundles(self) -> list[pa.Table]:
+        """The keys set apart and not kept, in bundles to read again: keys whose rows seen
+        add up to at most ``limit`` go together; a key with more rows goes alone."""
+        if self.apart is None:
+            return []
+        out: list[pa.Table] = []
+        chosen: list[int] = []
+        total = 0
+        for i, rows in enumerate(self.apart_rows.tolist()):
+            if i == self._kept:
+                continue
+            if chosen and total + rows > self.limit:
+                out.append(self.apart.take(chosen))
+                chosen, total = [], 0
+            chosen.append(i)
+            total += rows
+        if chosen:
+            out.append(self.apart.take(chosen))
+        return out
 
 
 def sort_by_key(
@@ -206,6 +363,75 @@ class KeyFunction:
             yield from self.conform([self.fn(self._frame(table))])
             return
         results = self._iterated(table, starts) if self.iterator else self._each(table, starts)
+        yield from self._emitted(results)
+
+    @property
+    def streams(self) -> bool:
+        """Whether a key's rows can be handed over a batch at a time, never held at once:
+        the iterator form, with no order to put them in."""
+        return self.per == "key" and self.iterator and not self.order_by
+
+    def apply_key(self, parts: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Runs the function over the rows of one key, given in parts (a key set apart from
+        its pass, read again on its own: :class:`KeyedPass`). The iterator form without
+        ``order_by`` streams them: batches of ``batch_rows`` rows are made and converted as
+        the function asks for them, so the key is never held at once. Any other form needs
+        the whole key (ordered, or in one call), and gathers the parts first."""
+        if not self.streams:
+            tables = [pa.Table.from_batches([p]) for p in parts if p.num_rows]
+            if not tables:
+                return
+            table = pa.concat_tables(tables)
+            if self.per == "key" and not self.order_by:
+                # One key, in no order: nothing to sort (a sort would copy every row).
+                if self.columns is not None:
+                    table = table.select(list(self.columns))
+                yield from self.apply_sorted(table, np.zeros(1, dtype=np.int64))
+            else:
+                yield from self.apply(table)
+            return
+        chunks = self._rechunked(parts)
+        first_rows = next(chunks, None)
+        if first_rows is None:
+            return
+        first = self._batch(first_rows)
+        key = self._key_values(first) if self.with_key else None
+
+        def batches(first: Any = first) -> Iterator[Any]:
+            yield first
+            for rows in chunks:
+                yield self._batch(rows)
+
+        given = batches()
+        del first
+        results = self.fn(key, given) if self.with_key else self.fn(given)
+        yield from self._emitted(self._results(results))
+
+    def _rechunked(self, parts: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
+        """The rows of ``parts`` (in the function's columns) in tables of ``batch_rows``
+        rows, the last one shorter."""
+        step = max(int(self.batch_rows), 1)
+        held: list[pa.Table] = []
+        rows = 0
+        for part in parts:
+            if not part.num_rows:
+                continue
+            table = pa.Table.from_batches([part])
+            if self.columns is not None:
+                table = table.select(list(self.columns))
+            held.append(table)
+            rows += table.num_rows
+            while rows >= step:
+                joined = pa.concat_tables(held)
+                yield joined.slice(0, step)
+                rest = joined.slice(step)
+                held, rows = ([rest] if rest.num_rows else []), rest.num_rows
+        if rows:
+            yield pa.concat_tables(held)
+
+    def _emitted(self, results: Iterable[Any]) -> Iterator[pa.RecordBatch]:
+        """The function's results as batches of the output schema, gathered up to
+        :data:`EMIT_EVERY` at a time."""
         outs: list[Any] = []
         for out in results:
             if out is None:
@@ -292,17 +518,20 @@ class KeyFunction:
 
             given = batches()
             del first
-            results = self.fn(key, given) if self.with_key else self.fn(given)
-            if results is None:
-                continue
-            if isinstance(results, (pa.Table, pa.RecordBatch)) or hasattr(results, "columns"):
-                raise TypeError(
-                    f"{getattr(self.fn, '__name__', 'the per-key function')} has iterator type "
-                    "hints, so it must return (or yield) an iterator of results, not one "
-                    f"{type(results).__name__}"
-                )
-            for out in results:
-                yield pa.Table.from_batches([out]) if isinstance(out, pa.RecordBatch) else out
+            yield from self._results(self.fn(key, given) if self.with_key else self.fn(given))
+
+    def _results(self, results: Any) -> Iterator[Any]:
+        """What a function of the iterator form returned, one result at a time."""
+        if results is None:
+            return
+        if isinstance(results, (pa.Table, pa.RecordBatch)) or hasattr(results, "columns"):
+            raise TypeError(
+                f"{getattr(self.fn, '__name__', 'the per-key function')} has iterator type "
+                "hints, so it must return (or yield) an iterator of results, not one "
+                f"{type(results).__name__}"
+            )
+        for out in results:
+            yield pa.Table.from_batches([out]) if isinstance(out, pa.RecordBatch) else out
 
     def _frame(self, table: pa.Table) -> Any:
         return table.to_pandas() if self.data == "pandas" else table

@@ -178,10 +178,13 @@ def apply_per_key(
     partitions in passes over contiguous key-group ranges, groups a pass's rows by key in
     Arrow and calls ``fn``, so rows never cross to the JVM and back; only ``fn``'s results
     do. Memory is bounded by the rows of one pass: about ``pass_rows`` (estimated from the
-    commit records as if rows were spread evenly over the key groups; a key group is never
-    split, so a single key group with more rows is held whole), held at most twice at once
-    (as read and sorted by key while sorting; then sorted, and with ``data="pandas"`` one
-    pandas copy), plus up to 4096 of ``fn``'s results waiting to be sent. Otherwise (a
+    commit records as if rows were spread evenly over the key groups), held at most twice
+    at once (as read and sorted by key while sorting; then sorted, and with
+    ``data="pandas"`` one pandas copy), plus up to 4096 of ``fn``'s results waiting to be
+    sent. A key group is never split: a pass that holds more than ``pass_rows`` sets its
+    largest keys apart and reads them again afterwards, in bundles of up to ``pass_rows``
+    rows, and a larger key alone, streamed a batch at a time to the iterator form without
+    ``order_by`` (any other form gets, and so holds, the whole key). Otherwise (a
     filtered or joined DataFrame, say) the rows are sorted within each Spark partition
     (Spark's sort, which spills) and cut at key boundaries. Either way the rows of one key
     are held at once, as a function of one whole key needs.

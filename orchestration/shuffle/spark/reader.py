@@ -33,6 +33,7 @@ import base64
 import ctypes
 import functools
 import json
+import logging
 import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,8 @@ from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
 from orchestration.shuffle.kafka.client import KafkaClient, read_range
 from orchestration.shuffle.kafka.commitlog import read_log
 from orchestration.shuffle.kafka.planner import plan_shuffle
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     pass
@@ -349,12 +352,41 @@ class ShuffleReader(DataSourceReader):
             for piece in split_passes(
                 read, layout.max_parallelism, layout.num_partitions, self.opts.pass_rows
             ):
-                # Not bound to a name here: the function's pass owns the rows, and drops
-                # them as read once they are sorted by key.
-                yield from kf.apply(self._pass_rows(c, piece))
+                yield from self._per_key_pass(c, kf, piece)
 
-    def _pass_rows(self, c: Consumer, read: PartitionRead) -> pa.Table:
-        return pa.Table.from_batches(list(self._read_partition(c, read)), schema=self.schema)
+    def _per_key_pass(
+        self, c: Consumer, kf: perkey.KeyFunction, piece: PartitionRead
+    ) -> Iterator[pa.RecordBatch]:
+        """One pass: its rows held up to about ``pass_rows`` (:class:`perkey.KeyedPass`),
+        and the keys that pass set apart read again, a bundle of keys at a time, a key of
+        more than ``pass_rows`` rows alone and streamed (:meth:`perkey.KeyFunction.apply_key`).
+        A function that needs a whole key at once keeps the largest key's rows instead of
+        reading them again: it will hold them anyway."""
+        held = perkey.KeyedPass(kf.keys, self.opts.pass_rows, keep_largest=not kf.streams)
+        for batch in self._read_partition(c, piece):
+            held.add(batch)
+        # Not bound to a name here: the function's pass owns the rows, and drops them as read
+        # once they are sorted by key.
+        yield from kf.apply(held.table(self.schema))
+        yield from kf.apply_key(held.kept())
+        bundles = held.bundles()
+        if bundles:
+            log.info(
+                "topic %r partition %d key groups [%d, %d): %d key(s) of more than %d rows "
+                "read again, in %d pass(es)",
+                self.opts.topic, piece.partition, piece.key_group_start, piece.key_group_end,
+                sum(b.num_rows for b in bundles), self.opts.pass_rows // perkey.HEAVY_SHARE,
+                len(bundles),
+            )  # fmt: skip
+        for keys in bundles:
+            parts = (
+                batch.filter(pa.array(perkey.key_index(batch, keys, kf.keys) >= 0))
+                for batch in self._read_partition(c, piece)
+            )
+            if keys.num_rows == 1:
+                yield from kf.apply_key(parts)
+            else:
+                yield from kf.apply(pa.Table.from_batches(list(parts), schema=self.schema))
 
     def _read_partition(self, c: Consumer, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
         topic = self.opts.topic
