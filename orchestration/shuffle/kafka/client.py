@@ -343,7 +343,8 @@ class KafkaClient:
         """(low, high) of each partition from two ``ListOffsets`` requests sent together (the
         earliest and the latest offsets, at the isolation level a reader of these settings
         has: ``read_committed`` unless they say otherwise), or None when any partition's
-        answer is an error."""
+        answer is an error or no offset (-1001: a partition whose leader is gone, while
+        another broker answers)."""
         if partitions <= 0:
             return []
         uncommitted = str(self._rdkafka.get("isolation.level", "")) == "read_uncommitted"
@@ -362,7 +363,10 @@ class KafkaClient:
             low, high = ({tp.partition: f.result().offset for tp, f in a.items()} for a in asked)
         except KafkaException:
             return None
-        return [(low[p], high[p]) for p in range(partitions)]
+        ends = [(low.get(p, -1), high.get(p, -1)) for p in range(partitions)]
+        if any(lo < 0 or hi < 0 for lo, hi in ends):
+            return None
+        return ends
 
     def replication_for(self, requested: int | None = None) -> int:
         """The replication factor a new topic gets: ``requested`` (the broker refuses one

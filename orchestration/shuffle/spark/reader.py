@@ -372,7 +372,7 @@ class ShuffleReader(DataSourceReader):
         bundles = held.bundles()
         if bundles:
             log.info(
-                "topic %r partition %d key groups [%d, %d): %d key(s) of more than %d rows "
+                "topic %r partition %d key groups [%d, %d): %d key(s) of at least %d rows "
                 "read again, in %d pass(es)",
                 self.opts.topic, piece.partition, piece.key_group_start, piece.key_group_end,
                 sum(b.num_rows for b in bundles), self.opts.pass_rows // perkey.HEAVY_SHARE,
