@@ -17,12 +17,12 @@ values as produced) over its wall time. The ratio of each to the perf test's rat
 the repeats, is the result (target: >= 0.8 on the JVM path). Medians and every measurement
 go to ``.local/bench/read_limit.json``.
 
-A fresh JVM compiles Spark's and the reader's code while it reads: in the first reads of a
-session the JIT compiler's threads take 0.7-1.1 s of CPU per 10M-row read, on the same two
-cores as the read. ``--warmup N`` reads N times on each path, untimed, before the repeats
-(the default, 0, times a fresh session as the runs before did); each JVM repeat records the
-CPU seconds the compiler threads took during it (``jit_cpu_seconds``, where the driver's
-threads can be read from ``/proc``: a local master on Linux).
+A fresh JVM compiles Spark's and the reader's code while it reads: in the first seven JVM
+reads of a session the JIT compiler's threads took 0.3-1.4 s of CPU per 10M-row read here,
+on the same two cores as the read. ``--warmup N`` reads N times on each path, untimed,
+before the repeats (the default, 0, times a fresh session as the runs before did); each JVM
+repeat records the CPU seconds the compiler threads took during it (``jit_cpu_seconds``,
+where the driver's threads can be read from ``/proc``: a local master on Linux).
 
 Run::
 

@@ -322,11 +322,17 @@ def hot_table(hot: int, others: int, seed: int = 0) -> pa.Table:
     return pa.table({"k": ks, "v": np.arange(len(ks))})
 
 
+def fed(table: pa.Table, limit: int, chunk: int, *, keep_largest: bool = False) -> KeyedPass:
+    """A pass of bound ``limit`` that has read ``table`` in batches of ``chunk`` rows."""
+    held = KeyedPass(("k",), limit=limit, keep_largest=keep_largest)
+    for batch in table.to_batches(max_chunksize=chunk):
+        held.add(batch)
+    return held
+
+
 def test_a_pass_sets_its_largest_key_apart_and_keeps_every_row_of_the_others():
     table = hot_table(hot=5000, others=2000)
-    held = KeyedPass(("k",), limit=1000)
-    for batch in table.to_batches(max_chunksize=300):
-        held.add(batch)
+    held = fed(table, 1000, 300)
     rest = held.table(table.schema)
     assert held.apart is not None and held.apart.column("k").to_pylist() == ["hot"]
     assert held.apart_rows.tolist() == [5000], "rows of a key set apart are still counted"
@@ -337,9 +343,7 @@ def test_a_pass_sets_its_largest_key_apart_and_keeps_every_row_of_the_others():
 
 def test_a_pass_of_many_small_keys_is_held_whole():
     table = hot_table(hot=0, others=5000)
-    held = KeyedPass(("k",), limit=1000)
-    for batch in table.to_batches(max_chunksize=300):
-        held.add(batch)
+    held = fed(table, 1000, 300)
     # Each key has ~100 rows, under limit / 8: none is worth a read of its own.
     assert held.apart is None and held.bundles() == []
     assert held.table(table.schema).num_rows == 5000
@@ -348,9 +352,7 @@ def test_a_pass_of_many_small_keys_is_held_whole():
 def test_keys_set_apart_are_bundled_up_to_the_limit():
     ks = ["a"] * 3000 + ["b", "c", "d", "e"] * 300 + [f"s{i}" for i in range(100)]
     table = pa.table({"k": ks, "v": np.arange(len(ks))})
-    held = KeyedPass(("k",), limit=1000)
-    for batch in table.to_batches(max_chunksize=250):
-        held.add(batch)
+    held = fed(table, 1000, 250)
     # "a" fills the pass first; then b-e and the small keys hold 1,300 rows: the largest go
     # until what is held fits in half the limit.
     bundles = [b.column("k").to_pylist() for b in held.bundles()]
@@ -404,9 +406,7 @@ def test_apply_key_gives_the_whole_key_to_the_other_forms():
 def test_a_pass_for_a_whole_key_function_keeps_its_largest_key():
     # A function that holds a whole key anyway: the hot key's rows are kept, not read again.
     table = hot_table(hot=5000, others=2000)
-    held = KeyedPass(("k",), limit=1000, keep_largest=True)
-    for batch in table.to_batches(max_chunksize=300):
-        held.add(batch)
+    held = fed(table, 1000, 300, keep_largest=True)
     assert held.table(table.schema).num_rows == 2000
     kept = pa.Table.from_batches(held.kept())
     assert kept.num_rows == 5000 and set(kept.column("k").to_pylist()) == {"hot"}
@@ -417,9 +417,7 @@ def test_a_pass_for_a_whole_key_function_keeps_its_largest_key():
     first = ["a"] * 300 + [f"s{i % 10}" for i in range(800)]
     rnd.shuffle(first)
     table = pa.table({"k": first + ["b"] * 2000, "v": np.arange(3100)})
-    held = KeyedPass(("k",), limit=1000, keep_largest=True)
-    for batch in table.to_batches(max_chunksize=100):
-        held.add(batch)
+    held = fed(table, 1000, 100, keep_largest=True)
     assert held.table(table.schema).num_rows == 800
     kept = pa.Table.from_batches(held.kept())
     assert kept.num_rows == 2000 and set(kept.column("k").to_pylist()) == {"b"}

@@ -181,8 +181,8 @@ class KeyedPass:
             hit = index >= 0
             if hit.any():
                 self.apart_rows += np.bincount(index[hit], minlength=self.apart.num_rows)
-                if self._kept is not None:
-                    self._keep(batch.filter(pa.array(index == self._kept)))
+                if self._kept is not None and (index == self._kept).any():
+                    self._kept_rows.append(batch.filter(pa.array(index == self._kept)))
                 batch = batch.filter(pa.array(~hit))
         if batch.num_rows:
             self.held.append(batch)
@@ -190,10 +190,6 @@ class KeyedPass:
         if self.rows > self._check_at:
             self._set_apart()
             self._check_at = max(self.limit, 2 * self.rows)
-
-    def _keep(self, rows: pa.RecordBatch) -> None:
-        if rows.num_rows:
-            self._kept_rows.append(rows)
 
     def _set_apart(self) -> None:
         table = pa.Table.from_batches(self.held)
@@ -210,8 +206,8 @@ class KeyedPass:
         if self.keep_largest and (self._kept is None or counts[0] > self.apart_rows[self._kept]):
             # The largest key found (found's first) outgrows the one kept: keep it instead,
             # and read the one kept before again with the others.
-            self._kept, self._kept_rows = before, []
-            self._keep(table.filter(pa.array(index == 0)).combine_chunks().to_batches()[0])
+            self._kept = before
+            self._kept_rows = table.filter(pa.array(index == 0)).to_batches()
         table = table.filter(pa.array(index < 0))
         self.held = table.to_batches()
         self.rows = table.num_rows
