@@ -18,6 +18,7 @@ Then: ``SPARK_MASTER=spark://127.0.0.1:17077 scripts/dev main``.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
@@ -92,17 +93,20 @@ def _pid(name: str) -> int | None:
         return None
 
 
-def _master_state(timeout: float = 2.0) -> dict | None:
+def master_state(timeout: float = 2.0) -> dict | None:
+    """The master's state from its web UI, or None while the UI is not up or not yet
+    answering whole (a starting master may answer with an empty or partial body)."""
     try:
         url = f"http://{HOST}:{_port() + 1}/json/"
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            return json.loads(r.read())
-    except OSError:
+            state = json.loads(r.read())
+    except (OSError, ValueError, http.client.HTTPException):
         return None
+    return state if isinstance(state, dict) else None
 
 
 def _alive_workers() -> int:
-    state = _master_state()
+    state = master_state()
     if not state:
         return 0
     return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
@@ -136,7 +140,7 @@ def start(timeout: float = 120.0) -> str:
             )
         (home / f"{name}.pid").write_text(str(proc.pid))
         if name == "master":
-            _wait(lambda: _master_state() is not None, timeout, "the master's web UI")
+            _wait(lambda: master_state() is not None, timeout, "the master's web UI")
     _wait(lambda: _alive_workers() >= WORKERS, timeout, f"{WORKERS} registered workers")
     return master_url()
 
