@@ -430,6 +430,10 @@ def translate(exc: KafkaException, what: str, kafka: KafkaConfig | None = None) 
     code = error_code(exc)
     err = exc.args[0] if exc.args else exc
     reason = err.str() if isinstance(err, KafkaError) else str(err)
+    if isinstance(err, KafkaError) and (not reason.strip() or reason.rstrip().endswith(":")):
+        # Some answers carry only the request's name ("ConsumerGroupDescribe: "): the
+        # error's own name says what it was.
+        reason = f"{reason.rstrip()} {err.name()}".strip()
     where = f" at bootstrap.servers={kafka.bootstrap_servers!r}" if kafka else ""
     if code in _NOT_FOUND:
         return ShuffleTopicNotFoundError(f"{what}: {reason}")

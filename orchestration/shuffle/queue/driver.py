@@ -399,6 +399,31 @@ def _topic_exists(kafka: KafkaClient, topic: str) -> bool:
     return tmd is not None and bool(tmd.partitions)
 
 
+# A group's coordinator is not there yet (a new cluster creating its group topics) or is
+# moving: the request is asked again.
+_COORDINATOR_MOVING = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+
+
+def _while_coordinator_moves(call: Callable[[], Any], seconds: float = 30.0) -> Any:
+    """``call()``, asked again for up to ``seconds`` while the group's coordinator is
+    moving; any other error, or the last one, is raised."""
+    deadline = time.monotonic() + seconds
+    wait = 0.2
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if error_code(exc) not in _COORDINATOR_MOVING or time.monotonic() > deadline:
+                raise
+            log.info("group request: %s; asking again", exc)
+            time.sleep(wait)
+            wait = min(2.0, wait * 2)
+
+
 def set_group_configs(kafka: KafkaClient, group: str, configs: Mapping[str, str]) -> None:
     """Sets broker-side ``configs`` of share group ``group`` (creating the group's configs if
     it has none yet); a config the broker refuses raises :class:`QueueGroupError`.
@@ -414,7 +439,9 @@ def set_group_configs(kafka: KafkaClient, group: str, configs: Mapping[str, str]
     # Held until the answer is in: a client dropped earlier cancels its request.
     admin = kafka.admin()
     try:
-        admin.incremental_alter_configs([res], request_timeout=30)[res].result(30)
+        _while_coordinator_moves(
+            lambda: admin.incremental_alter_configs([res], request_timeout=30)[res].result(30)
+        )
     except KafkaException as exc:
         if error_code(exc) == KafkaError.INVALID_CONFIG:
             raise QueueGroupError(
@@ -431,7 +458,9 @@ def _check_group_free(kafka: KafkaClient, group: str) -> None:
     """
     admin = kafka.admin()  # held until the answer is in (see set_group_configs)
     try:
-        found = admin.describe_consumer_groups([group], request_timeout=30)[group].result(35)
+        found = _while_coordinator_moves(
+            lambda: admin.describe_consumer_groups([group], request_timeout=30)[group].result(35)
+        )
     except KafkaException as exc:
         if error_code(exc) in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.INVALID_GROUP_ID):
             return
