@@ -544,6 +544,54 @@ def test_two_consumers_share_one_partition_written_with_default_batching(
     assert got == list(range(300))
 
 
+class SlowOnFirstDelivery:
+    """Outlasts the record lock on a batch that holds a first delivery."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __call__(self, table):
+        if 1 in table.column("_delivery").to_pylist():
+            time.sleep(self.seconds)
+        return doubled(table)
+
+
+def test_acknowledgements_refused_after_the_lock_are_counted_and_the_records_come_again(
+    spark, kafka_conf, unique, tmp_path
+):
+    # A batch that outlasts its record lock has its acknowledgements refused by the broker:
+    # they are counted as lock_lost, and the records are delivered again and accepted.
+    topic = unique("q-lock")
+    KafkaClient(kafka_conf).ensure_topic(topic, partitions=1)
+    produce(kafka_conf, topic, range(20), partitions=1)
+    out = str(tmp_path / "out")
+    res = process_queue(
+        spark,
+        topic,
+        unique("qg"),
+        SlowOnFirstDelivery(2.5),
+        IDS,
+        kafka=kafka_conf,
+        output=out,
+        scale=QueueScale(tasks=1, batch_size=10),
+        stop=QueueStop(idle_timeout=4),
+        delivery=DeliveryPolicy(lock_seconds=1),
+    )
+    assert res.lock_lost >= 10, res
+    assert res.accepted == 20 and res.rejected == 0 and res.released == 0, res
+    assert sorted(r.id for r in read_queue_output(spark, out).collect()) == list(range(20))
+    raw = raw_output(out)
+    # Each id was accepted on a later delivery than the first.
+    later = {
+        i
+        for i, d in zip(
+            raw.column("id").to_pylist(), raw.column("_delivery").to_pylist(), strict=True
+        )
+        if d > 1
+    }
+    assert later == set(range(20))
+
+
 def test_a_work_topic_made_with_several_partitions_is_refused_by_name(kafka_conf, unique):
     from orchestration.shuffle import ShuffleLayoutError
 
