@@ -37,21 +37,30 @@ Example (as a cluster administrator)::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
+    AdminClient,
     ResourcePatternType,
     ResourceType,
 )
 
 from orchestration.shuffle.core.commitlog import commit_topic
 from orchestration.shuffle.core.queue import FEEDER_ID_PREFIX, feeder_id, work_topic
-from orchestration.shuffle.errors import ShuffleOptionError
-from orchestration.shuffle.kafka.client import READER_GROUP, KafkaClient, KafkaConfig, translate
+from orchestration.shuffle.errors import ShuffleAuthorizationError, ShuffleOptionError
+from orchestration.shuffle.kafka.client import (
+    READER_GROUP,
+    KafkaClient,
+    KafkaConfig,
+    error_code,
+    translate,
+)
 
 WRITER_OPERATIONS = (
     AclOperation.CREATE,
@@ -152,7 +161,8 @@ def grant_shuffle_access(
     groups: Sequence[str] = (),
     dead_letter_topics: Sequence[str] = (),
 ) -> int:
-    """Creates the ACLs of :func:`shuffle_acls` (idempotent); returns how many bindings."""
+    """Creates the ACLs of :func:`shuffle_acls` (idempotent) and returns once a broker
+    lists them (they are in force for the next request); returns how many bindings."""
     bindings = shuffle_acls(
         topic,
         writers=writers,
@@ -171,4 +181,35 @@ def grant_shuffle_access(
             op = binding.operation
             name = op.name if isinstance(op, AclOperation) else op
             raise translate(exc, f"granting {name} on {binding.name!r}") from None
+    _wait_until_in_force(admin, bindings, topic)
     return len(bindings)
+
+
+def _wait_until_in_force(admin: AdminClient, bindings: list[AclBinding], topic: str) -> None:
+    """Returns once a broker lists every one of ``bindings``: the controller has committed
+    them when ``create_acls`` answers, but a broker applies them a moment later, and a
+    request made at once could still be refused."""
+    # One filter per resource and principal: any operation, either permission.
+    keys = {(b.restype, b.name, b.resource_pattern_type, b.principal, b.host) for b in bindings}
+    filters = [AclBindingFilter(*key, AclOperation.ANY, AclPermissionType.ANY) for key in keys]
+    wanted = set(bindings)
+    deadline = time.monotonic() + 30
+    while True:
+        listed: set[AclBinding] = set()
+        for flt in filters:
+            try:
+                listed.update(admin.describe_acls(flt, request_timeout=30).result(35))
+            except KafkaException as exc:
+                if error_code(exc) == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                    # An administrator who may create ACLs but not list them: no wait.
+                    return
+                raise translate(exc, f"listing the ACLs granted on {topic!r}") from None
+        missing = wanted - listed
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise ShuffleAuthorizationError(
+                f"granting access to {topic!r}: {len(missing)} of {len(wanted)} ACLs were "
+                "created but no broker lists them after 30 s"
+            )
+        time.sleep(0.2)
