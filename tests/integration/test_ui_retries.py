@@ -345,6 +345,11 @@ def ui(bootstrap, kafka_conf, tmp_path_factory):
     ):
         (flags / f"{name}-{day}").touch()
 
+    # The instance's storage is made here, once: the code server and the webserver start at
+    # the same time, and each would otherwise create the same SQLite tables.
+    with DagsterInstance.from_config(str(home)) as fresh:
+        fresh.get_run_ids(limit=1)
+        fresh.all_instigator_state()
     bin_dir = Path(sys.executable).parent
     port = free_port()
     url = f"http://127.0.0.1:{port}"
