@@ -24,6 +24,7 @@ import math
 import struct
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -319,9 +320,10 @@ def test_group_by_over_the_jvm_read_as_over_the_rows(spark, kafka_conf, written)
 
 def test_keys_larger_than_a_pass_as_apply_in_pandas(spark, kafka_conf, written):
     """With passes of fewer rows than the largest key, passes hold more than their bound:
-    their largest keys are set apart and read again, several at a time or (a key of more
-    rows than a pass) alone and streamed. Every form, and an order within keys, still gives
-    what ``applyInPandas`` gives."""
+    their largest keys are set apart, spilled and given to the function from the spill,
+    several at a time or (a key of more rows than a pass) alone and streamed. Every form,
+    and an order within keys, still gives what ``applyInPandas`` gives, and no spill file
+    is left behind."""
     keys, source, topics = written
     most = source.groupBy(*keys).count().agg(F.max("count")).first()[0]
     pass_rows = most - 1  # the largest key is read alone
@@ -365,3 +367,16 @@ def test_keys_larger_than_a_pass_as_apply_in_pandas(spark, kafka_conf, written):
             spark, kafka_conf, topics, keys, fn, schema, columns, want,
             pass_rows=pass_rows, **options,
         )  # fmt: skip
+
+    # The tasks' local directories, where passes spill: as a Python worker sees them.
+    def local_dirs(batches):
+        import os
+
+        for _ in batches:
+            pass
+        yield pa.record_batch({"d": os.environ["SPARK_LOCAL_DIRS"].split(",")})
+
+    found = spark.range(1).mapInArrow(local_dirs, "d string").collect()
+    dirs = {Path(r.d) for r in found}
+    assert dirs and all(d.is_dir() for d in dirs)
+    assert [f for d in dirs for f in d.glob("shuffle-spill-*")] == []

@@ -322,9 +322,11 @@ def hot_table(hot: int, others: int, seed: int = 0) -> pa.Table:
     return pa.table({"k": ks, "v": np.arange(len(ks))})
 
 
-def fed(table: pa.Table, limit: int, chunk: int, *, keep_largest: bool = False) -> KeyedPass:
+def fed(
+    table: pa.Table, limit: int, chunk: int, *, keep_largest: bool = False, spill=None
+) -> KeyedPass:
     """A pass of bound ``limit`` that has read ``table`` in batches of ``chunk`` rows."""
-    held = KeyedPass(("k",), limit=limit, keep_largest=keep_largest)
+    held = KeyedPass(("k",), limit=limit, keep_largest=keep_largest, spill=spill)
     for batch in table.to_batches(max_chunksize=chunk):
         held.add(batch)
     return held
@@ -422,3 +424,31 @@ def test_a_pass_for_a_whole_key_function_keeps_its_largest_key():
     kept = pa.Table.from_batches(held.kept())
     assert kept.num_rows == 2000 and set(kept.column("k").to_pylist()) == {"b"}
     assert [b.column("k").to_pylist() for b in held.bundles()] == [["a"]]
+
+
+def test_rows_of_keys_set_apart_are_spilled_once_each_in_the_order_read():
+    table = hot_table(hot=5000, others=2000)
+    spilled = []
+    held = fed(table, 1000, 300, spill=spilled.append)
+    rest = held.table(table.schema)
+    out = pa.Table.from_batches(spilled)
+    # Every row of the key set apart, the ones held before it was set apart and the ones
+    # read after, each once and in the order read; none of the others.
+    hot = table.filter(pc.equal(table.column("k"), "hot"))
+    assert out.column("v").to_pylist() == hot.column("v").to_pylist()
+    assert set(out.column("k").to_pylist()) == {"hot"}
+    assert rest.num_rows == 2000
+    assert [b.column("k").to_pylist() for b in held.bundles()] == [["hot"]]
+
+    # A key kept for a whole-key function is not spilled, until a larger one replaces it.
+    rnd = random.Random(1)
+    first = ["a"] * 300 + [f"s{i % 10}" for i in range(800)]
+    rnd.shuffle(first)
+    table = pa.table({"k": first + ["b"] * 2000, "v": np.arange(3100)})
+    spilled = []
+    held = fed(table, 1000, 100, keep_largest=True, spill=spilled.append)
+    out = pa.Table.from_batches(spilled)
+    a = table.filter(pc.equal(table.column("k"), "a"))
+    assert out.column("v").to_pylist() == a.column("v").to_pylist()
+    assert pa.Table.from_batches(held.kept()).num_rows == 2000
+    assert held.table(table.schema).num_rows == 800

@@ -12,9 +12,9 @@ that id and then by ``order_by`` (ascending, nulls first, as Spark's ``sortWithi
 orders them). Sorting integers instead of strings is what makes this cheap.
 
 A pass holds about a bound of rows (``pass_rows``), but a key group is never split, so one
-key group can hold more: :class:`KeyedPass` then sets its largest keys apart (their rows are
-dropped as read), and the reader reads them again, a bundle of keys at a time, or one key
-streamed through :meth:`KeyFunction.apply_key`.
+key group can hold more: :class:`KeyedPass` then sets its largest keys apart (their rows go
+to a spill as read), and the reader gives them to the function from there, a bundle of keys
+at a time, or one key streamed through :meth:`KeyFunction.apply_key`.
 
 Keys are compared as Spark's ``groupBy`` compares them, not as Arrow's hash kernels do:
 Spark normalizes floating-point grouping keys (``-0.0`` is ``0.0``, every NaN is one NaN),
@@ -145,28 +145,37 @@ class KeyedPass:
     A pass is a range of key groups, and a key group is never split, so a pass may hold
     more than ``limit`` rows. Whenever it does, the keys with at least ``limit /
     HEAVY_SHARE`` rows are set apart, largest first, until the rest fit in half the limit:
-    their rows are dropped, now and as they are read on (:attr:`apart` has those keys,
-    :attr:`apart_rows` their rows seen), and the reader reads them again (:meth:`bundles`).
-    The rest is what :meth:`table` gives: every row of every other key. A pass of many small
-    keys sets none apart and is held whole.
+    their rows go to ``spill``, now and as they are read on (:attr:`apart` has those keys,
+    :attr:`apart_rows` their rows seen), each key's rows in the order read; without
+    ``spill`` they are dropped, for the reader to read again. :meth:`bundles` groups those
+    keys for the function. The rest is what :meth:`table` gives: every row of every other
+    key. A pass of many small keys sets none apart and is held whole.
 
     With ``keep_largest`` (for a function that must hold a whole key anyway), the rows of
-    the largest key set apart are kept instead of dropped (:meth:`kept`): it is not read
-    again, and holding it costs what the function's call will. The others are still
-    dropped, so what is held beyond that key stays bounded.
+    the largest key set apart are kept instead (:meth:`kept`): holding it costs what the
+    function's call will. The others still go, so what is held beyond that key stays
+    bounded.
 
     Example::
 
-        held = KeyedPass(("k",), limit=1000)
+        held = KeyedPass(("k",), limit=1000, spill=spilled.append)
         for batch in batches:
             held.add(batch)
-        rest, again = held.table(schema), held.bundles()   # again: keys to read again
+        rest, apart = held.table(schema), held.bundles()   # apart: the keys in `spilled`
     """
 
-    def __init__(self, keys: Sequence[str], limit: int, *, keep_largest: bool = False):
+    def __init__(
+        self,
+        keys: Sequence[str],
+        limit: int,
+        *,
+        keep_largest: bool = False,
+        spill: Callable[[pa.RecordBatch], None] | None = None,
+    ):
         self.keys = tuple(keys)
         self.limit = max(int(limit), 1)
         self.keep_largest = keep_largest
+        self.spill = spill
         self.held: list[pa.RecordBatch] = []
         self.rows = 0
         self.apart: pa.Table | None = None
@@ -181,8 +190,10 @@ class KeyedPass:
             hit = index >= 0
             if hit.any():
                 self.apart_rows += np.bincount(index[hit], minlength=self.apart.num_rows)
-                if self._kept is not None and (index == self._kept).any():
-                    self._kept_rows.append(batch.filter(pa.array(index == self._kept)))
+                kept = index == self._kept if self._kept is not None else None
+                if kept is not None and kept.any():
+                    self._kept_rows.append(batch.filter(pa.array(kept)))
+                self._spill(batch, hit if kept is None else hit & ~kept)
                 batch = batch.filter(pa.array(~hit))
         if batch.num_rows:
             self.held.append(batch)
@@ -203,14 +214,31 @@ class KeyedPass:
         before = 0 if self.apart is None else self.apart.num_rows
         self.apart = found if self.apart is None else pa.concat_tables([self.apart, found])
         self.apart_rows = np.concatenate([self.apart_rows, counts])
-        if self.keep_largest and (self._kept is None or counts[0] > self.apart_rows[self._kept]):
+        keep = self.keep_largest and (self._kept is None or counts[0] > self.apart_rows[self._kept])
+        if keep:
             # The largest key found (found's first) outgrows the one kept: keep it instead,
-            # and read the one kept before again with the others.
+            # and the one kept before goes with the others.
+            for batch in self._kept_rows:
+                self._spill(batch, None)
             self._kept = before
             self._kept_rows = table.filter(pa.array(index == 0)).to_batches()
+        if self.spill is not None:
+            for batch in table.filter(pa.array(index > 0 if keep else index >= 0)).to_batches():
+                self._spill(batch, None)
         table = table.filter(pa.array(index < 0))
         self.held = table.to_batches()
         self.rows = table.num_rows
+
+    def _spill(self, batch: pa.RecordBatch, rows: np.ndarray | None) -> None:
+        """Hands ``batch``'s ``rows`` (a mask; None: all) to ``spill``, if any."""
+        if self.spill is None:
+            return
+        if rows is not None:
+            if not rows.any():
+                return
+            batch = batch.filter(pa.array(rows))
+        if batch.num_rows:
+            self.spill(batch)
 
     def table(self, schema: pa.Schema) -> pa.Table:
         """The rows held (every row of each key not set apart); they are let go here."""
@@ -223,8 +251,8 @@ class KeyedPass:
         return kept
 
     def bundles(self) -> list[pa.Table]:
-        """The keys set apart and not kept, in bundles to read again: keys whose rows seen
-        add up to at most ``limit`` go together; a key with more rows goes alone."""
+        """The keys set apart and not kept, in bundles for the function: keys whose rows
+        seen add up to at most ``limit`` go together; a key with more rows goes alone."""
         if self.apart is None:
             return []
         out: list[pa.Table] = []

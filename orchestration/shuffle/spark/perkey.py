@@ -182,8 +182,9 @@ def apply_per_key(
     at once (as read and sorted by key while sorting; then sorted, and with
     ``data="pandas"`` one pandas copy), plus up to 4096 of ``fn``'s results waiting to be
     sent. A key group is never split: a pass that holds more than ``pass_rows`` sets its
-    largest keys apart and reads them again afterwards, in bundles of up to ``pass_rows``
-    rows, and a larger key alone, streamed a batch at a time to the iterator form without
+    largest keys apart, spills their rows to a file in the task's local directory as it
+    reads, and gives them to ``fn`` afterwards, in bundles of up to ``pass_rows`` rows, and
+    a larger key alone, streamed a batch at a time to the iterator form without
     ``order_by`` (any other form gets, and so holds, the whole key). Otherwise (a
     filtered or joined DataFrame, say) the rows are sorted within each Spark partition
     (Spark's sort, which spills) and cut at key boundaries. Either way the rows of one key

@@ -34,7 +34,9 @@ import ctypes
 import functools
 import json
 import logging
+import os
 import pickle
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -278,6 +280,50 @@ def _decoded_batch(frame: fr.Frame, columns: set[str] | None, where: str) -> pa.
     return batch
 
 
+class _Spill:
+    """Rows a pass sets apart, in an Arrow IPC file of the task's local directory (Spark's,
+    as PySpark's own spills: ``SPARK_LOCAL_DIRS``), read back as often as asked. The file is
+    made at the first row and removed by :meth:`close`."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.path: str | None = None
+        self.writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self.rows = 0
+        self.bytes = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self.writer is None:
+            base = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
+            fd, self.path = tempfile.mkstemp(prefix="shuffle-spill-", suffix=".arrows", dir=base)
+            os.close(fd)
+            self.writer = pa.ipc.new_stream(self.path, batch.schema)
+        try:
+            self.writer.write_batch(batch)
+        except OSError as exc:
+            raise OSError(f"{self.where}: spilling to {self.path!r} failed: {exc}") from exc
+        self.rows += batch.num_rows
+        self.bytes += batch.nbytes
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        """Every batch spilled, in the order written."""
+        if self.path is None:
+            return
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        with pa.memory_map(self.path) as source:
+            yield from pa.ipc.open_stream(source)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        if self.path is not None:
+            os.unlink(self.path)
+            self.path = None
+
+
 class ShuffleReader(DataSourceReader):
     """Reads the splits of a shuffle read (batch, or one micro-batch of a stream): rows, or
     per-key aggregates (option ``aggregate``), or a per-key function's results (``per_key``)."""
@@ -358,35 +404,46 @@ class ShuffleReader(DataSourceReader):
         self, c: Consumer, kf: perkey.KeyFunction, piece: PartitionRead
     ) -> Iterator[pa.RecordBatch]:
         """One pass: its rows held up to about ``pass_rows`` (:class:`perkey.KeyedPass`),
-        and the keys that pass set apart read again, a bundle of keys at a time, a key of
-        more than ``pass_rows`` rows alone and streamed (:meth:`perkey.KeyFunction.apply_key`).
-        A function that needs a whole key at once keeps the largest key's rows instead of
-        reading them again: it will hold them anyway."""
-        held = perkey.KeyedPass(kf.keys, self.opts.pass_rows, keep_largest=not kf.streams)
-        for batch in self._read_partition(c, piece):
-            held.add(batch)
-        # Not bound to a name here: the function's pass owns the rows, and drops them as read
-        # once they are sorted by key.
-        yield from kf.apply(held.table(self.schema))
-        yield from kf.apply_key(held.kept())
-        bundles = held.bundles()
-        if bundles:
-            log.info(
-                "topic %r partition %d key groups [%d, %d): %d key(s) of at least %d rows "
-                "read again, in %d pass(es)",
-                self.opts.topic, piece.partition, piece.key_group_start, piece.key_group_end,
-                sum(b.num_rows for b in bundles), self.opts.pass_rows // perkey.HEAVY_SHARE,
-                len(bundles),
-            )  # fmt: skip
-        for keys in bundles:
-            parts = (
-                batch.filter(pa.array(perkey.key_index(batch, keys, kf.keys) >= 0))
-                for batch in self._read_partition(c, piece)
+        and the rows of the keys that pass set apart spilled to a local file as read, then
+        given to the function from there, a bundle of keys at a time, a key of more than
+        ``pass_rows`` rows alone and streamed (:meth:`perkey.KeyFunction.apply_key`). A
+        function that needs a whole key at once keeps the largest key's rows instead of
+        spilling them: it will hold them anyway."""
+        where = (
+            f"topic {self.opts.topic!r} partition {piece.partition} key groups "
+            f"[{piece.key_group_start}, {piece.key_group_end})"
+        )
+        spill = _Spill(where)
+        try:
+            held = perkey.KeyedPass(
+                kf.keys, self.opts.pass_rows, keep_largest=not kf.streams, spill=spill.write
             )
-            if keys.num_rows == 1:
-                yield from kf.apply_key(parts)
-            else:
-                yield from kf.apply(pa.Table.from_batches(list(parts), schema=self.schema))
+            for batch in self._read_partition(c, piece):
+                held.add(batch)
+            # Not bound to a name here: the function's pass owns the rows, and drops them as
+            # read once they are sorted by key.
+            yield from kf.apply(held.table(self.schema))
+            yield from kf.apply_key(held.kept())
+            bundles = held.bundles()
+            if bundles:
+                log.info(
+                    "%s: %d key(s) of at least %d rows set apart, %d rows (%d MiB) spilled to "
+                    "%s, given to the function in %d bundle(s)",
+                    where, sum(b.num_rows for b in bundles),
+                    self.opts.pass_rows // perkey.HEAVY_SHARE, spill.rows, spill.bytes >> 20,
+                    spill.path, len(bundles),
+                )  # fmt: skip
+            for keys in bundles:
+                parts = (
+                    batch.filter(pa.array(perkey.key_index(batch, keys, kf.keys) >= 0))
+                    for batch in spill.read()
+                )
+                if keys.num_rows == 1:
+                    yield from kf.apply_key(parts)
+                else:
+                    yield from kf.apply(pa.Table.from_batches(list(parts), schema=self.schema))
+        finally:
+            spill.close()
 
     def _read_partition(self, c: Consumer, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
         topic = self.opts.topic
