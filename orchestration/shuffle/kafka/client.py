@@ -20,14 +20,13 @@ from typing import Any, Union, cast
 
 from confluent_kafka import (
     Consumer,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from orchestration.shuffle.core.kafka_config import CONSUMER_ONLY, librdkafka_config, redact
 from orchestration.shuffle.errors import (
@@ -309,12 +308,11 @@ class KafkaClient:
         died) is asked again until a new leader answers, for up to :data:`FAILOVER_S`; an
         unreachable cluster is reported by :meth:`metadata`, within its timeout.
 
-        Every partition's offsets are asked for in one request to each leader (the kept admin
-        client's ``list_offsets``); only when that fails are they asked partition by
-        partition, with the waiting above and errors that name the partition."""
-        listed = self._listed_offsets(topic, partitions)
-        if listed is not None:
-            return listed
+        The offsets are those a reader of these settings sees (``read_committed`` unless
+        they say otherwise: the end of a partition with an open transaction is its last
+        stable offset). They are asked partition by partition through a consumer: the admin
+        client's ``list_offsets``, which asks them all at once, can crash the process (a
+        segmentation fault seen with confluent-kafka 2.16.1), so it is not used."""
         with self.consumer() as c:
             out = []
             for p in range(partitions):
@@ -338,35 +336,6 @@ class KafkaClient:
                         what = f"reading the offsets of topic {topic!r} partition {p}"
                         raise translate(exc, what, self) from None
             return out
-
-    def _listed_offsets(self, topic: str, partitions: int) -> list[tuple[int, int]] | None:
-        """(low, high) of each partition from two ``ListOffsets`` requests sent together (the
-        earliest and the latest offsets, at the isolation level a reader of these settings
-        has: ``read_committed`` unless they say otherwise), or None when any partition's
-        answer is an error or no offset (-1001: a partition whose leader is gone, while
-        another broker answers)."""
-        if partitions <= 0:
-            return []
-        uncommitted = str(self._rdkafka.get("isolation.level", "")) == "read_uncommitted"
-        level = IsolationLevel.READ_UNCOMMITTED if uncommitted else IsolationLevel.READ_COMMITTED
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        admin = _admin(self).client
-        try:
-            asked = [
-                admin.list_offsets(
-                    {tp: spec for tp in tps},
-                    isolation_level=level,
-                    request_timeout=CONNECT_TIMEOUT_S,
-                )
-                for spec in (OffsetSpec.earliest(), OffsetSpec.latest())
-            ]
-            low, high = ({tp.partition: f.result().offset for tp, f in a.items()} for a in asked)
-        except KafkaException:
-            return None
-        ends = [(low.get(p, -1), high.get(p, -1)) for p in range(partitions)]
-        if any(lo < 0 or hi < 0 for lo, hi in ends):
-            return None
-        return ends
 
     def replication_for(self, requested: int | None = None) -> int:
         """The replication factor a new topic gets: ``requested`` (the broker refuses one
