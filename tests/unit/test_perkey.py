@@ -325,8 +325,9 @@ def hot_table(hot: int, others: int, seed: int = 0) -> pa.Table:
 def fed(
     table: pa.Table, limit: int, chunk: int, *, keep_largest: bool = False, spill=None
 ) -> KeyedPass:
-    """A pass of bound ``limit`` that has read ``table`` in batches of ``chunk`` rows."""
-    held = KeyedPass(("k",), limit=limit, keep_largest=keep_largest, spill=spill)
+    """A pass of bound ``limit`` that has read ``table`` in batches of ``chunk`` rows (the
+    rows set apart go to ``spill``, a list's ``append``, or nowhere)."""
+    held = KeyedPass(("k",), limit, spill or (lambda batch: None), keep_largest=keep_largest)
     for batch in table.to_batches(max_chunksize=chunk):
         held.add(batch)
     return held

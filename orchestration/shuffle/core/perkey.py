@@ -146,10 +146,9 @@ class KeyedPass:
     more than ``limit`` rows. Whenever it does, the keys with at least ``limit /
     HEAVY_SHARE`` rows are set apart, largest first, until the rest fit in half the limit:
     their rows go to ``spill``, now and as they are read on (:attr:`apart` has those keys,
-    :attr:`apart_rows` their rows seen), each key's rows in the order read; without
-    ``spill`` they are dropped, for the reader to read again. :meth:`bundles` groups those
-    keys for the function. The rest is what :meth:`table` gives: every row of every other
-    key. A pass of many small keys sets none apart and is held whole.
+    :attr:`apart_rows` their rows seen), each key's rows in the order read. :meth:`bundles`
+    groups those keys for the function. The rest is what :meth:`table` gives: every row of
+    every other key. A pass of many small keys sets none apart and is held whole.
 
     With ``keep_largest`` (for a function that must hold a whole key anyway), the rows of
     the largest key set apart are kept instead (:meth:`kept`): holding it costs what the
@@ -158,7 +157,7 @@ class KeyedPass:
 
     Example::
 
-        held = KeyedPass(("k",), limit=1000, spill=spilled.append)
+        held = KeyedPass(("k",), 1000, spilled.append)
         for batch in batches:
             held.add(batch)
         rest, apart = held.table(schema), held.bundles()   # apart: the keys in `spilled`
@@ -168,9 +167,9 @@ class KeyedPass:
         self,
         keys: Sequence[str],
         limit: int,
+        spill: Callable[[pa.RecordBatch], None],
         *,
         keep_largest: bool = False,
-        spill: Callable[[pa.RecordBatch], None] | None = None,
     ):
         self.keys = tuple(keys)
         self.limit = max(int(limit), 1)
@@ -222,17 +221,14 @@ class KeyedPass:
                 self._spill(batch, None)
             self._kept = before
             self._kept_rows = table.filter(pa.array(index == 0)).to_batches()
-        if self.spill is not None:
-            for batch in table.filter(pa.array(index > 0 if keep else index >= 0)).to_batches():
-                self._spill(batch, None)
+        for batch in table.filter(pa.array(index > 0 if keep else index >= 0)).to_batches():
+            self._spill(batch, None)
         table = table.filter(pa.array(index < 0))
         self.held = table.to_batches()
         self.rows = table.num_rows
 
     def _spill(self, batch: pa.RecordBatch, rows: np.ndarray | None) -> None:
-        """Hands ``batch``'s ``rows`` (a mask; None: all) to ``spill``, if any."""
-        if self.spill is None:
-            return
+        """Hands ``batch``'s ``rows`` (a mask; None: all) to ``spill``."""
         if rows is not None:
             if not rows.any():
                 return

@@ -38,7 +38,7 @@ import os
 import pickle
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,9 +66,6 @@ from orchestration.shuffle.kafka.commitlog import read_log
 from orchestration.shuffle.kafka.planner import plan_shuffle
 
 log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    pass
 
 SOURCE = "kafka-shuffle"
 
@@ -416,7 +413,7 @@ class ShuffleReader(DataSourceReader):
         spill = _Spill(where)
         try:
             held = perkey.KeyedPass(
-                kf.keys, self.opts.pass_rows, keep_largest=not kf.streams, spill=spill.write
+                kf.keys, self.opts.pass_rows, spill.write, keep_largest=not kf.streams
             )
             for batch in self._read_partition(c, piece):
                 held.add(batch)
@@ -434,9 +431,14 @@ class ShuffleReader(DataSourceReader):
                     spill.path, len(bundles),
                 )  # fmt: skip
             for keys in bundles:
+                # The spill holds the bundles' rows and no other: one bundle is all of it.
                 parts = (
-                    batch.filter(pa.array(perkey.key_index(batch, keys, kf.keys) >= 0))
-                    for batch in spill.read()
+                    spill.read()
+                    if len(bundles) == 1
+                    else (
+                        batch.filter(pa.array(perkey.key_index(batch, keys, kf.keys) >= 0))
+                        for batch in spill.read()
+                    )
                 )
                 if keys.num_rows == 1:
                     yield from kf.apply_key(parts)
