@@ -26,6 +26,7 @@ from orchestration.shuffle.core.commitlog import (
     to_micros,
 )
 from orchestration.shuffle.core.keygroups import validate_layout
+from orchestration.shuffle.core.ordering import unordered_reason
 from orchestration.shuffle.core.vhash import key_groups
 from orchestration.shuffle.errors import (
     ShuffleKeyError,
@@ -404,7 +405,14 @@ def write_shuffle(
     )
     if plan is not None:
         plan = plan.in_order(layout.schema.names)
-        task = ColumnarProducerTask(options, plan.scan, spec.key, plan.assignments)
+        task = ColumnarProducerTask(
+            options,
+            plan.scan,
+            spec.key,
+            plan.assignments,
+            layout.sort_by if plan.owners else (),
+            plan.owners,
+        )
         # One row per task: row i stands for the row groups assigned to task i.
         tasks = df.sparkSession.range(0, plan.tasks, 1, plan.tasks)
         job = tasks.mapInArrow(task, ColumnarProducerTask.RESULT_SCHEMA)
@@ -493,17 +501,14 @@ def _columnar_plan(
     if columnar is False:
         log.info("shuffle %r: writing through the row path (columnar=False)", spec.topic)
         return None
-    if spec.sort_by:
-        # Sorting is left to Spark's sort, which the columnar path's pyarrow reads bypass.
-        if columnar:
-            raise ShuffleOptionError(
-                f"shuffle {spec.topic!r}: columnar=True, but the columnar path does not apply "
-                f"to a shuffle with sort_by {list(spec.sort_by)}: its rows are sorted by Spark"
-            )
-        log.info("shuffle %r: writing through the row path (sort_by)", spec.topic)
-        return None
     try:
+        for c in spec.sort_by:
+            why = unordered_reason(schema.field(c).type)
+            if why:
+                raise ColumnarUnavailable(f"sort_by column {c!r} is of {why}, sorted by Spark only")
         plan = plan_columnar(df, schema, spec.key)
+        if spec.sort_by:
+            plan = _sorted_plan(df, spec, plan)
     except ColumnarUnavailable as exc:
         if columnar:
             raise ShuffleOptionError(
@@ -527,6 +532,15 @@ def _columnar_plan(
             exc_info=True,
         )
         return None
+    if plan.owners:
+        log.info(
+            "shuffle %r: writing through the columnar path, sorted: %d task(s), each reading "
+            "all %d row group(s) and writing its own partitions",
+            spec.topic,
+            plan.tasks,
+            len(plan.assignments[0]),
+        )
+        return plan
     log.info(
         "shuffle %r: writing through the columnar path: %d task(s) read %d row group(s)",
         spec.topic,
@@ -534,6 +548,33 @@ def _columnar_plan(
         sum(len(a) for a in plan.assignments),
     )
     return plan
+
+
+# A task of a sorted columnar write holds the rows of its partitions to sort them: it is
+# given at most this many uncompressed bytes of the input's columns (the files' figures).
+SORTED_TASK_BYTES = 512 * 1024 * 1024
+
+
+def _sorted_plan(df: DataFrame, spec: ShuffleSpec, plan: ColumnarPlan) -> ColumnarPlan:
+    """``plan`` as a sorted write: one writer per partition, as many tasks as cores (at
+    most one per partition, at least enough to keep each under ``SORTED_TASK_BYTES``).
+
+    Raises:
+        ColumnarUnavailable: the input is larger than the partitions can hold that way;
+            Spark's sort, which spills to disk, sorts it instead.
+    """
+    n = spec.num_partitions
+    needed = -(-plan.input_bytes // SORTED_TASK_BYTES)
+    if needed > n:
+        raise ColumnarUnavailable(
+            f"sorting {plan.input_bytes >> 20} MiB of input in {n} partition(s) would hold "
+            f"over {SORTED_TASK_BYTES >> 20} MiB in a task; Spark's sort, which spills, sorts it"
+        )
+    try:
+        cores = int(df.sparkSession.sparkContext.defaultParallelism)
+    except Exception:  # noqa: BLE001 - no context to ask (never so on the columnar path)
+        cores = plan.tasks
+    return plan.owning(n, max(1, min(n, max(needed, cores))))
 
 
 def _first_line(exc: BaseException) -> str:

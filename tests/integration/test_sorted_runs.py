@@ -147,6 +147,66 @@ def test_read_order_is_sparks_sort(jspark, kafka_conf, unique, seed, key, runs):
         assert sorted(rows_of(py), key=repr) == sorted(rows_of(plain), key=repr)
 
 
+@pytest.mark.parametrize(("seed", "key", "runs"), [(5, ("s",), 1), (6, ("d",), 2)])
+def test_a_columnar_sorted_write_reads_as_sparks_sort(
+    jspark, kafka_conf, unique, tmp_path, seed, key, runs
+):
+    """The same over Parquet files, written through the columnar path (one task per range of
+    partitions, reading every file, sorting in numpy): per partition the read equals Spark's
+    own sort, and so does a merge with a run written through Spark's sort."""
+    topic = unique("sorted-col")
+    order = [*key, "x", "id"]
+    rows = generated(seed, 400 * runs)
+    size = len(rows) // runs
+    for r in range(runs):
+        path = str(tmp_path / f"run{r}")
+        # Several files and row groups, so each task reads pieces written by others.
+        jspark.createDataFrame(rows[r * size : (r + 1) * size], SCHEMA).repartition(3).write.option(
+            "parquet.block.size", 4096
+        ).parquet(path)
+        got = write_shuffle(
+            jspark.read.parquet(path),
+            spec(topic, key, tuple(order)),
+            kafka=kafka_conf,
+            window=f"w{r}",
+            columnar=True,
+        )
+        assert got.path == "columnar" and got.rows == size
+    if runs > 1:  # one more run, sorted by Spark, merged with the columnar ones
+        extra = generated(seed + 50, 100, offset=100_000)
+        write_shuffle(
+            jspark.createDataFrame(extra, SCHEMA),
+            spec(topic, key, tuple(order)),
+            kafka=kafka_conf,
+            window="spark",
+        )
+        rows = rows + extra
+    jvm = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm")
+    assert "ordered=" in description(jvm)
+    sorted_read = jvm.sortWithinPartitions(*order)
+    assert sorts(sorted_read) == [], plan(sorted_read)
+    plain = jspark.createDataFrame(rows, SCHEMA)
+    assert partitions(sorted_read) == by_partition_of_plain(plain, key, order)
+
+
+def test_a_sort_column_numpy_cannot_order_is_sorted_by_spark(jspark, kafka_conf, unique, tmp_path):
+    """A sort_by column of a nested type leaves the write to Spark's sort (the row path), and
+    columnar=True says why, naming the column."""
+    rows = generated(7, 60)
+    df = jspark.createDataFrame(rows, SCHEMA).withColumn("arr", F.array("id"))
+    path = str(tmp_path / "nested")
+    df.write.parquet(path)
+    sorted_spec = spec(unique("sorted-nested"), ("s",), ("s", "arr"))
+    with pytest.raises(ShuffleOptionError, match="sort_by column 'arr' is of type list"):
+        write_shuffle(jspark.read.parquet(path), sorted_spec, kafka=kafka_conf, columnar=True)
+    got = write_shuffle(jspark.read.parquet(path), sorted_spec, kafka=kafka_conf)
+    assert got.path == "rows" and got.rows == 60
+    jvm = read_shuffle(jspark, sorted_spec.topic, kafka=kafka_conf, engine="jvm")
+    sorted_read = jvm.sortWithinPartitions("s", "arr")
+    assert sorts(sorted_read) == []
+    assert sorted(rows_of(jvm.drop("arr")), key=repr) == sorted(rows_of(df.drop("arr")), key=repr)
+
+
 def windowed(df, key: tuple[str, ...]):
     w = Window.partitionBy(*key).orderBy("x", "id")
     return (
@@ -221,7 +281,7 @@ def test_sort_by_is_checked(jspark, kafka_conf, unique):
     df = jspark.createDataFrame(generated(31, 10), SCHEMA)
     with pytest.raises(ShuffleSchemaError, match="sort_by column 'nope'"):
         write_shuffle(df, spec(unique("sorted-bad"), ("s",), ("s", "nope")), kafka=kafka_conf)
-    with pytest.raises(ShuffleOptionError, match="columnar=True.*sort_by"):
+    with pytest.raises(ShuffleOptionError, match="columnar=True.*does not apply"):
         write_shuffle(
             df, spec(unique("sorted-bad"), ("s",), ("s",)), kafka=kafka_conf, columnar=True
         )

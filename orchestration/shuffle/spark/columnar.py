@@ -106,11 +106,30 @@ class ColumnarPlan:
         assignments: Per task, the pieces (row groups) it reads.
         nulls_ruled_out: The files' statistics show no null in a key column, so the
             writer need not count them with Spark.
+        owners: For a sorted write (:meth:`owning`), per task the Kafka partitions
+            ``[first, end)`` it writes, every one of their rows; empty: each task writes the
+            rows it reads to whichever partitions they belong to.
     """
 
     scan: ParquetScan
     assignments: tuple[tuple[Piece, ...], ...]
     nulls_ruled_out: bool
+    owners: tuple[tuple[int, int], ...] = ()
+
+    def owning(self, num_partitions: int, tasks: int) -> ColumnarPlan:
+        """The plan of a sorted write: ``tasks`` tasks, each reading every piece and writing
+        the rows of its own contiguous range of the ``num_partitions`` partitions, so that
+        each partition has one writer (which sorts its rows in one sequence)."""
+        pieces = tuple(p for a in self.assignments for p in a)
+        owners = tuple(
+            (i * num_partitions // tasks, (i + 1) * num_partitions // tasks) for i in range(tasks)
+        )
+        return dataclasses.replace(self, assignments=(pieces,) * tasks, owners=owners)
+
+    @property
+    def input_bytes(self) -> int:
+        """Uncompressed bytes of the columns read, over the distinct pieces."""
+        return sum(p.weight for p in {p for a in self.assignments for p in a})
 
     def in_order(self, names: Sequence[str]) -> ColumnarPlan:
         """The same plan, writing its columns in the order of ``names``."""
@@ -124,8 +143,8 @@ class ColumnarPlan:
 
     @property
     def rows_read(self) -> int:
-        """Rows of the row groups read, before the filter."""
-        return sum(p.rows for a in self.assignments for p in a)
+        """Rows of the row groups read, before the filter (each piece once)."""
+        return sum(p.rows for p in {p for a in self.assignments for p in a})
 
 
 def _class(obj: Any) -> str:

@@ -30,6 +30,7 @@ from confluent_kafka import KafkaError
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core.columnar import ParquetScan, Piece, read_pieces
 from orchestration.shuffle.core.commitlog import Commit, PartitionRange, TaskResult, build_commit
+from orchestration.shuffle.core.ordering import spark_order
 from orchestration.shuffle.core.vhash import key_groups
 from orchestration.shuffle.core.watermarks import subtask_watermark
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWriteError
@@ -71,6 +72,30 @@ class WriteOptions:
             raise ShuffleOptionError(
                 f"shuffle {self.topic!r}: frame_rows and frame_bytes must be positive"
             )
+
+
+def _partitions(key_groups: np.ndarray, opts: WriteOptions) -> np.ndarray:
+    """The partition of each row of key group ``key_groups``."""
+    return key_groups.astype(np.int64) * opts.num_partitions // opts.max_parallelism
+
+
+def _by_partition(batch: pa.RecordBatch, parts: np.ndarray) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``batch``'s rows split by their partition ``parts``, each partition's rows in the
+    order they have in ``batch``."""
+    if len(parts) and (parts == parts[0]).all():
+        yield int(parts[0]), batch
+        return
+    if len(parts) and parts.max() <= np.iinfo(np.uint16).max:
+        # A stable sort of 16-bit integers is a radix sort in numpy: linear.
+        parts = parts.astype(np.uint16)
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    batch = batch.take(pa.array(order))
+    bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [len(sorted_parts)]))
+    for s, e in zip(starts, ends, strict=True):
+        yield int(sorted_parts[s]), batch.slice(int(s), int(e - s))
 
 
 class _PartitionBuffer:
@@ -170,22 +195,9 @@ class _Subtask:
                 lo, hi = lo.as_py(), hi.as_py()
                 self.event_min = lo if self.event_min is None else min(self.event_min, lo)
                 self.event_max = hi if self.event_max is None else max(self.event_max, hi)
-        kg = batch.column(fr.KEY_GROUP_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64)
-        parts = kg * self.opts.num_partitions // self.opts.max_parallelism
-        if self.opts.num_partitions == 1:
-            self._buffer(0, batch)
-        else:
-            if self.opts.num_partitions <= np.iinfo(np.uint16).max:
-                # A stable sort of 16-bit integers is a radix sort in numpy: linear.
-                parts = parts.astype(np.uint16)
-            order = np.argsort(parts, kind="stable")
-            sorted_parts = parts[order]
-            batch = batch.take(pa.array(order))
-            bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-            starts = np.concatenate(([0], bounds))
-            ends = np.concatenate((bounds, [len(sorted_parts)]))
-            for s, e in zip(starts, ends, strict=True):
-                self._buffer(int(sorted_parts[s]), batch.slice(int(s), int(e - s)))
+        kg = batch.column(fr.KEY_GROUP_COLUMN).to_numpy(zero_copy_only=False)
+        for p, rows in _by_partition(batch, _partitions(kg, self.opts)):
+            self._buffer(p, rows)
         self.rows_since_watermark += batch.num_rows
         # Announcing a watermark means flushing every partition's buffer first, so do it
         # about once per frame's worth of rows per partition, not after every batch.
@@ -317,6 +329,12 @@ class ColumnarProducerTask:
     vhash.key_groups` and feeds the same :class:`_Subtask` as :class:`ProducerTask`, as
     subtask ``partitionId``, attempt ``attemptNumber``: the same frames, the same
     :class:`TaskResult`, the same driver commit.
+
+    A sorted write (``sort_by``, with ``owners``: per task, the partitions ``[first, end)``
+    it writes) is one writer per partition: task *i* reads every piece, keeps the rows of
+    its own partitions, and produces each partition's rows sorted by ``sort_by`` as Spark's
+    ascending sort orders them (:func:`~orchestration.shuffle.core.ordering.spark_order`),
+    one partition at a time. It holds its partitions' rows in memory until then.
     """
 
     RESULT_SCHEMA = ProducerTask.RESULT_SCHEMA
@@ -327,11 +345,21 @@ class ColumnarProducerTask:
         scan: ParquetScan,
         key: Sequence[str],
         assignments: Sequence[Sequence[Piece]],
+        sort_by: Sequence[str] = (),
+        owners: Sequence[tuple[int, int]] = (),
     ):
+        if bool(sort_by) != bool(owners):
+            raise ShuffleOptionError("a sorted columnar write needs both sort_by and owners")
         self.options = options
         self.scan = scan
         self.key = tuple(key)
         self.assignments = [tuple(a) for a in assignments]
+        self.sort_by = tuple(sort_by)
+        self.owners = [tuple(o) for o in owners]
+
+    def _keyed(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
+        groups = key_groups([batch.column(k) for k in self.key], self.options.max_parallelism)
+        return batch.append_column(fr.KEY_GROUP_COLUMN, pa.array(groups)), groups
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -343,15 +371,38 @@ class ColumnarProducerTask:
         task = _Subtask(self.options, subtask, attempt)
         try:
             for i in ids:
+                if self.owners:
+                    self._sorted(task, i)
+                    continue
                 for batch in read_pieces(self.scan, self.assignments[i]):
-                    groups = key_groups(
-                        [batch.column(k) for k in self.key], self.options.max_parallelism
-                    )
-                    task.add(batch.append_column(fr.KEY_GROUP_COLUMN, pa.array(groups)))
+                    task.add(self._keyed(batch)[0])
             result = task.finish()
         finally:
             task.close()
         yield pa.record_batch({"task_result": [result.to_json()]})
+
+    def _sorted(self, task: _Subtask, i: int) -> None:
+        first, end = self.owners[i]
+        held: dict[int, list[pa.RecordBatch]] = {p: [] for p in range(first, end)}
+        for batch in read_pieces(self.scan, self.assignments[i]):
+            keyed, groups = self._keyed(batch)
+            parts = _partitions(groups, self.options)
+            mine = (parts >= first) & (parts < end)
+            if not mine.any():
+                continue
+            if not mine.all():
+                keyed, parts = keyed.filter(pa.array(mine)), parts[mine]
+            for p, rows in _by_partition(keyed, parts):
+                held[p].append(rows)
+        for p in range(first, end):
+            rows = held.pop(p)
+            if not rows:
+                continue
+            table = pa.Table.from_batches(rows)
+            del rows
+            order = spark_order([table.column(c) for c in self.sort_by])
+            for batch in table.take(order).to_batches(max_chunksize=self.options.frame_rows):
+                task.add(batch)
 
 
 def commit_run(
