@@ -453,3 +453,20 @@ def test_rows_of_keys_set_apart_are_spilled_once_each_in_the_order_read():
     assert out.column("v").to_pylist() == a.column("v").to_pylist()
     assert pa.Table.from_batches(held.kept()).num_rows == 2000
     assert held.table(table.schema).num_rows == 800
+
+
+def test_order_by_a_string_then_a_double_puts_nan_after_numbers_as_spark():
+    # A string among the order_by columns once sent the whole order to Arrow's sort, which
+    # with nulls first puts NaN first too.
+    table = pa.table(
+        {
+            "k": ["a"] * 6,
+            "s": ["x", "x", "x", "x", None, "é"],
+            "d": [float("nan"), 2.0, None, -1.0, 5.0, float("nan")],
+        }
+    )
+    ordered, _ = sort_by_key(table, ("k",), ("s", "d"))
+    got = [(r["s"], r["d"]) for r in ordered.to_pylist()]
+    assert got[:4] == [(None, 5.0), ("x", None), ("x", -1.0), ("x", 2.0)]
+    assert got[4][0] == "x" and np.isnan(got[4][1])
+    assert got[5][0] == "é" and np.isnan(got[5][1])  # "é" is after "x" by its UTF-8 bytes
