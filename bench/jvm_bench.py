@@ -23,8 +23,9 @@ string keys, a timestamp, five numeric columns), ``--repeat`` times alternating 
   gap between a key's consecutive events with a window ``lag``, each key's top three rows
   with ``row_number``) over the JVM read / the bucketed table's write plus the same three;
 - sorted: the same rows written as sorted runs (``sort_by=("k", "ts")``, the per-key side
-  ``sort_by=("k",)``) against unsorted ones (the write cost of sorting: one task per Kafka
-  partition, Spark's sort), and against a bucketed table sorted the same way
+  ``sort_by=("k",)``) against unsorted ones (the write cost of sorting; from the Parquet
+  source both take the columnar path, the sorted one a task per range of partitions that
+  reads every row group and sorts in numpy), and against a bucketed table sorted the same way
   (``bucketBy(...).sortBy("k", "ts")``): the join with no broadcast (a sort-merge join
   with neither an Exchange nor a Sort over the sorted shuffles, asserted; Spark sorts the
   bucketed table's buckets, since a bucket of several files is not one sorted sequence, and

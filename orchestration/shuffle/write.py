@@ -321,8 +321,13 @@ def write_shuffle(
       floating point, strings, binary, decimals up to 18 digits). Each task reads its
       share of the files' row groups with pyarrow and computes key groups in numpy, so the
       rows never become JVM rows; it runs as many tasks as Spark's scan of ``df`` would.
+      With ``sort_by`` (columns of those types, decimals of any precision), each task
+      instead reads every row group and writes a range of partitions, sorting each one's
+      rows in numpy as Spark sorts them; an input over 512 MiB per partition (uncompressed
+      column bytes) takes the row path.
     - ``"rows"``: anything else. Spark adds ``_key_group`` with its own ``hash`` and hands
-      the rows to the tasks (``mapInArrow``).
+      the rows to the tasks (``mapInArrow``); with ``sort_by``, one task per partition
+      sorts its rows with Spark's sort.
 
     Both give the same rows, key groups, partitions and guarantees.
 
