@@ -572,8 +572,9 @@ def _sorted_plan(df: DataFrame, spec: ShuffleSpec, plan: ColumnarPlan) -> Column
     needed = -(-plan.input_bytes // SORTED_TASK_BYTES)
     if needed > n:
         raise ColumnarUnavailable(
-            f"sorting {plan.input_bytes >> 20} MiB of input in {n} partition(s) would hold "
-            f"over {SORTED_TASK_BYTES >> 20} MiB in a task; Spark's sort, which spills, sorts it"
+            f"sorting {plan.input_bytes / 2**20:.1f} MiB of input in {n} partition(s) would hold "
+            f"over {SORTED_TASK_BYTES / 2**20:.1f} MiB in a task; Spark's sort, which spills, "
+            "sorts it"
         )
     try:
         cores = int(df.sparkSession.sparkContext.defaultParallelism)

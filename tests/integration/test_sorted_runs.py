@@ -189,6 +189,38 @@ def test_a_columnar_sorted_write_reads_as_sparks_sort(
     assert partitions(sorted_read) == by_partition_of_plain(plain, key, order)
 
 
+def test_an_input_too_large_for_the_tasks_is_sorted_by_spark(
+    jspark, kafka_conf, unique, tmp_path, monkeypatch
+):
+    """Over the bytes a sorted columnar task may hold in all its partitions together, the
+    write takes Spark's sort (which spills), and columnar=True says how much was too much;
+    under it, each of the tasks (one per core here) writes its own partitions."""
+    import orchestration.shuffle.write as write_module
+
+    rows = generated(8, 300)
+    path = str(tmp_path / "big")
+    jspark.createDataFrame(rows, SCHEMA).repartition(2).write.parquet(path)
+    topic = unique("sorted-big")
+    sorted_spec = spec(topic, ("s",), ("s", "x", "id"))
+    monkeypatch.setattr(write_module, "SORTED_TASK_BYTES", 16)
+    with pytest.raises(
+        ShuffleOptionError, match=r"of input in 4 partition\(s\) would hold over 0.0 MiB in a task"
+    ):
+        write_shuffle(jspark.read.parquet(path), sorted_spec, kafka=kafka_conf, columnar=True)
+    got = write_shuffle(jspark.read.parquet(path), sorted_spec, kafka=kafka_conf, window="a")
+    assert got.path == "rows"
+    monkeypatch.undo()
+    got = write_shuffle(jspark.read.parquet(path), sorted_spec, kafka=kafka_conf, window="b")
+    assert got.path == "columnar"
+    # Two tasks (the session's two cores); a partition with frames of both would fail the read.
+    assert len(got.commit.tasks) == 2
+    jvm = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm")
+    sorted_read = jvm.sortWithinPartitions("s", "x", "id")
+    assert sorts(sorted_read) == []
+    plain = jspark.createDataFrame(rows + rows, SCHEMA)
+    assert partitions(sorted_read) == by_partition_of_plain(plain, ("s",), ["s", "x", "id"])
+
+
 def test_a_sort_column_numpy_cannot_order_is_sorted_by_spark(jspark, kafka_conf, unique, tmp_path):
     """A sort_by column of a nested type leaves the write to Spark's sort (the row path), and
     columnar=True says why, naming the column."""

@@ -129,3 +129,17 @@ def test_read_pieces_casts_renames_filters_and_orders(tmp_path):
     assert out.column("k").to_pylist() == ["k2", "k3", "k8", "k9"]
     assert out.column("when").to_pylist()[0] == dt.datetime(1970, 1, 1, 0, 0, 2, tzinfo=dt.UTC)
     assert out.schema.field("when").type == pa.timestamp("us", "UTC")
+
+
+def test_a_sorted_plan_gives_each_task_every_piece_and_a_range_of_partitions():
+    from orchestration.shuffle.spark.columnar import ColumnarPlan
+
+    pieces = [Piece("f", rg, 10, 100 + rg) for rg in range(5)]
+    scan = ParquetScan(columns=(ScanColumn("a", pa.int64()),), output=(("a", "a"),))
+    plan = ColumnarPlan(scan, (tuple(pieces[:3]), tuple(pieces[3:])), True)
+    assert plan.input_bytes == 510 and plan.rows_read == 50
+    owning = plan.owning(8, 3)
+    assert owning.owners == ((0, 2), (2, 5), (5, 8))
+    assert owning.assignments == (tuple(pieces),) * 3
+    # Every piece counted once, however many tasks read it.
+    assert owning.input_bytes == 510 and owning.rows_read == 50
