@@ -133,6 +133,35 @@ def test_a_node_killed_mid_write_loses_no_committed_row(spark, three_nodes, uniq
     assert read_shuffle(spark, topic, kafka=conf, windows=["before"]).count() == 20_000
 
 
+def test_offsets_are_read_from_the_new_leader_of_a_partition_whose_leader_was_killed(
+    three_nodes, unique
+):
+    """A read's plan asks every partition's end offset. Asked right after the leader of a
+    partition is killed (before the controller has fenced it), the answer comes from the new
+    leader once one is elected, within FAILOVER_S, not an error after it: a consumer keeps
+    asking the leader it was first told of, so the question goes to a new consumer."""
+    conf = three_nodes
+    topic = unique("faults-leader")
+    client = KafkaClient(conf)
+    client.ensure_topic(topic, 3, config={"min.insync.replicas": "2"})
+    producer = client.producer(acks="all")
+    for p in range(3):
+        for _ in range(5 + p):
+            producer.produce(topic, value=b"x", partition=p)
+    assert producer.flush(30) == 0
+    leader = client.admin().list_topics(topic=topic, timeout=30).topics[topic].partitions[1].leader
+    with stack_env(3, 29292):
+        assert localstack.stop(node=leader, kill=True)
+    try:
+        started = time.monotonic()
+        assert client.end_offsets(topic, 3) == [(0, 5), (0, 6), (0, 7)]
+        print(f"offsets with partition 1's leader (node {leader}) killed: "
+              f"{time.monotonic() - started:.1f} s")  # fmt: skip
+    finally:
+        with stack_env(3, 29292):
+            localstack.start(node=leader)
+
+
 def test_a_single_broker_restarted_mid_write_never_commits_a_partial_run(spark, one_node, unique):
     conf = one_node
     topic = unique("faults-1n")

@@ -453,9 +453,8 @@ def test_aggregate_refuses_bad_aggregations_before_reading(spark, kafka_conf, un
 
 
 def test_end_offsets_are_those_a_committed_reader_sees(kafka_conf, unique):
-    """end_offsets asks every partition in one request; its ends are what a read_committed
-    consumer sees: below an open transaction's records, and the same as the per-partition
-    answer of such a consumer."""
+    """end_offsets gives the ends a read_committed consumer sees: below an open transaction's
+    records, and the same as the per-partition answer of such a consumer."""
     topic = unique("sh-ends")
     client = KafkaClient(kafka_conf)
     client.ensure_topic(topic, 3)

@@ -47,6 +47,10 @@ CONNECT_TIMEOUT_S = 8.0
 # controller fences it (broker.session.timeout.ms, 9 s by default) and elects new leaders.
 FAILOVER_S = 30.0
 
+# What asking a partition's leader gives when that node has just died: the question times
+# out, or the client drops its handle of the node as the cluster stops listing it.
+_LEADER_GONE = {KafkaError._TIMED_OUT, KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT}
+
 # Errors a just-created or just-moved partition gives for a moment; worth a retry.
 _TRANSIENT = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -313,7 +317,8 @@ class KafkaClient:
         stable offset). They are asked partition by partition through a consumer: the admin
         client's ``list_offsets``, which asks them all at once, can crash the process (a
         segmentation fault seen with confluent-kafka 2.16.1), so it is not used."""
-        with self.consumer() as c:
+        c: Consumer | None = self.consumer()
+        try:
             out = []
             for p in range(partitions):
                 deadline = time.monotonic() + CONNECT_TIMEOUT_S
@@ -321,6 +326,8 @@ class KafkaClient:
                 while True:
                     try:
                         tp = TopicPartition(topic, p)
+                        if c is None:
+                            c = self.consumer()
                         out.append(
                             c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False)
                         )
@@ -330,12 +337,20 @@ class KafkaClient:
                         if code in _TRANSIENT and time.monotonic() < deadline:
                             time.sleep(0.2)
                             continue
-                        if code == KafkaError._TIMED_OUT and time.monotonic() < failover:
+                        if code in _LEADER_GONE and time.monotonic() < failover:
                             self.metadata(topic)  # raises when the cluster itself is gone
+                            # The consumer keeps asking the leader it was first told of, dead
+                            # or not; a new one asks the cluster which node leads now.
+                            if c is not None:
+                                c.close()
+                                c = None
                             continue
                         what = f"reading the offsets of topic {topic!r} partition {p}"
                         raise translate(exc, what, self) from None
             return out
+        finally:
+            if c is not None:
+                c.close()
 
     def replication_for(self, requested: int | None = None) -> int:
         """The replication factor a new topic gets: ``requested`` (the broker refuses one
