@@ -102,6 +102,23 @@ def test_a_node_killed_mid_write_loses_no_committed_row(spark, three_nodes, uniq
     time.sleep(3)
     with stack_env(3, 29292):
         assert localstack.stop(node=2, kill=True)
+    try:
+        node_down(spark, conf, topic, before, thread, box, started)
+    finally:
+        with stack_env(3, 29292):
+            localstack.start(node=2)  # a failure here must not leave the next test 2 nodes
+    again = write_shuffle(
+        rows_df(spark, 400_000), spec, kafka=conf, window="during", frame_rows=2000
+    )
+    assert again.rows == 400_000
+    got = read_shuffle(spark, topic, kafka=conf, windows=["during"])
+    assert got.count() == 400_000
+    assert got.selectExpr("count(distinct id)").first()[0] == 400_000
+    assert read_shuffle(spark, topic, kafka=conf, windows=["before"]).count() == 20_000
+
+
+def node_down(spark, conf, topic, before, thread, box, started) -> None:
+    """The checks of the node-killed test while node 2 is down."""
     thread.join(300)
     elapsed = time.monotonic() - started
     log = shuffle_log(topic, kafka=conf)
@@ -120,17 +137,6 @@ def test_a_node_killed_mid_write_loses_no_committed_row(spark, three_nodes, uniq
     # While the node is down, reads and the commit sensor's query keep working.
     assert read_shuffle(spark, topic, kafka=conf, windows=["before"]).count() == 20_000
     assert [c.run_id for c in shuffle_commits_since(topic, kafka=conf)[0]][:1] == [before.run_id]
-
-    with stack_env(3, 29292):
-        localstack.start(node=2)
-    again = write_shuffle(
-        rows_df(spark, 400_000), spec, kafka=conf, window="during", frame_rows=2000
-    )
-    assert again.rows == 400_000
-    got = read_shuffle(spark, topic, kafka=conf, windows=["during"])
-    assert got.count() == 400_000
-    assert got.selectExpr("count(distinct id)").first()[0] == 400_000
-    assert read_shuffle(spark, topic, kafka=conf, windows=["before"]).count() == 20_000
 
 
 def test_offsets_are_read_from_the_new_leader_of_a_partition_whose_leader_was_killed(

@@ -51,13 +51,15 @@ FAILOVER_S = 30.0
 # out, or the client drops its handle of the node as the cluster stops listing it.
 _LEADER_GONE = {KafkaError._TIMED_OUT, KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT}
 
-# Errors a just-created or just-moved partition gives for a moment; worth a retry.
-_TRANSIENT = {
+# Errors a partition gives while its leadership moves: no leader yet, another one now, or
+# a new leader that does not know the partition's high watermark yet.
+_MOVING = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.OFFSET_NOT_AVAILABLE,
 }
+# Errors a just-created or just-moved partition gives for a moment; worth a retry.
+_TRANSIENT = _MOVING | {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION}
 _NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
 # Refused for want of an ACL: waiting or reconnecting cannot change it.
 _DENIED = {
@@ -335,6 +337,11 @@ class KafkaClient:
                     except KafkaException as exc:
                         code = error_code(exc)
                         if code in _TRANSIENT and time.monotonic() < deadline:
+                            time.sleep(0.2)
+                            continue
+                        if code in _MOVING and time.monotonic() < failover:
+                            # A new leader is being elected, or has just been: the time a
+                            # dead one took to answer may have used the shorter deadline.
                             time.sleep(0.2)
                             continue
                         if code in _LEADER_GONE and time.monotonic() < failover:

@@ -74,9 +74,9 @@ class WriteOptions:
             )
 
 
-def _partitions(key_groups: np.ndarray, opts: WriteOptions) -> np.ndarray:
-    """The partition of each row of key group ``key_groups``."""
-    return key_groups.astype(np.int64) * opts.num_partitions // opts.max_parallelism
+def _partitions(groups: np.ndarray, opts: WriteOptions) -> np.ndarray:
+    """The partition of each row, from its key group (``groups``)."""
+    return groups.astype(np.int64) * opts.num_partitions // opts.max_parallelism
 
 
 def _by_partition(batch: pa.RecordBatch, parts: np.ndarray) -> Iterator[tuple[int, pa.RecordBatch]]:
