@@ -576,10 +576,8 @@ def _sorted_plan(df: DataFrame, spec: ShuffleSpec, plan: ColumnarPlan) -> Column
             f"over {SORTED_TASK_BYTES / 2**20:.1f} MiB in a task; Spark's sort, which spills, "
             "sorts it"
         )
-    try:
-        cores = int(df.sparkSession.sparkContext.defaultParallelism)
-    except Exception:  # noqa: BLE001 - no context to ask (never so on the columnar path)
-        cores = plan.tasks
+    # The columnar path runs on a classic session only, which has a SparkContext.
+    cores = int(df.sparkSession.sparkContext.defaultParallelism)
     return plan.owning(n, max(1, min(n, max(needed, cores))))
 
 

@@ -105,3 +105,11 @@ def test_nested_types_are_refused_by_name():
         spark_order([pa.array([[1]], t)])
     assert unordered_reason(pa.month_day_nano_interval()) is not None
     assert unordered_reason(pa.large_string()) is None
+
+
+def test_view_types_are_ordered_as_their_plain_types():
+    words = ["b", None, "é", "a", "zz"]
+    plain = spark_order([pa.array(words)]).tolist()
+    assert spark_order([pa.array(words).cast(pa.string_view())]).tolist() == plain
+    raw = [None if w is None else w.encode() for w in words]
+    assert spark_order([pa.array(raw, pa.binary()).cast(pa.binary_view())]).tolist() == plain

@@ -29,15 +29,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from orchestration.shuffle.core.vhash import is_bytes
+
 
 def _by_rank(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_decimal(t)
-    )
+    return is_bytes(t) or pa.types.is_decimal(t)
 
 
 def unordered_reason(t: pa.DataType) -> str | None:
@@ -73,6 +69,9 @@ def sort_keys(column: pa.Array | pa.ChunkedArray) -> list[np.ndarray]:
     if arr.null_count:
         keys.append(arr.is_valid().to_numpy(zero_copy_only=False))  # null (False) first
     if _by_rank(t):
+        if pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+            # Arrow sorts no view type: the same bytes as a plain array.
+            arr = arr.cast(pa.large_string() if pa.types.is_string_view(t) else pa.large_binary())
         encoded = pc.dictionary_encode(arr)
         values = encoded.dictionary
         rank = np.empty(len(values), dtype=np.int64)

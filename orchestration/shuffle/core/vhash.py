@@ -73,7 +73,7 @@ _FIXED = frozenset(
 
 def unsupported_reason(t: pa.DataType) -> str | None:
     """Why a key column of Arrow type ``t`` cannot be hashed here, or None if it can."""
-    if t in _FIXED or pa.types.is_timestamp(t) or _is_bytes(t):
+    if t in _FIXED or pa.types.is_timestamp(t) or is_bytes(t):
         return None
     if pa.types.is_decimal128(t):
         if t.precision <= MAX_LONG_DIGITS:
@@ -82,7 +82,8 @@ def unsupported_reason(t: pa.DataType) -> str | None:
     return f"type {t} is not supported"
 
 
-def _is_bytes(t: pa.DataType) -> bool:
+def is_bytes(t: pa.DataType) -> bool:
+    """Whether ``t`` holds strings or binaries (of any offset width, or views)."""
     return (
         pa.types.is_string(t)
         or pa.types.is_large_string(t)
@@ -261,7 +262,7 @@ def _column_hash(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
             arr.buffers()[1], dtype=np.int64, count=2 * len(arr), offset=arr.offset * 16
         )
         return _hash_long(words[0::2] if np.little_endian else words[1::2], seed)
-    if _is_bytes(t):
+    if is_bytes(t):
         if pa.types.is_string_view(t) or pa.types.is_binary_view(t):
             arr = arr.cast(pa.large_binary())
         large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)

@@ -120,16 +120,20 @@ class ColumnarPlan:
         """The plan of a sorted write: ``tasks`` tasks, each reading every piece and writing
         the rows of its own contiguous range of the ``num_partitions`` partitions, so that
         each partition has one writer (which sorts its rows in one sequence)."""
-        pieces = tuple(p for a in self.assignments for p in a)
         owners = tuple(
             (i * num_partitions // tasks, (i + 1) * num_partitions // tasks) for i in range(tasks)
         )
-        return dataclasses.replace(self, assignments=(pieces,) * tasks, owners=owners)
+        return dataclasses.replace(self, assignments=(self.pieces,) * tasks, owners=owners)
+
+    @property
+    def pieces(self) -> tuple[Piece, ...]:
+        """Every piece the plan reads, once, in the order assigned."""
+        return tuple(dict.fromkeys(p for a in self.assignments for p in a))
 
     @property
     def input_bytes(self) -> int:
-        """Uncompressed bytes of the columns read, over the distinct pieces."""
-        return sum(p.weight for p in {p for a in self.assignments for p in a})
+        """Uncompressed bytes of the columns read."""
+        return sum(p.weight for p in self.pieces)
 
     def in_order(self, names: Sequence[str]) -> ColumnarPlan:
         """The same plan, writing its columns in the order of ``names``."""
@@ -143,8 +147,8 @@ class ColumnarPlan:
 
     @property
     def rows_read(self) -> int:
-        """Rows of the row groups read, before the filter (each piece once)."""
-        return sum(p.rows for p in {p for a in self.assignments for p in a})
+        """Rows of the row groups read, before the filter."""
+        return sum(p.rows for p in self.pieces)
 
 
 def _class(obj: Any) -> str:

@@ -79,13 +79,15 @@ def _partitions(groups: np.ndarray, opts: WriteOptions) -> np.ndarray:
     return groups.astype(np.int64) * opts.num_partitions // opts.max_parallelism
 
 
-def _by_partition(batch: pa.RecordBatch, parts: np.ndarray) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """``batch``'s rows split by their partition ``parts``, each partition's rows in the
-    order they have in ``batch``."""
-    if len(parts) and (parts == parts[0]).all():
+def _by_partition(
+    batch: pa.RecordBatch, parts: np.ndarray, num_partitions: int
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``batch``'s rows split by their partition ``parts`` (of ``num_partitions``), each
+    partition's rows in the order they have in ``batch``."""
+    if len(parts) and (parts == parts[0]).all():  # one partition (a sorted write's batches)
         yield int(parts[0]), batch
         return
-    if len(parts) and parts.max() <= np.iinfo(np.uint16).max:
+    if num_partitions <= np.iinfo(np.uint16).max:
         # A stable sort of 16-bit integers is a radix sort in numpy: linear.
         parts = parts.astype(np.uint16)
     order = np.argsort(parts, kind="stable")
@@ -196,7 +198,7 @@ class _Subtask:
                 self.event_min = lo if self.event_min is None else min(self.event_min, lo)
                 self.event_max = hi if self.event_max is None else max(self.event_max, hi)
         kg = batch.column(fr.KEY_GROUP_COLUMN).to_numpy(zero_copy_only=False)
-        for p, rows in _by_partition(batch, _partitions(kg, self.opts)):
+        for p, rows in _by_partition(batch, _partitions(kg, self.opts), self.opts.num_partitions):
             self._buffer(p, rows)
         self.rows_since_watermark += batch.num_rows
         # Announcing a watermark means flushing every partition's buffer first, so do it
@@ -392,7 +394,7 @@ class ColumnarProducerTask:
                 continue
             if not mine.all():
                 keyed, parts = keyed.filter(pa.array(mine)), parts[mine]
-            for p, rows in _by_partition(keyed, parts):
+            for p, rows in _by_partition(keyed, parts, self.options.num_partitions):
                 held[p].append(rows)
         for p in range(first, end):
             rows = held.pop(p)
