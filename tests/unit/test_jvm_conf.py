@@ -52,6 +52,66 @@ def test_the_worker_daemon_preloads_what_it_can():
     assert out.stdout.strip() == "[]"
 
 
+def test_workers_forked_from_the_daemon_do_not_reread_zip_archives(tmp_path):
+    """A worker's first task adds a directory to sys.path and invalidates the import caches;
+    after the daemon forgets its archive finders, that re-reads no archive, and modules of
+    the archive still import."""
+    import subprocess
+    import sys
+    import zipfile
+
+    archive = tmp_path / "lib.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("zpkg/__init__.py", "")
+        z.writestr("zpkg/sub/__init__.py", "")
+        z.writestr("zpkg/sub/a.py", "A = 1\n")
+        z.writestr("zpkg/sub/b.py", "B = 2\n")
+    code = f"""
+import importlib, sys, zipimport
+sys.path.insert(0, {str(archive)!r})
+import zpkg.sub.a
+from orchestration.shuffle.spark import daemon
+forget = sys.argv[1] == "forget"
+print(daemon.forget_archive_finders() if forget else 0)
+reads = []
+real = zipimport._read_directory
+zipimport._read_directory = lambda path: reads.append(path) or real(path)
+sys.path.insert(0, {str(tmp_path / "files")!r})
+importlib.invalidate_caches()
+import zpkg.sub.b
+print(len(reads), zpkg.sub.a.A + zpkg.sub.b.B)
+"""
+
+    def run(mode: str) -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-c", code, mode], capture_output=True, text=True, check=True
+        )
+        return out.stdout.split()
+
+    # Without forgetting, each of the archive's finders (the archive, zpkg, zpkg/sub)
+    # reads the archive again.
+    assert run("keep") == ["0", "3", "3"]
+    assert run("forget") == ["3", "0", "3"]
+
+
+def test_the_daemon_freezes_what_it_imported_before_forking():
+    import subprocess
+    import sys
+
+    code = (
+        "import gc, sys, zipimport\n"
+        "from orchestration.shuffle.spark import daemon\n"
+        "missing = daemon.prepare()\n"
+        "zips = [f for f in sys.path_importer_cache.values()"
+        " if isinstance(f, zipimport.zipimporter)]\n"
+        "print(missing, len(zips), gc.get_freeze_count() > 50000, len(gc.get_objects(2)) < 1000)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # pandas and pyarrow alone allocate tens of thousands of objects; none is left for a
+    # worker's collections to visit.
+    assert out.stdout.split() == ["[]", "0", "True", "True"]
+
+
 def test_refuses_a_catalog_name_that_is_not_an_identifier(built):
     with pytest.raises(ShuffleOptionError, match="catalog must be a plain identifier"):
         jvm_spark_conf(kafka={"bootstrap.servers": "b:9092"}, catalog="a.b")
