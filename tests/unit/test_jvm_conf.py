@@ -52,34 +52,53 @@ def test_the_worker_daemon_preloads_what_it_can():
     assert out.stdout.strip() == "[]"
 
 
-def test_workers_forked_from_the_daemon_do_not_reread_zip_archives(tmp_path):
-    """A worker's first task adds a directory to sys.path and invalidates the import caches;
-    after the daemon forgets its archive finders, that re-reads no archive, and modules of
-    the archive still import."""
+def test_workers_forked_from_the_daemon_reread_a_zip_archive_only_when_it_changed(tmp_path):
+    """A worker's first task adds a directory to sys.path and invalidates the import caches.
+    With the daemon's finders that re-reads no archive that is unchanged, modules of the
+    archive still import, and an archive that changed is read again."""
     import subprocess
     import sys
     import zipfile
 
     archive = tmp_path / "lib.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        z.writestr("zpkg/__init__.py", "")
-        z.writestr("zpkg/sub/__init__.py", "")
-        z.writestr("zpkg/sub/a.py", "A = 1\n")
-        z.writestr("zpkg/sub/b.py", "B = 2\n")
+
+    def write(modules: dict[str, str]) -> None:
+        with zipfile.ZipFile(archive, "w") as z:
+            for name, text in {
+                "zpkg/__init__.py": "",
+                "zpkg/sub/__init__.py": "",
+                **modules,
+            }.items():
+                z.writestr(name, text)
+
+    write(
+        {
+            "zpkg/sub/a.py": "A = 1\n",
+            "zpkg/sub/b.py": "B = 2\n",
+            "zpkg/other/__init__.py": "",
+            "zpkg/other/d.py": "",
+        }
+    )
     code = f"""
-import importlib, sys, zipimport
+import importlib, os, sys, zipfile, zipimport
 sys.path.insert(0, {str(archive)!r})
 import zpkg.sub.a
 from orchestration.shuffle.spark import daemon
-forget = sys.argv[1] == "forget"
-print(daemon.forget_archive_finders() if forget else 0)
+print(daemon.keep_archive_listings() if sys.argv[1] == "keep" else 0)
 reads = []
 real = zipimport._read_directory
 zipimport._read_directory = lambda path: reads.append(path) or real(path)
+import zpkg.other.d  # a finder made after the daemon's (zpkg/other)
 sys.path.insert(0, {str(tmp_path / "files")!r})
 importlib.invalidate_caches()
 import zpkg.sub.b
 print(len(reads), zpkg.sub.a.A + zpkg.sub.b.B)
+with zipfile.ZipFile({str(archive)!r}, "a") as z:
+    z.writestr("zpkg/sub/c.py", "C = 3\\n")
+os.utime({str(archive)!r}, ns=(1, 1))
+importlib.invalidate_caches()
+import zpkg.sub.c
+print(len(reads) > 0, zpkg.sub.c.C)
 """
 
     def run(mode: str) -> list[str]:
@@ -88,10 +107,10 @@ print(len(reads), zpkg.sub.a.A + zpkg.sub.b.B)
         )
         return out.stdout.split()
 
-    # Without forgetting, each of the archive's finders (the archive, zpkg, zpkg/sub)
-    # reads the archive again.
-    assert run("keep") == ["0", "3", "3"]
-    assert run("forget") == ["3", "0", "3"]
+    # zipimport's own finders (the archive, zpkg, zpkg/sub, zpkg/other) each read the
+    # archive again; the daemon's replace the first three and make the fourth.
+    assert run("plain") == ["0", "4", "3", "True", "3"]
+    assert run("keep") == ["3", "0", "3", "True", "3"]
 
 
 def test_the_daemon_freezes_what_it_imported_before_forking():
@@ -103,7 +122,7 @@ def test_the_daemon_freezes_what_it_imported_before_forking():
         "from orchestration.shuffle.spark import daemon\n"
         "missing = daemon.prepare()\n"
         "zips = [f for f in sys.path_importer_cache.values()"
-        " if isinstance(f, zipimport.zipimporter)]\n"
+        " if isinstance(f, zipimport.zipimporter) and not isinstance(f, daemon.ArchiveFinder)]\n"
         "print(missing, len(zips), gc.get_freeze_count() > 50000, len(gc.get_objects(2)) < 1000)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

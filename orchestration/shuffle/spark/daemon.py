@@ -16,9 +16,10 @@ then have the package installed, as its Python read path already needs.
 A worker's first task also puts Spark's files directory on ``sys.path`` and calls
 ``importlib.invalidate_caches()``, which on Python 3.11 makes every zip archive finder in
 ``sys.path_importer_cache`` read its archive's directory again: one finder per package
-imported from ``pyspark.zip`` (16 after the imports here), about 80 ms of every new worker on
-an idle machine, and more while the executor is busy. The daemon drops those finders after
-its imports (:func:`forget_archive_finders`), so the workers it forks have none to refresh.
+imported from ``pyspark.zip`` (16 after the imports here, more as a worker imports), about
+80 ms of every new worker on an idle machine, and more while the executor is busy. The
+daemon installs finders for zip archives that read an archive's directory again only when
+the archive changed (:class:`ArchiveFinder`, :func:`keep_archive_listings`).
 
 Last, it freezes what the imports allocated out of the garbage collector's reach
 (``gc.freeze()``, as Python's documentation advises before forking): a collection in a
@@ -34,6 +35,7 @@ be imported is skipped: the worker then imports what it needs itself, as it woul
 
 import gc
 import importlib
+import os
 import sys
 import zipimport
 
@@ -64,31 +66,55 @@ def preload(modules: tuple[str, ...] = PRELOADED) -> list[str]:
     return missing
 
 
-def forget_archive_finders() -> int:
-    """Drops the zip archives' finders from ``sys.path_importer_cache``; returns how many.
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
-    Nothing is lost: zipimport keeps each archive's directory, read once, by the archive's
-    path, so an import from an archive afterwards makes a new finder from that listing
-    without reading the archive again, and ``importlib.invalidate_caches()`` has no finder
-    of it to refresh. The archives on a worker's path (Spark's ``pyspark.zip``, py4j's, the
-    files a job adds) do not change while an executor runs.
-    """
-    finders = [
-        path
-        for path, finder in sys.path_importer_cache.items()
-        if isinstance(finder, zipimport.zipimporter)
+
+class ArchiveFinder(zipimport.zipimporter):
+    """zipimport's finder of a zip archive on ``sys.path``, whose ``invalidate_caches``
+    reads the archive's directory again only when the archive's size or modification time
+    changed since it was read: ``importlib.invalidate_caches()`` then costs a ``stat`` per
+    finder instead of parsing the archive's directory once per finder."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._stamp = _stamp(self.archive)
+
+    def invalidate_caches(self) -> None:
+        stamp = _stamp(self.archive)
+        if stamp is None or stamp != self._stamp:
+            super().invalidate_caches()
+            self._stamp = stamp
+
+
+def keep_archive_listings() -> int:
+    """Makes zip archives on ``sys.path`` found by :class:`ArchiveFinder` from now on: in
+    ``sys.path_hooks`` in place of zipimport's own, and in place of the finders made so far
+    (from the directories zipimport keeps, without reading the archives again); returns how
+    many finders were replaced."""
+    sys.path_hooks[:] = [
+        ArchiveFinder if hook is zipimport.zipimporter else hook for hook in sys.path_hooks
     ]
-    for path in finders:
-        del sys.path_importer_cache[path]
-    return len(finders)
+    if ArchiveFinder not in sys.path_hooks:
+        sys.path_hooks.insert(0, ArchiveFinder)
+    replaced = 0
+    for path, finder in list(sys.path_importer_cache.items()):
+        if isinstance(finder, zipimport.zipimporter) and not isinstance(finder, ArchiveFinder):
+            sys.path_importer_cache[path] = ArchiveFinder(path)
+            replaced += 1
+    return replaced
 
 
 def prepare(modules: tuple[str, ...] = PRELOADED) -> list[str]:
-    """What the daemon does before it forks a worker: imports ``modules``, forgets the zip
-    archives' finders and freezes the objects allocated so far; returns the modules that
+    """What the daemon does before it forks a worker: imports ``modules``, installs
+    :class:`ArchiveFinder` and freezes the objects allocated so far; returns the modules that
     could not be imported."""
     missing = preload(modules)
-    forget_archive_finders()
+    keep_archive_listings()
     gc.freeze()
     return missing
 
