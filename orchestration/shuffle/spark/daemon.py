@@ -99,12 +99,13 @@ def keep_archive_listings() -> int:
     sys.path_hooks[:] = [
         ArchiveFinder if hook is zipimport.zipimporter else hook for hook in sys.path_hooks
     ]
-    if ArchiveFinder not in sys.path_hooks:
-        sys.path_hooks.insert(0, ArchiveFinder)
     replaced = 0
     for path, finder in list(sys.path_importer_cache.items()):
         if isinstance(finder, zipimport.zipimporter) and not isinstance(finder, ArchiveFinder):
-            sys.path_importer_cache[path] = ArchiveFinder(path)
+            try:
+                sys.path_importer_cache[path] = ArchiveFinder(path)
+            except ImportError:  # the archive is gone: zipimport's finder stays
+                continue
             replaced += 1
     return replaced
 
