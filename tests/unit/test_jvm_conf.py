@@ -113,6 +113,17 @@ print(len(reads) > 0, zpkg.sub.c.C)
     assert run("keep") == ["3", "0", "3", "True", "3"]
 
 
+def test_the_daemon_imports_the_worker_module_spark_names():
+    from orchestration.shuffle.spark import daemon
+
+    assert daemon.worker_module(["daemon"]) == "pyspark.worker"
+    assert daemon.worker_module(["daemon", "pyspark.sql.worker.create_data_source"]) == (
+        "pyspark.sql.worker.create_data_source"
+    )
+    # pyspark.daemon runs pyspark.worker for any other name, and so does this daemon.
+    assert daemon.worker_module(["daemon", "other.module"]) == "pyspark.worker"
+
+
 def test_the_daemon_freezes_what_it_imported_before_forking():
     import subprocess
     import sys
@@ -120,7 +131,8 @@ def test_the_daemon_freezes_what_it_imported_before_forking():
     code = (
         "import gc, sys, zipimport\n"
         "from orchestration.shuffle.spark import daemon\n"
-        "missing = daemon.prepare()\n"
+        "missing = daemon.prepare(worker=daemon.worker_module(['daemon', 'pyspark.worker']))\n"
+        "assert 'pyspark.worker' in sys.modules\n"
         "zips = [f for f in sys.path_importer_cache.values()"
         " if isinstance(f, zipimport.zipimporter) and not isinstance(f, daemon.ArchiveFinder)]\n"
         "print(missing, len(zips), gc.get_freeze_count() > 50000, len(gc.get_objects(2)) < 1000)"

@@ -27,6 +27,9 @@ worker (the daemon runs a full one after each task of a reused worker) would oth
 every object of pandas and pyarrow, about 20 ms each time, and first copy every page they
 live on, about 40 ms more in each new worker.
 
+It imports the worker module Spark names too (``pyspark.worker``), which Spark's own daemon
+imports in each worker after the fork.
+
 Only imports happen before the fork: none of these modules starts a thread of its own when
 imported (numpy's BLAS and pyarrow's allocator start theirs, and both are fork-safe, as every
 ``multiprocessing`` program that imports them before forking relies on). A module that cannot
@@ -110,18 +113,28 @@ def keep_archive_listings() -> int:
     return replaced
 
 
-def prepare(modules: tuple[str, ...] = PRELOADED) -> list[str]:
-    """What the daemon does before it forks a worker: imports ``modules``, installs
-    :class:`ArchiveFinder` and freezes the objects allocated so far; returns the modules that
-    could not be imported."""
-    missing = preload(modules)
+def worker_module(argv: list[str]) -> str:
+    """The module Spark's daemon runs in each worker: the one Spark names after the daemon's
+    (``pyspark.worker``, or a planner's ``pyspark.sql.worker.*``), as ``pyspark.daemon``
+    reads it."""
+    if len(argv) > 1 and argv[1].startswith("pyspark"):
+        return argv[1]
+    return "pyspark.worker"
+
+
+def prepare(modules: tuple[str, ...] = PRELOADED, worker: str | None = None) -> list[str]:
+    """What the daemon does before it forks a worker: imports ``modules`` and the worker
+    module ``worker`` (which ``pyspark.daemon`` would import in each worker after the fork:
+    40-90 ms of every new worker), installs :class:`ArchiveFinder` and freezes the objects
+    allocated so far; returns the modules that could not be imported."""
+    missing = preload(modules + ((worker,) if worker else ()))
     keep_archive_listings()
     gc.freeze()
     return missing
 
 
 if __name__ == "__main__":
-    prepare()
+    prepare(worker=worker_module(sys.argv))
     from pyspark import daemon
 
     daemon.manager()
