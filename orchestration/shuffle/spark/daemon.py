@@ -21,14 +21,14 @@ imported from ``pyspark.zip`` (16 after the imports here, more as a worker impor
 daemon installs finders for zip archives that read an archive's directory again only when
 the archive changed (:class:`ArchiveFinder`, :func:`keep_archive_listings`).
 
+It imports the worker module Spark names too (``pyspark.worker``), which Spark's own daemon
+imports in each worker after the fork.
+
 Last, it freezes what the imports allocated out of the garbage collector's reach
 (``gc.freeze()``, as Python's documentation advises before forking): a collection in a
 worker (the daemon runs a full one after each task of a reused worker) would otherwise visit
 every object of pandas and pyarrow, about 20 ms each time, and first copy every page they
 live on, about 40 ms more in each new worker.
-
-It imports the worker module Spark names too (``pyspark.worker``), which Spark's own daemon
-imports in each worker after the fork.
 
 Only imports happen before the fork: none of these modules starts a thread of its own when
 imported (numpy's BLAS and pyarrow's allocator start theirs, and both are fork-safe, as every
@@ -125,8 +125,8 @@ def worker_module(argv: list[str]) -> str:
 def prepare(modules: tuple[str, ...] = PRELOADED, worker: str | None = None) -> list[str]:
     """What the daemon does before it forks a worker: imports ``modules`` and the worker
     module ``worker`` (which ``pyspark.daemon`` would import in each worker after the fork:
-    40-90 ms of every new worker), installs :class:`ArchiveFinder` and freezes the objects
-    allocated so far; returns the modules that could not be imported."""
+    about 60 ms of every new worker on an idle machine), installs :class:`ArchiveFinder` and
+    freezes the objects allocated so far; returns the modules that could not be imported."""
     missing = preload(modules + ((worker,) if worker else ()))
     keep_archive_listings()
     gc.freeze()
