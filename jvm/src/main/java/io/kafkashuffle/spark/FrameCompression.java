@@ -62,6 +62,8 @@ final class FrameCompression implements CompressionCodec.Factory {
     static final Lz4Frame INSTANCE = new Lz4Frame();
     // Bytes past the end of the output that the decoder may write.
     static final int SLACK = 32;
+    // More output bytes per input byte than any LZ4 frame holds.
+    private static final long MAX_RATIO = 256;
 
     @Override
     protected ArrowBuf doCompress(BufferAllocator allocator, ArrowBuf uncompressedBuffer) {
@@ -71,11 +73,17 @@ final class FrameCompression implements CompressionCodec.Factory {
     @Override
     protected ArrowBuf doDecompress(BufferAllocator allocator, ArrowBuf compressedBuffer) {
       long length = readUncompressedLength(compressedBuffer);
-      if (length < 0 || length > Long.MAX_VALUE - SLACK) {
-        throw new IllegalArgumentException("an LZ4 buffer says it holds " + length + " bytes");
-      }
       long in = compressedBuffer.memoryAddress();
       long inEnd = in + compressedBuffer.writerIndex();
+      // LZ4 expands its input at most 255-fold: a larger length is corrupt, and refused
+      // before its buffer is allocated.
+      if (length < 0 || length > MAX_RATIO * compressedBuffer.writerIndex()) {
+        throw new IllegalArgumentException(
+            "an LZ4 buffer of "
+                + compressedBuffer.writerIndex()
+                + " bytes says it holds "
+                + length);
+      }
       ArrowBuf buf = allocator.buffer(length + SLACK);
       try {
         long out = buf.memoryAddress();

@@ -147,6 +147,11 @@ class FrameCompressionTest {
       // A length the frames do not fill, or overflow.
       assertThrows(IllegalArgumentException.class, () -> decode(a, data.length + 1, frames));
       assertThrows(IllegalArgumentException.class, () -> decode(a, data.length - 1, frames));
+      // A length no LZ4 frame of this size holds is refused before it is allocated (a
+      // terabyte here, which the allocator would refuse only for want of memory).
+      IllegalArgumentException huge =
+          assertThrows(IllegalArgumentException.class, () -> decode(a, 1L << 40, frames));
+      assertTrue(huge.getMessage().contains("says it holds 1099511627776"), huge.getMessage());
       // Cut short at many places.
       for (int cut = 0; cut < frames.length; cut += 1 + rnd.nextInt(997)) {
         byte[] shortened = java.util.Arrays.copyOf(frames, cut);
