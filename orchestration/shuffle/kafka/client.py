@@ -325,6 +325,7 @@ class KafkaClient:
             for p in range(partitions):
                 deadline = time.monotonic() + CONNECT_TIMEOUT_S
                 failover = time.monotonic() + FAILOVER_S
+                leader_lost = False
                 while True:
                     try:
                         tp = TopicPartition(topic, p)
@@ -335,22 +336,24 @@ class KafkaClient:
                         )
                         break
                     except KafkaException as exc:
-                        code = error_code(exc)
-                        if code in _TRANSIENT and time.monotonic() < deadline:
+                        step = offsets_retry(
+                            error_code(exc),
+                            time.monotonic(),
+                            deadline=deadline,
+                            failover=failover,
+                            leader_lost=leader_lost,
+                        )
+                        if step == "wait":
                             time.sleep(0.2)
                             continue
-                        if code in _MOVING and time.monotonic() < failover:
-                            # A new leader is being elected, or has just been: the time a
-                            # dead one took to answer may have used the shorter deadline.
-                            time.sleep(0.2)
-                            continue
-                        if code in _LEADER_GONE and time.monotonic() < failover:
+                        if step == "reconnect":
                             self.metadata(topic)  # raises when the cluster itself is gone
                             # The consumer keeps asking the leader it was first told of, dead
                             # or not; a new one asks the cluster which node leads now.
                             if c is not None:
                                 c.close()
                                 c = None
+                            leader_lost = True
                             continue
                         what = f"reading the offsets of topic {topic!r} partition {p}"
                         raise translate(exc, what, self) from None
@@ -406,6 +409,32 @@ def _not_consuming(conf: dict[str, Any], overrides: Mapping[str, Any]) -> dict[s
     ``kafka.group.id`` brings (librdkafka warns of each on every such client), unless asked
     for."""
     return {k: v for k, v in conf.items() if k not in CONSUMER_ONLY or k in overrides}
+
+
+def offsets_retry(
+    code: int | None, now: float, *, deadline: float, failover: float, leader_lost: bool
+) -> str:
+    """What :meth:`KafkaClient.end_offsets` does after asking a partition's offsets failed with
+    error ``code`` at time ``now``: ``"wait"`` and ask again, ``"reconnect"`` (a new consumer,
+    once the cluster answers) or ``"raise"``.
+
+    ``deadline`` ends the retries of errors a just-created or just-moved partition gives for a
+    moment; ``failover`` (later) those of a leadership that moves, or of a leader that died.
+    ``leader_lost``: this partition's leader stopped answering and the consumer was replaced.
+    A new consumer does not know the partition until it has the topic's metadata, and the
+    dead leader's timeout may have used up ``deadline``, so its transient errors are retried
+    up to ``failover``."""
+    if code in _TRANSIENT and now < deadline:
+        return "wait"
+    if code in _MOVING and now < failover:
+        # A new leader is being elected, or has just been: the time a dead one took to
+        # answer may have used the shorter deadline.
+        return "wait"
+    if code in _LEADER_GONE and now < failover:
+        return "reconnect"
+    if leader_lost and code in _TRANSIENT and now < failover:
+        return "wait"
+    return "raise"
 
 
 def error_code(exc: BaseException) -> int | None:
