@@ -42,7 +42,12 @@ class FrameCompressionTest {
         out.add(p);
       }
     }
-    // Column-like bytes: short keys, small ints and noise mixed, repeats at every distance.
+    out.add(columnLike(rnd));
+    return out;
+  }
+
+  /** Column-like bytes: short keys, small ints and noise mixed, repeats at every distance. */
+  private static byte[] columnLike(Random rnd) {
     StringBuilder sb = new StringBuilder();
     while (sb.length() < 400_000) {
       int r = rnd.nextInt(100);
@@ -51,8 +56,7 @@ class FrameCompressionTest {
         sb.append("x".repeat(rnd.nextInt(300)));
       }
     }
-    out.add(sb.toString().getBytes(StandardCharsets.US_ASCII));
-    return out;
+    return sb.toString().getBytes(StandardCharsets.US_ASCII);
   }
 
   private static byte[] encode(byte[] data, boolean linked, boolean checksums) throws IOException {
@@ -140,8 +144,7 @@ class FrameCompressionTest {
   @Test
   void aCorruptOrShortFrameIsAnErrorAndLeaksNothing() throws IOException {
     Random rnd = new Random(5);
-    List<byte[]> all = payloads(new Random(7));
-    byte[] data = all.get(all.size() - 1); // the column-like bytes
+    byte[] data = columnLike(new Random(7));
     byte[] frames = encode(data, true, false);
     try (BufferAllocator a = new RootAllocator()) {
       // A length the frames do not fill, or overflow.
