@@ -33,7 +33,7 @@ string keys, a timestamp, five numeric columns), ``--repeat`` times alternating 
   each key's first three rows (``Window.partitionBy("k").orderBy("ts")``: no Sort over the
   sorted read, asserted) / the bucketed sorted table's write plus the same two.
 
-Targets (issue "keyed reads that Spark's own planner understands"): read >= 1x the bucketed
+Targets: read >= 1x the bucketed
 table's and >= 30x Spark's ``kafka`` source reading the rows into their columns; agg >= 1x
 over the bucketed table and >= 2x over plain Parquet; join >= 2x; reuse
 <= 0.6 of the bucketed table's time. Sorted runs: the sorted join >= 2x the Parquet join

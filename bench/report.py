@@ -5,7 +5,9 @@ Reads ``.local/bench/results.json`` (written by ``scripts/dev bench``, ``bench.s
 and replaces what stands between ``<!-- bench:NAME:start -->`` and ``<!-- bench:NAME:end -->``
 in docs/performance.md, for NAME in ``targets`` (each target: ours, the baseline, the ratio, met or
 not), ``io`` (write and read against Spark's Kafka sink and source) and ``memory`` (peak
-resident memory of a Python worker per phase).
+resident memory of a Python worker per phase); and, from the other benchmarks' files in
+``.local/bench``, the tables of ``WORK_TABLES`` whose files are there (the others stay as
+the page has them).
 
 Run::
 
@@ -26,6 +28,7 @@ from pathlib import Path
 from bench.results import (
     MEMORY_GROWTH_BOUND,
     MEMORY_PHASES,
+    READ_LIMIT_BOUND,
     T9_BOUND,
     TIME_GROWTH_BOUND,
     chart,
@@ -508,17 +511,83 @@ def growth_table(work: Path) -> str:
     return "\n".join(lines)
 
 
+# The read-side limit's files (``bench/read_limit_bench.py``): a fresh session's run and one
+# after untimed reads (``--warmup``).
+READ_LIMIT_FILES = (("fresh session", "read_limit.json"), ("after", "read_limit-warm.json"))
+READ_LIMIT_ROWS = (
+    ("Kafka's `ConsumerPerformance`", "kafka_consumer_perf_test", None),
+    ("JVM read path", "shuffle_read_jvm", "jvm"),
+    ("Python read path", "shuffle_read_python", "python"),
+)
+
+
+def read_limit_table(work: Path) -> str:
+    """The read-side limit (``read_limit.json``, ``read_limit-warm.json``): each read's bytes
+    per second and its ratio to Kafka's consumer perf test, fresh and after untimed reads;
+    the JVM path's ratio against :data:`READ_LIMIT_BOUND`."""
+    runs = [(label, _load(work / name)) for label, name in READ_LIMIT_FILES]
+    runs = [(label, r) for label, r in runs if r]
+    if not runs:
+        return "not run: `scripts/dev bench-read-limit` writes `.local/bench/read_limit.json`"
+    head, rule = "| read |", "|---|"
+    for label, r in runs:
+        when = f"after {r['warmup']} reads on each path" if r["warmup"] else label
+        head += f" {when}: MiB/s | of the perf test |"
+        rule += "---|---|"
+    lines = [head + " target |", rule + "---|"]
+    for title, phase, path in READ_LIMIT_ROWS:
+        cells = []
+        for _, r in runs:
+            ratio = r["ratio_to_consumer_perf_test"][path] if path else 1.0
+            shown = f"{ratio:.2f}"
+            if path == "jvm":
+                shown = f"{shown} (met)" if ratio >= READ_LIMIT_BOUND else f"**{shown}** (missed)"
+            cells += [f"{r['median_mib_per_s'][phase]:.1f}", shown]
+        target = f">= {READ_LIMIT_BOUND:g}" if path == "jvm" else ""
+        lines.append(f"| {title} | {' | '.join(cells)} | {target} |")
+    r = runs[0][1]
+    lines.append("")
+    lines.append(
+        f"{r['rows'] / 1e6:g}M rows, {r['partitions']} partitions ({r['bytes'] / 2**20:.1f} MiB "
+        f"in {r['records']} records), `{r['master']}`; medians of {r['repeat']} repeats, "
+        "alternating order."
+    )
+    return "\n".join(lines)
+
+
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 # Tables from the other benchmarks' files in the work folder (work, results, memory), written
-# where the page has their markers.
+# where the page has their markers, each with the files it reads there. A table none of whose
+# files is in the work folder is left as the page has it: a run of one benchmark rewrites its
+# own tables, not the others'. P1-P7 (``round3``) also read the shuffle benchmark's results and
+# are always written.
 WORK_TABLES = {
-    "round3": round_three_table,
-    "session": lambda work, _results, _memory: session_table(work),
-    "jvm": lambda work, _results, _memory: jvm_table(work),
-    "records": lambda work, _results, _memory: records_table(work),
-    "queue": lambda work, _results, _memory: queue_table(work),
-    "growth": lambda work, _results, _memory: growth_table(work),
+    "round3": (round_three_table, ()),
+    "session": (lambda work, _results, _memory: session_table(work), ("session.json",)),
+    "jvm": (lambda work, _results, _memory: jvm_table(work), ("jvm.json",)),
+    "records": (lambda work, _results, _memory: records_table(work), ("records.json",)),
+    "queue": (lambda work, _results, _memory: queue_table(work), ("queue.json",)),
+    "growth": (
+        lambda work, _results, _memory: growth_table(work),
+        tuple(name for _, name in GROWTH_FILES),
+    ),
+    "read_limit": (
+        lambda work, _results, _memory: read_limit_table(work),
+        tuple(name for _, name in READ_LIMIT_FILES),
+    ),
 }
+
+
+def kept_tables(readme: str, work: Path) -> list[str]:
+    """The other benchmarks' tables of ``readme`` that :func:`render` leaves as they are: none
+    of their files is in ``work``."""
+    return [
+        name
+        for name, (_, files) in WORK_TABLES.items()
+        if f"<!-- bench:{name}:start -->" in readme
+        and files
+        and not any((work / f).exists() for f in files)
+    ]
 
 
 def _replace(readme: str, name: str, table: str) -> str:
@@ -535,13 +604,15 @@ def render(readme: str, report: dict, memory: dict | None = None, work: Path | N
     from ``memory`` when given (a run with ``--no-worker-reuse``), else from ``report``;
     with ``work``, also P1-P7 (``round3``), the JVM read path's targets (``jvm``), the
     connector's (``records``) and queue mode's (``queue``) figures from the benchmarks' files
-    there, where the page has their markers."""
+    there, where the page has their markers and one of their files is there (see
+    :data:`WORK_TABLES`)."""
     for name, make in TABLES.items():
         table = make(memory if name == "memory" and memory is not None else report)
         readme = _replace(readme, name, table)
     if work is not None:
-        for name, make_from in WORK_TABLES.items():
-            if f"<!-- bench:{name}:start -->" in readme:
+        kept = kept_tables(readme, work)
+        for name, (make_from, _) in WORK_TABLES.items():
+            if f"<!-- bench:{name}:start -->" in readme and name not in kept:
                 readme = _replace(readme, name, make_from(work, report, memory))
     return readme
 
@@ -587,6 +658,8 @@ def main(argv: list[str] | None = None) -> int:
         print(round_three_table(ROOT / ".local" / "bench"))
         print()
         print(jvm_table(ROOT / ".local" / "bench"))
+        print()
+        print(read_limit_table(ROOT / ".local" / "bench"))
         return 0
     if args.growth:
         work = ROOT / ".local" / "bench"
@@ -601,7 +674,10 @@ def main(argv: list[str] | None = None) -> int:
     readme = Path(args.page)
     before = readme.read_text()
     memory = merge([json.loads(Path(p).read_text()) for p in args.memory]) if args.memory else None
-    after = render(before, report, memory, ROOT / ".local" / "bench")
+    work = ROOT / ".local" / "bench"
+    after = render(before, report, memory, work)
+    for name in kept_tables(before, work):
+        print(f"kept the page's {name} table: none of its results files is in {work}")
     if args.check:
         return 0 if after == before else 1
     readme.write_text(after)

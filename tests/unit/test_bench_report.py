@@ -214,7 +214,11 @@ def test_other_benchmarks_tables_come_from_their_files_where_readme_has_markers(
         in (out)
     )
     assert "old" not in out
-    assert "not run: `scripts/dev bench-queue`" in out  # no queue.json there
+    # No queue.json there: the page's queue table stays as it was.
+    readme_q = readme.replace("queue:start -->\n", "queue:start -->\nqueue as measured\n")
+    assert report.kept_tables(readme_q, tmp_path) == ["queue"]
+    assert "queue as measured" in report.render(readme_q, RESULTS, None, tmp_path)
+    assert "not run: `scripts/dev bench-queue`" in report.queue_table(tmp_path)
     # Without a work folder, or without their markers, those tables are left alone.
     assert report.render(readme, RESULTS).count("old") == 1
     (tmp_path / "queue.json").write_text(json.dumps({
@@ -300,3 +304,34 @@ def test_growth_table_reads_both_benchmarks_files_and_marks_what_is_over_the_bou
     assert spark.endswith("| not sampled |")
     jvm_read = next(line for line in lines if "`jvm_read`" in line)
     assert jvm_read.startswith("| JVM benchmark |") and "| 1.00x |" in jvm_read
+
+
+def test_read_limit_table_gives_both_runs_and_the_jvm_ratio_against_its_bound(tmp_path):
+    assert "not run" in report.read_limit_table(tmp_path)
+
+    def run(warmup, perf, jvm, python):
+        return {
+            "rows": 10_000_000, "bytes": 391_545_704, "records": 182, "partitions": 8,
+            "repeat": 7, "warmup": warmup, "master": "local[2]",
+            "median_mib_per_s": {"kafka_consumer_perf_test": perf, "shuffle_read_jvm": jvm,
+                                 "shuffle_read_python": python},
+            "ratio_to_consumer_perf_test": {"jvm": jvm / perf, "python": python / perf},
+        }  # fmt: skip
+
+    (tmp_path / "read_limit.json").write_text(json.dumps(run(0, 700.0, 525.0, 210.0)))
+    only_fresh = report.read_limit_table(tmp_path)
+    assert "| JVM read path | 525.0 | **0.75** (missed) | >= 0.8 |" in only_fresh
+    (tmp_path / "read_limit-warm.json").write_text(json.dumps(run(10, 800.0, 720.0, 240.0)))
+    lines = report.read_limit_table(tmp_path).splitlines()
+    assert lines[0].startswith("| read | fresh session: MiB/s | of the perf test | after 10 reads")
+    assert lines[2] == "| Kafka's `ConsumerPerformance` | 700.0 | 1.00 | 800.0 | 1.00 |  |"
+    assert lines[3] == "| JVM read path | 525.0 | **0.75** (missed) | 720.0 | 0.90 (met) | >= 0.8 |"
+    assert lines[4] == "| Python read path | 210.0 | 0.30 | 240.0 | 0.30 |  |"
+    assert "373.4 MiB in 182 records" in lines[-1]
+    readme = "<!-- bench:read_limit:start -->\nold\n<!-- bench:read_limit:end -->\n"
+    page = "".join(
+        f"<!-- bench:{name}:start -->\n<!-- bench:{name}:end -->\n"
+        for name in ("targets", "io", "memory")
+    )
+    out = report.render(page + readme, RESULTS, None, tmp_path)
+    assert "old" not in out and "| JVM read path | 525.0 |" in out
