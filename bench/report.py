@@ -7,7 +7,7 @@ in docs/performance.md, for NAME in ``targets`` (each target: ours, the baseline
 not), ``io`` (write and read against Spark's Kafka sink and source) and ``memory`` (peak
 resident memory of a Python worker per phase); and, from the other benchmarks' files in
 ``.local/bench``, the tables of ``WORK_TABLES`` whose files are there (the others stay as
-the page has them).
+the page has them); and the README's summary table (``summary``) from the same files.
 
 Run::
 
@@ -555,6 +555,82 @@ def read_limit_table(work: Path) -> str:
     return "\n".join(lines)
 
 
+# The README's summary: (what, where the pair is, its target, how ours and the baseline are
+# named). "results": the shuffle benchmark's results; else a file in the work folder.
+SUMMARY_ROWS = (
+    ("write keyed rows to Kafka", "results", "T4",
+     "`write_shuffle`", "Spark's `kafka` sink, JSON per row,"),
+    ("read them back", "jvm.json", "read vs Spark's kafka source",
+     "`read_shuffle` on the JVM", "Spark's `kafka` source with `from_json`,"),
+    ("read any topic (100 B messages)", "records.json", "P3",
+     "`read_records` on the JVM", "Spark's `kafka` source,"),
+    ("write once, three consumers", "results", "T6",
+     "", "each consumer from Parquet through its own Spark shuffle,"),
+    ("re-run one consumer for one day", "results", "T7",
+     "", "re-run that day's whole pipeline,"),
+    ("aggregate per key", "results", "T3",
+     "`aggregate_shuffle`", "`groupBy(key).agg` over Parquet,"),
+    ("join two shuffles by key, no broadcast", "jvm.json", "sorted join vs Parquet, no broadcast",
+     "written sorted (`sort_by`), read on the JVM,", "the same join of their Parquet files,"),
+)  # fmt: skip
+SUMMARY_FILES = ("jvm.json", "records.json")
+
+
+def _summary_pair(source: str, target: str, results: dict, work: Path) -> tuple[str, dict] | None:
+    """(size, the target's entry) at the largest size of its benchmark, or None."""
+    if source == "results":
+        sizes = results.get("sizes") or {}
+        have = [n for n in sizes if target in sizes[n].get("targets", {})]
+        if not have:
+            return None
+        big = max(have, key=int)
+        return big, sizes[big]["targets"][target]
+    report = _load(work / source)
+    if not report or not report.get("sizes"):
+        return None
+    big = max(report["sizes"], key=int)
+    s = report["sizes"][big]
+    if source == "records.json":
+        if "kafka_records_jvm" not in s or "spark_kafka_source" not in s:
+            return None
+        ours = s["kafka_records_jvm"]["median_seconds"]
+        base = s["spark_kafka_source"]["median_seconds"]
+        entry = {"ours_seconds": ours, "baseline_seconds": base, "kind": "speedup"}
+        return big, {**entry, "ratio": base / ours}
+    t = s.get("targets", {}).get(target)
+    return (big, t) if t else None
+
+
+def summary_table(results: dict, work: Path) -> str:
+    """The README's table: what the project beats, and by how much, each pair at the largest
+    size of its benchmark, from the same results files as the Performance page."""
+    lines = ["| what | kafka-shuffle | baseline | |", "|---|---|---|---|"]
+    sizes = set()
+    for what, source, target, ours, base in SUMMARY_ROWS:
+        got = _summary_pair(source, target, results, work)
+        if got is None:
+            lines.append(f"| {what} | not run | | |")
+            continue
+        size, t = got
+        sizes.add(size)
+        if t["kind"] == "speedup":
+            ratio = f"{t['ratio']:.1f}x faster" if t["ratio"] >= 10 else f"{t['ratio']:.2f}x faster"
+        else:
+            ratio = f"{t['ratio']:.2f} of the time"
+        lines.append(
+            f"| {what} | {(ours + ' ').lstrip()}{_seconds(t['ours_seconds'])} | "
+            f"{base} {_seconds(t['baseline_seconds'])} | {ratio} |"
+        )
+    lines.append("")
+    rows = " and ".join(_rows(n) for n in sorted(sizes, key=int)) or "no"
+    lines.append(
+        f"Medians of side-by-side runs on one {results.get('cores', '?')}-core machine "
+        f"(`{results.get('master', '?')}`, the embedded broker, "
+        f"{results.get('partitions', '?')} Kafka partitions), {rows} rows or messages."
+    )
+    return "\n".join(lines)
+
+
 TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 # Tables from the other benchmarks' files in the work folder (work, results, memory), written
 # where the page has their markers, each with the files it reads there. A table none of whose
@@ -637,6 +713,11 @@ def main(argv: list[str] | None = None) -> int:
         default=str(ROOT / "docs" / "performance.md"),
         help="the Markdown file whose marked tables are written (default: docs/performance.md)",
     )
+    parser.add_argument(
+        "--summary-page",
+        default=str(ROOT / "README.md"),
+        help="the Markdown file whose <!-- bench:summary --> table is written (default: README.md)",
+    )
     parser.add_argument("--chart", help="also draw the targets chart (PNG) of the merged results")
     parser.add_argument(
         "--growth",
@@ -678,10 +759,21 @@ def main(argv: list[str] | None = None) -> int:
     after = render(before, report, memory, work)
     for name in kept_tables(before, work):
         print(f"kept the page's {name} table: none of its results files is in {work}")
+    summary_page = Path(args.summary_page)
+    summary_before = summary_page.read_text() if summary_page.exists() else ""
+    summary_after = summary_before
+    if "<!-- bench:summary:start -->" in summary_before:
+        if all((work / f).exists() for f in SUMMARY_FILES):
+            summary_after = _replace(summary_before, "summary", summary_table(report, work))
+        else:
+            print(f"kept the summary table of {summary_page}: it needs {SUMMARY_FILES} in {work}")
     if args.check:
-        return 0 if after == before else 1
+        return 0 if after == before and summary_after == summary_before else 1
     readme.write_text(after)
     print(f"updated {readme} from {args.results}")
+    if summary_after != summary_before:
+        summary_page.write_text(summary_after)
+        print(f"updated the summary table of {summary_page}")
     return 0
 
 

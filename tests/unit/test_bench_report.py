@@ -335,3 +335,41 @@ def test_read_limit_table_gives_both_runs_and_the_jvm_ratio_against_its_bound(tm
     )
     out = report.render(page + readme, RESULTS, None, tmp_path)
     assert "old" not in out and "| JVM read path | 525.0 |" in out
+
+
+def test_readme_summary_takes_each_pair_at_its_benchmark_s_largest_size(tmp_path):
+    def target(ours, base, kind="speedup"):
+        ratio = base / ours if kind == "speedup" else ours / base
+        return {"ours_seconds": ours, "baseline_seconds": base, "kind": kind, "ratio": ratio}
+
+    results = {
+        "master": "local[2]", "cores": 2, "partitions": 8,
+        "sizes": {
+            "1000000": {"targets": {"T4": target(1.0, 2.0)}},
+            "10000000": {"targets": {"T4": target(2.0, 24.0), "T6": target(10.0, 25.0, "ratio"),
+                                     "T3": target(0.5, 1.0)}},
+        },
+    }  # fmt: skip
+    table = report.summary_table(results, tmp_path)
+    lines = table.splitlines()
+    assert lines[2] == (
+        "| write keyed rows to Kafka | `write_shuffle` 2.00 s | "
+        "Spark's `kafka` sink, JSON per row, 24.00 s | 12.0x faster |"
+    )
+    assert "| read them back | not run | | |" in lines  # no jvm.json
+    assert "| write once, three consumers | 10.00 s | each consumer" in table
+    assert "25.00 s | 0.40 of the time |" in table
+    assert "| re-run one consumer for one day | not run | | |" in lines  # no T7
+    assert "| `aggregate_shuffle` 0.50 s |" in table and "| 2.00x faster |" in table
+    jvm = {"sizes": {"10000000": {"targets": {
+        "read vs Spark's kafka source": target(0.5, 20.5),
+        "sorted join vs Parquet, no broadcast": target(1.0, 6.0)}}}}  # fmt: skip
+    (tmp_path / "jvm.json").write_text(json.dumps(jvm))
+    (tmp_path / "records.json").write_text(json.dumps({"sizes": {"10000000": {
+        "kafka_records_jvm": {"median_seconds": 2.5},
+        "spark_kafka_source": {"median_seconds": 12.0}}}}))  # fmt: skip
+    table = report.summary_table(results, tmp_path)
+    assert "| `read_shuffle` on the JVM 0.50 s | " in table and "| 41.0x faster |" in table
+    assert "| `read_records` on the JVM 2.50 s | Spark's `kafka` source, 12.00 s | 4.80x" in table
+    assert "read on the JVM, 1.00 s | the same join of their Parquet files, 6.00 s | 6.00x" in table
+    assert lines[-1].endswith("8 Kafka partitions), 10M rows or messages.")
