@@ -78,7 +78,7 @@ class ShuffleSpec:
             (in the key's order), then optional further columns, all ascending with nulls
             first, as Spark orders them. Fixed at creation. Each run is then written by one
             Spark task per partition, which sorts its rows with Spark's own sort, and the
-            JVM read reports the order to Spark (see README, "Sorted runs").
+            JVM read reports the order to Spark (see the JVM read path guide, "Sorted runs").
     """
 
     topic: str
@@ -490,7 +490,8 @@ def _one_sorted_task_per_partition(keyed: DataFrame, layout: Layout) -> DataFram
     sort (so the order is Spark's, type by type: nulls first, NaN last, -0.0 equal to 0.0,
     strings by their UTF-8 bytes). The producer splits a task's rows by partition keeping
     their order, so each partition gets one sorted sequence per run, which a read of one
-    run hands to Spark as it is and a read of several merges (see README, "Sorted runs")."""
+    run hands to Spark as it is and a read of several merges (see the JVM read path guide,
+    "Sorted runs")."""
     n, m = layout.num_partitions, layout.max_parallelism
     partition = F.expr(f"cast((`{fr.KEY_GROUP_COLUMN}` * {n}) div {m} as int)")
     salts = F.array(*[F.lit(v) for v in _partition_salts(n)])

@@ -74,7 +74,7 @@ REFUSED: dict[str, str] = {
     "ssl.secure.random.implementation": JSSE_INSTEAD,
 }
 
-# What each translated Java setting becomes (the README's table is made from these rows).
+# What each translated Java setting becomes (the security guide's table is made from these rows).
 TRANSLATED: tuple[tuple[str, str, str], ...] = (
     (
         "sasl.jaas.config",
@@ -104,7 +104,7 @@ TRANSLATED: tuple[tuple[str, str, str], ...] = (
     ),
 )
 
-# Names both clients spell the same that a Spark job commonly has (the README lists them).
+# Names both clients spell the same that a Spark job commonly has (the security guide lists them).
 SAME_NAMES = (
     "bootstrap.servers",
     "security.protocol",
@@ -511,11 +511,11 @@ def _quoted(text: str, i: int) -> tuple[str, int]:
     return "".join(out), i
 
 
-# -- the README's table -------------------------------------------------------------------
+# -- the security guide's table -----------------------------------------------------------
 
 
 def names_table() -> list[str]:
-    """The README's table of Spark's ``kafka.*`` names and what the Python path makes of
+    """The security guide's table of Spark's ``kafka.*`` names and what the Python path makes of
     them, as markdown lines."""
     rows = [
         "| Spark option (`kafka.` + ...) | given as | on the Python path (librdkafka) |",

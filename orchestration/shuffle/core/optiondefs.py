@@ -7,7 +7,8 @@ one, an option of Spark's own ``kafka`` source that a source does not implement 
 use instead, an option renamed says its new name, and an option of batch reads given to a
 stream (or the other way round) says so. ``kafka.*`` options are Kafka client settings,
 passed through unchecked. The JVM sources check the same tables (``OptionTable.java`` is
-written from them by ``python -m devstack.optiondocs --write``, as are README's tables).
+written from them by ``python -m devstack.optiondocs --write``; the docs' option tables are
+written from them when the site is built).
 
 Example::
 
@@ -49,7 +50,7 @@ class OptionDef:
     Attributes:
         name: The option's name (matched case-insensitively, as Spark does).
         type: One of the value types above.
-        description: What it does (rendered into README's option tables).
+        description: What it does (rendered into the docs' option tables).
         default: The value when the option is not given (None: not set).
         stream_default: The default of streaming reads when it differs from ``default``.
         modes: The reads that take it: ``("batch",)``, ``("stream",)`` or both.
@@ -656,7 +657,7 @@ def table(source: str) -> OptionTable:
         raise KeyError(f"no option table for data source {source!r}") from None
 
 
-# --- README's option tables -------------------------------------------------------------
+# --- the docs' option tables -----------------------------------------------------------
 
 _TYPES = {MILLIS: "epoch ms", POSITION: "keyword or JSON object", PARALLELISM: "integer or `auto`"}
 
@@ -685,7 +686,7 @@ def _default(d: OptionDef) -> str:
 
 
 def markdown(table: OptionTable) -> list[str]:
-    """README's option table of ``table``, as markdown lines: what it takes, then what it
+    """The docs' option table of ``table``, as markdown lines: what it takes, then what it
     refuses and why."""
     yes = {True: "yes", False: ""}
     lines = [

@@ -3,8 +3,8 @@ and data-loss rules. Pure Python.
 
 Option names and formats follow Spark's own ``kafka`` source where it has them; the
 options, their defaults and whether batch reads or streams take them are declared in
-:data:`~orchestration.shuffle.core.optiondefs.RECORDS` (README's option table is written
-from it), which also refuses the options of Spark's source that this one does not
+:data:`~orchestration.shuffle.core.optiondefs.RECORDS` (the docs' option table is
+written from it), which also refuses the options of Spark's source that this one does not
 implement. Beyond Spark's: ``startingOffsets=committed`` with ``offsetResetStrategy``, and
 ``commitOffsets``.
 """
