@@ -438,15 +438,7 @@ def queue_table(work: Path) -> str:
 
 
 # The growth run's files (``scripts/dev bench`` and ``bench-jvm`` at 1M, 10M and 100M rows).
-GROWTH_FILES = (
-    ("shuffle benchmark", "decade.json"),
-    # The per-key phases again, after a pass sets its largest keys apart (``--only
-    # shuffle_per_key,shuffle_per_key_arrow,reuse_three_consumers,reuse_three_consumers_arrow``).
-    ("per-key phases, keys set apart", "decade-perkey-apart.json"),
-    # The per-key forms (``--only shuffle_per_key_streamed``), one run per size, after it.
-    ("per-key forms, keys set apart", "decade-streamed-apart.json"),
-    ("JVM benchmark", "decade-jvm.json"),
-)
+GROWTH_FILES = (("shuffle benchmark", "decade.json"), ("JVM benchmark", "decade-jvm.json"))
 
 
 def growth_inputs(work: Path) -> list[tuple[str, dict]]:

@@ -248,6 +248,9 @@ def test_t1_is_restated_as_overhead_over_the_function_s_own_cpu_time():
     assert over["ours_seconds"] == pytest.approx(6.0)
     assert over["baseline_seconds"] == pytest.approx(186.0)
     assert over["ratio"] == pytest.approx(31.0) and over["met"]
+    # The function alone took more than ours on the cores: no floor, no overhead stated.
+    summary["t1_function"] = {"function_cpu_seconds": 80.0, "cores": 2}
+    assert "T1-overhead" not in targets(summary) and "T1" in targets(summary)
 
 
 def test_repeat_counts_are_one_for_every_size_or_one_per_size():
