@@ -374,6 +374,56 @@ def jvm_table(work: Path) -> str:
     return "\n".join(lines)
 
 
+# The sorted runs' pairs of ``jvm.json``: (its target's name, how the page names it).
+SORTED_PAIRS = (
+    ("sorted join vs Parquet, no broadcast",
+     "join of two sorted shuffles vs the Parquet join, no broadcast"),
+    ("sorted join vs bucketed sorted", "the same vs the bucketed, sorted Parquet join"),
+    ("sorted reuse vs bucketed sorted",
+     "sorted write + window `lag` + first 3 per key vs the bucketed sorted table's"),
+    ("sorted write vs unsorted write", "sorted write vs unsorted write (the cost of sorting)"),
+)  # fmt: skip
+
+
+def sorted_table(work: Path) -> str:
+    """The sorted runs' pairs of the JVM benchmark (``jvm.json``), a column per size."""
+    report = _load(work / "jvm.json")
+    if not report or not report.get("sizes"):
+        return "not run: `scripts/dev bench-jvm` writes `.local/bench/jvm.json`"
+    sizes = sorted(report["sizes"], key=int)
+    lines = [
+        "| pair | " + " | ".join(f"{_rows(n)} rows" for n in sizes) + " | target |",
+        "|---|" + "---|" * len(sizes) + "---|",
+    ]
+    for name, title in SORTED_PAIRS:
+        cells, bound = [], ""
+        for n in sizes:
+            t = report["sizes"][n].get("targets", {}).get(name)
+            if t is None:
+                cells.append("not run")
+                continue
+            ratio = f"{t['ratio']:.2f}x" if t["kind"] == "speedup" else f"{t['ratio']:.2f}"
+            cells.append(
+                f"{t['ours_seconds']:.3f} s vs {t['baseline_seconds']:.3f} s: **{ratio}**"
+                + ("" if t["met"] else " (missed)")
+            )
+            wanted = ">= " if t["kind"] == "speedup" else "<= "
+            bound = f"{wanted}{t['bound']:g}" + ("x" if t["kind"] == "speedup" else "")
+        lines.append(f"| {title} | {' | '.join(cells)} | {bound} |")
+    lines.append("")
+    lines.append(
+        f"Medians of {_repeats(report)} side by side, `{report.get('master', '?')}` on a "
+        f"{report.get('cores', '?')}-core machine. The sorted write's cost is stated, not a "
+        "target; its bound is the bench's own check."
+    )
+    return "\n".join(lines)
+
+
+def _repeats(report: dict) -> str:
+    counts = sorted({s.get("repeat") for s in report["sizes"].values() if s.get("repeat")})
+    return " / ".join(str(c) for c in counts) + " runs" if counts else "the runs"
+
+
 def records_table(work: Path) -> str:
     """The connector benchmark (``records.json``, ``bench/records_bench.py``): per size, the
     three ways of reading the topic and the shuffle's stream against its batch read."""
@@ -633,6 +683,7 @@ WORK_TABLES = {
     "round3": (round_three_table, ()),
     "session": (lambda work, _results, _memory: session_table(work), ("session.json",)),
     "jvm": (lambda work, _results, _memory: jvm_table(work), ("jvm.json",)),
+    "sorted": (lambda work, _results, _memory: sorted_table(work), ("jvm.json",)),
     "records": (lambda work, _results, _memory: records_table(work), ("records.json",)),
     "queue": (lambda work, _results, _memory: queue_table(work), ("queue.json",)),
     "growth": (

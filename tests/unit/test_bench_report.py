@@ -376,3 +376,33 @@ def test_readme_summary_takes_each_pair_at_its_benchmark_s_largest_size(tmp_path
     assert "| `read_records` on the JVM 2.50 s | Spark's `kafka` source, 12.00 s | 4.80x" in table
     assert "read on the JVM, 1.00 s | the same join of their Parquet files, 6.00 s | 6.00x" in table
     assert lines[-1].endswith("8 Kafka partitions), 10M rows or messages.")
+
+
+def test_sorted_table_gives_each_sorted_pair_per_size(tmp_path):
+    assert "not run" in report.sorted_table(tmp_path)
+
+    def t(ours, base, kind, bound, met):
+        ratio = base / ours if kind == "speedup" else ours / base
+        return {"ours_seconds": ours, "baseline_seconds": base, "kind": kind, "ratio": ratio,
+                "bound": bound, "met": met}  # fmt: skip
+
+    sizes = {
+        "2000000": {"repeat": 3, "targets": {
+            "sorted join vs Parquet, no broadcast": t(0.4, 1.8, "speedup", 2.0, True),
+            "sorted reuse vs bucketed sorted": t(1.5, 3.0, "ratio", 0.5, True)}},
+        "10000000": {"repeat": 3, "targets": {
+            "sorted join vs Parquet, no broadcast": t(1.0, 1.5, "speedup", 2.0, False),
+            "sorted write vs unsorted write": t(3.0, 1.5, "ratio", 2.0, True)}},
+    }  # fmt: skip
+    (tmp_path / "jvm.json").write_text(json.dumps({"master": "local[2]", "cores": 2,
+                                                   "sizes": sizes}))  # fmt: skip
+    lines = report.sorted_table(tmp_path).splitlines()
+    assert lines[0] == "| pair | 2M rows | 10M rows | target |"
+    assert lines[2] == (
+        "| join of two sorted shuffles vs the Parquet join, no broadcast | 0.400 s vs 1.800 s: "
+        "**4.50x** | 1.000 s vs 1.500 s: **1.50x** (missed) | >= 2x |"
+    )
+    assert lines[3].startswith("| the same vs the bucketed") and lines[3].count("not run") == 2
+    assert "| 1.500 s vs 3.000 s: **0.50** | not run | <= 0.5 |" in lines[4]
+    assert "| not run | 3.000 s vs 1.500 s: **2.00** | <= 2 |" in lines[5]
+    assert "Medians of 3 runs side by side" in lines[-1]
