@@ -277,10 +277,10 @@ def _decoded_batch(frame: fr.Frame, columns: set[str] | None, where: str) -> pa.
     return batch
 
 
-class _Spill:
+class SpillFile:
     """Rows a pass sets apart, in an Arrow IPC file of the task's local directory (Spark's,
-    as PySpark's own spills: ``SPARK_LOCAL_DIRS``), read back as often as asked. The file is
-    made at the first row and removed by :meth:`close`."""
+    as PySpark's own spills: ``SPARK_LOCAL_DIRS``), read back as often as asked, a batch at a
+    time. The file is made at the first row and removed by :meth:`close`."""
 
     def __init__(self, where: str):
         self.where = where
@@ -309,7 +309,11 @@ class _Spill:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
-        with pa.memory_map(self.path) as source:
+        # Read, not memory-mapped: a mapped file's pages stay in the worker's resident memory
+        # once read, so a key streamed from the spill would end up holding all of its rows,
+        # and the whole file would count against an address-space limit (PySpark's
+        # spark.executor.pyspark.memory). Read, each batch is freed once used.
+        with pa.OSFile(self.path) as source:
             yield from pa.ipc.open_stream(source)
 
     def close(self) -> None:
@@ -410,7 +414,7 @@ class ShuffleReader(DataSourceReader):
             f"topic {self.opts.topic!r} partition {piece.partition} key groups "
             f"[{piece.key_group_start}, {piece.key_group_end})"
         )
-        spill = _Spill(where)
+        spill = SpillFile(where)
         try:
             held = perkey.KeyedPass(
                 kf.keys, self.opts.pass_rows, spill.write, keep_largest=not kf.streams
