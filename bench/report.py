@@ -487,19 +487,28 @@ def queue_table(work: Path) -> str:
     return "\n".join(lines)
 
 
-# The growth run's files (``scripts/dev bench`` and ``bench-jvm`` at 1M, 10M and 100M rows).
-GROWTH_FILES = (("shuffle benchmark", "decade.json"), ("JVM benchmark", "decade-jvm.json"))
+# The growth run's files (``scripts/dev bench`` and ``bench-jvm`` at 1M, 10M and 100M rows),
+# per benchmark. A later file of a benchmark measures some of its phases again (the per-key
+# phases, ``decade-perkey.json``): at the sizes it has, its phases replace the earlier ones.
+GROWTH_FILES = (
+    ("shuffle benchmark", ("decade.json", "decade-perkey.json")),
+    ("JVM benchmark", ("decade-jvm.json",)),
+)
 
 
 def growth_inputs(work: Path) -> list[tuple[str, dict]]:
     """The growth run's phases per benchmark, from its files in ``work`` (those present)."""
     out = []
-    for title, name in GROWTH_FILES:
-        report = _load(work / name)
-        if not report or not report.get("sizes"):
+    for title, names in GROWTH_FILES:
+        reports = [r for r in (_load(work / n) for n in names) if r and r.get("sizes")]
+        if not reports:
             continue
-        make = jvm_growth_input if name.startswith("decade-jvm") else shuffle_growth_input
-        out.append((title, make(report)))
+        make = jvm_growth_input if names[0].startswith("decade-jvm") else shuffle_growth_input
+        data: dict[str, dict] = {}
+        for report in reports:
+            for phase, values in make(report).items():
+                data.setdefault(phase, {}).update(values)
+        out.append((title, data))
     return out
 
 
@@ -688,7 +697,7 @@ WORK_TABLES = {
     "queue": (lambda work, _results, _memory: queue_table(work), ("queue.json",)),
     "growth": (
         lambda work, _results, _memory: growth_table(work),
-        tuple(name for _, name in GROWTH_FILES),
+        tuple(name for _, names in GROWTH_FILES for name in names),
     ),
     "read_limit": (
         lambda work, _results, _memory: read_limit_table(work),

@@ -307,6 +307,12 @@ def test_growth_table_reads_both_benchmarks_files_and_marks_what_is_over_the_bou
     assert spark.endswith("| not sampled |")
     jvm_read = next(line for line in lines if "`jvm_read`" in line)
     assert jvm_read.startswith("| JVM benchmark |") and "| 1.00x |" in jvm_read
+    # A later file measures the read again at 10M and 100M rows: its figures replace those
+    # sizes' (1M stays the first file's).
+    again = {"10000000": size(10.0, 100.0), "100000000": size(100.0, 105.0)}
+    (tmp_path / "decade-perkey.json").write_text(json.dumps({"sizes": again}))
+    read = next(ln for ln in report.growth_table(tmp_path).splitlines() if "`shuffle_read`" in ln)
+    assert "| 1.00 | 1.00 | 1.00 | 1.00x | 100 | 100 | 105 | 1.05x |" in read
 
 
 def test_read_limit_table_gives_both_runs_and_the_jvm_ratio_against_its_bound(tmp_path):
