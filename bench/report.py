@@ -624,7 +624,8 @@ SUMMARY_ROWS = (
     ("join two shuffles by key, no broadcast", "jvm.json", "sorted join vs Parquet, no broadcast",
      "written sorted (`sort_by`), read on the JVM,", "the same join of their Parquet files,"),
 )  # fmt: skip
-SUMMARY_FILES = ("jvm.json", "records.json")
+# The work folder's files the summary reads.
+SUMMARY_FILES = tuple(sorted({source for _, source, *_ in SUMMARY_ROWS} - {"results"}))
 
 
 def _summary_pair(source: str, target: str, results: dict, work: Path) -> tuple[str, dict] | None:
