@@ -91,9 +91,26 @@ def spark_conf_dir() -> Path:
     return _home() / "spark-conf"
 
 
+def pyspark_hadoop_version() -> str:
+    """The Hadoop version of the installed pyspark's jars, which hadoop-aws must equal:
+    it calls into hadoop-common, and another version fails at run time with missing
+    methods (PySpark 4.0 and 4.1 ship Hadoop 3.4.1, 4.2 and 4.3 Hadoop 3.5.0)."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    found = sorted(
+        j.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+        for j in jars.glob("hadoop-client-api-*.jar")
+    )
+    if len(found) != 1:
+        raise LocalS3Error(f"{jars} should hold one hadoop-client-api jar, it holds {found}")
+    return found[0]
+
+
 def ensure_jars() -> Path:
-    """Resolves hadoop-aws and its AWS SDK with Maven, once per version of the pom."""
-    return resolve_jars(POM, s3a_libs())
+    """Resolves hadoop-aws (at the installed pyspark's Hadoop version) and its AWS SDK with
+    Maven, once per version of the pom and of Hadoop."""
+    return resolve_jars(POM, s3a_libs(), {"hadoop.version": pyspark_hadoop_version()})
 
 
 def ensure_server() -> Path:

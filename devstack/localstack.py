@@ -185,9 +185,11 @@ def bootstrap_servers() -> str:
     return external_bootstrap() or local_bootstrap()
 
 
-def resolve_jars(pom: Path, dest: Path) -> Path:
-    """Copies the runtime jars of ``pom`` into ``dest`` with Maven, once per pom version."""
-    digest = hashlib.sha256(pom.read_bytes()).hexdigest()
+def resolve_jars(pom: Path, dest: Path, properties: dict[str, str] | None = None) -> Path:
+    """Copies the runtime jars of ``pom`` into ``dest`` with Maven, once per pom version
+    (and per value of the ``properties`` given to Maven, which override the pom's)."""
+    defines = [f"-D{k}={v}" for k, v in sorted((properties or {}).items())]
+    digest = hashlib.sha256(pom.read_bytes() + " ".join(defines).encode()).hexdigest()
     stamp = dest / ".pom-sha256"
     if stamp.exists() and stamp.read_text() == digest:
         return dest
@@ -206,6 +208,7 @@ def resolve_jars(pom: Path, dest: Path) -> Path:
         "dependency:copy-dependencies",
         f"-DoutputDirectory={staging}",
         "-DincludeScope=runtime",
+        *defines,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

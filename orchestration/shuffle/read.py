@@ -45,6 +45,7 @@ from orchestration.shuffle.errors import ShuffleOptionError, ShuffleSessionError
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
 from orchestration.shuffle.kafka.commitlog import read_commits_since, read_log
 from orchestration.shuffle.kafka.planner import plan_shuffle
+from orchestration.shuffle.spark.compat import require_admission_control
 from orchestration.shuffle.spark.jvm import (
     ENGINES,
     Engine,
@@ -452,6 +453,15 @@ def read_shuffle_stream(
     options = ReadOptions(parallelism=parallelism, with_metadata=with_metadata)
     catalog = choose_stream_engine(spark, client, engine)
     if catalog is None:
+        # Refused here, before Spark, where the Python source cannot honour them.
+        limits = {"max_runs_per_trigger": max_runs_per_trigger}
+        limits["max_rows_per_trigger"] = max_rows_per_trigger
+        require_admission_control(
+            f"read_shuffle_stream of {topic}",
+            [k for k, v in limits.items() if v is not None],
+            spark_version=spark.version,
+            jvm=True,
+        )
         register_data_sources(spark)
         reader = spark.readStream.format(SOURCE).options(
             **source_options(topic, client, options, stream=stream)

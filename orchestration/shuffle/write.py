@@ -143,9 +143,9 @@ def shuffle_schema(df: DataFrame) -> pa.Schema:
 
         plan_columnar(df, shuffle_schema(df), ["tailnum"])
     """
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from orchestration.shuffle.spark.compat import to_arrow_schema_utc
 
-    schema = to_arrow_schema(df.schema, timezone="UTC")
+    schema = to_arrow_schema_utc(df.schema)
     fields = []
     for f in schema:
         t = f.type

@@ -229,18 +229,20 @@ def test_jvm_jars_refuses_a_folder_with_two_versions_of_the_jar(built):
         jvm.jvm_jars()
 
 
-@pytest.mark.parametrize("version", ["4.2.0", "4.3.0", "4.3.1", "4.3.0-SNAPSHOT", "4.2"])
+@pytest.mark.parametrize(
+    "version", ["4.0.0", "4.0.5", "4.1.4", "4.2.0", "4.3.0", "4.3.1", "4.3.0-SNAPSHOT", "4.2"]
+)
 def test_supported_spark_lines(version):
     jvm.require_supported_spark(version)
 
 
-@pytest.mark.parametrize("version", ["3.5.1", "4.1.0", "4.4.0", "4.30.0", "5.0.0"])
+@pytest.mark.parametrize("version", ["3.5.1", "3.5.9", "4.4.0", "4.30.0", "5.0.0"])
 def test_another_spark_line_is_refused_naming_both_versions(version):
     with pytest.raises(ShuffleSessionError) as info:
         jvm.require_supported_spark(version)
     message = str(info.value)
     assert f"runs Spark {version}" in message
-    assert "Spark 4.2, 4.3" in message
+    assert "Spark 4.0, 4.1, 4.2, 4.3" in message
 
 
 def test_jvm_spark_conf_refuses_an_installed_pyspark_of_another_line(built, monkeypatch):

@@ -480,7 +480,8 @@ def _check_group_free(kafka: KafkaClient, group: str) -> None:
 def _output_schema(spark: SparkSession, schema: StructType | str) -> tuple[str, pa.Schema]:
     """The output schema as Spark's JSON (kept in the output's metadata) and as Arrow."""
     from pyspark.sql import types as T
-    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from orchestration.shuffle.spark.compat import to_arrow_schema_utc
 
     if isinstance(schema, str):
         parsed = spark.createDataFrame([], schema).schema
@@ -493,7 +494,7 @@ def _output_schema(spark: SparkSession, schema: StructType | str) -> tuple[str, 
     reserved = [f.name for f in parsed.fields if f.name in RESERVED_COLUMNS]
     if reserved:
         raise ShuffleOptionError(f"process_queue: schema column(s) {reserved} are reserved")
-    return parsed.json(), to_arrow_schema(parsed, timezone="UTC")
+    return parsed.json(), to_arrow_schema_utc(parsed)
 
 
 def _location(spark: SparkSession, output: str | os.PathLike[str], what: str) -> Location:

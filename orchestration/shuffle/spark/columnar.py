@@ -515,13 +515,13 @@ def plan_columnar(
         p = translator.translate(cond)
         predicate = p if predicate is None else ("and", predicate, p)
 
-    from pyspark.sql.pandas.types import to_arrow_type
+    from orchestration.shuffle.spark.compat import to_arrow_type_utc
 
     types = {src: schema.field(out).type for src, out in output}
     columns = [ScanColumn(src, types[src]) for src in written]
     for name in predicate_columns(predicate):
         if name not in types:
-            t = to_arrow_type(_python_type(spark, spark_types[name]), timezone="UTC")
+            t = to_arrow_type_utc(_python_type(spark, spark_types[name]))
             if pa.types.is_timestamp(t) and t.tz is not None:
                 t = pa.timestamp(t.unit, tz="UTC")
             types[name] = t

@@ -47,7 +47,7 @@ JARS_DIR = Path(__file__).resolve().parent / "jars"
 JAR_PREFIX = "kafka-shuffle-spark_2.13-"
 # The Spark lines ("major.minor") the jar runs on: jvm/pom.xml's spark.supported, which the
 # jar checks too (SparkVersionCheck.java); tests/unit/test_jvm_version.py holds them equal.
-SUPPORTED_SPARK = ("4.2", "4.3")
+SUPPORTED_SPARK = ("4.0", "4.1", "4.2", "4.3")
 
 Engine = Literal["auto", "jvm", "python"]
 ENGINES: tuple[str, ...] = ("auto", "jvm", "python")

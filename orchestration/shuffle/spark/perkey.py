@@ -108,13 +108,13 @@ def check_keyed(df: DataFrame, key: Sequence[str]) -> None:
 
 
 def _to_arrow_schema(schema: T.StructType | str, df: DataFrame) -> tuple[T.StructType, pa.Schema]:
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from orchestration.shuffle.spark.compat import to_arrow_schema_utc
 
     if isinstance(schema, str):
         parsed = df.sparkSession.createDataFrame([], schema).schema
     else:
         parsed = schema
-    return parsed, to_arrow_schema(parsed, timezone="UTC")
+    return parsed, to_arrow_schema_utc(parsed)
 
 
 def function_form(fn: Callable[..., Any], data: str) -> tuple[bool, bool]:
@@ -132,16 +132,16 @@ def function_form(fn: Callable[..., Any], data: str) -> tuple[bool, bool]:
     from pyspark.sql.pandas import typehints
     from pyspark.util import PythonEvalType
 
-    infer: Callable[[Any], Any]
-    iterator_type: int
-    if data == "pandas":
-        infer = typehints.infer_group_pandas_eval_type_from_func
-        iterator_type = PythonEvalType.SQL_GROUPED_MAP_PANDAS_ITER_UDF
-    else:
-        infer = typehints.infer_group_arrow_eval_type_from_func
-        iterator_type = PythonEvalType.SQL_GROUPED_MAP_ARROW_ITER_UDF
+    name = "pandas" if data == "pandas" else "arrow"
+    infer = getattr(typehints, f"infer_group_{name}_eval_type_from_func", None)
     try:
-        iterator = infer(fn) == iterator_type
+        if infer is None:
+            # PySpark 4.0 has no iterator form of applyInPandas / applyInArrow (4.1 added
+            # it), so nothing of its own to ask: the hints are read by the same rule.
+            iterator = iterator_hints(fn, data)
+        else:
+            iterator_type = getattr(PythonEvalType, f"SQL_GROUPED_MAP_{name.upper()}_ITER_UDF")
+            iterator = infer(fn) == iterator_type
     except Exception:  # noqa: BLE001 - as Spark: hints it cannot read mean the plain form
         iterator = False
     try:
@@ -149,6 +149,38 @@ def function_form(fn: Callable[..., Any], data: str) -> tuple[bool, bool]:
     except TypeError:  # a callable without a signature: the one-argument form
         with_key = False
     return with_key, iterator
+
+
+def iterator_hints(fn: Callable[..., Any], data: str) -> bool:
+    """Whether ``fn``'s rows parameter (its last positional one) and its return value are
+    hinted ``Iterator[pd.DataFrame]`` (``data="pandas"``) or ``Iterator[pa.RecordBatch]``,
+    and a key parameter before it a tuple: the rule PySpark 4.1 and later apply to
+    applyInPandas / applyInArrow."""
+    import collections.abc
+    import typing
+
+    if data == "pandas":
+        import pandas as pd
+
+        element: type = pd.DataFrame
+    else:
+        element = pa.RecordBatch
+    hints = typing.get_type_hints(fn)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = [p for p in inspect.signature(fn).parameters.values() if p.kind in kinds]
+    if not 1 <= len(params) <= 2 or any(p.name not in hints for p in params):
+        return False
+    if len(params) == 2:
+        key = hints[params[0].name]
+        if not (key is tuple or typing.get_origin(key) is tuple):
+            return False
+
+    def over(hint: Any) -> bool:
+        origin = typing.get_origin(hint)
+        iterable = origin in (collections.abc.Iterator, collections.abc.Iterable)
+        return iterable and typing.get_args(hint) == (element,)
+
+    return over(hints.get(params[-1].name)) and over(hints.get("return"))
 
 
 def _required_positional(fn: Callable[..., Any]) -> int:

@@ -39,12 +39,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 
 from orchestration.shuffle.core.metrics import METRICS_KEY
 from orchestration.shuffle.core.optiondefs import RECORDS
@@ -71,6 +65,13 @@ from orchestration.shuffle.kafka.client import (
     KafkaClient,
     KafkaConfig,
     read_chunks,
+)
+from orchestration.shuffle.spark.compat import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    require_admission_control,
 )
 
 log = logging.getLogger(__name__)
@@ -394,6 +395,10 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     """Micro-batches of new records. Offsets: ``{"topic": {"partition": next offset}}``."""
 
     def __init__(self, opts: RecordsOptions):
+        require_admission_control(
+            "kafka-records stream",
+            ["maxOffsetsPerTrigger"] if opts.max_offsets_per_trigger is not None else [],
+        )
         self.opts = opts
         self.kafka = KafkaClient(opts.kafka)
         self._target: dict[TP, int] | None = None
@@ -425,11 +430,14 @@ class KafkaRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             tp: high for tp, (_, high) in limits.items()
         }
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = offsets_from_json(start)
-        # ``start`` is where the last completed micro-batch ended; Spark's own commit() call
-        # for a batch comes only when the next one starts, so the position is committed here.
-        self._commit(begin)
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        # PySpark 4.0 and 4.1 call latestOffset() with neither (no admission control): the
+        # micro-batch reads up to the latest offsets, and Spark's commit() commits them.
+        begin = offsets_from_json(start) if start is not None else {}
+        if start is not None:
+            # ``start`` is where the last completed micro-batch ended; Spark's own commit()
+            # for a batch comes only when the next one starts, so it is committed here.
+            self._commit(begin)
         lows, latest = self._bounds = self._latest()
         if self._target is not None:
             # Trigger.AvailableNow: what existed when the query started, nothing later.

@@ -14,13 +14,6 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxFiles,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 
 from orchestration.shuffle.core.commitlog import Commit
 from orchestration.shuffle.core.metrics import METRICS_KEY
@@ -33,6 +26,14 @@ from orchestration.shuffle.core.stream import (
     stream_commits,
 )
 from orchestration.shuffle.kafka.commitlog import log_end, read_log_records
+from orchestration.shuffle.spark.compat import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    require_admission_control,
+)
 from orchestration.shuffle.spark.reader import ShuffleReader, SourceOptions
 
 
@@ -46,6 +47,16 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, opts: SourceOptions):
+        stream = opts.stream
+        limits = {
+            "maxRunsPerTrigger": stream.max_runs_per_trigger,
+            "maxRowsPerTrigger": stream.max_rows_per_trigger,
+        }
+        require_admission_control(
+            f"kafka-shuffle stream of {opts.topic}",
+            [k for k, v in limits.items() if v is not None],
+            jvm=True,
+        )
         self.opts = opts
         self.batch = ShuffleReader(opts)
         self._target: int | None = None  # Trigger.AvailableNow: the log's end when it started
@@ -94,7 +105,9 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._log_end()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        if start is None:
+            return self._latest_without_start()
         begin = StreamOffset.from_dict(start)
         records, high = self._records(begin)
         self._end_read = high
@@ -112,6 +125,16 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         self._planned = [c for off, c in commits if off < end.log]
         return end.to_dict()
+
+    def _latest_without_start(self) -> dict:
+        # PySpark 4.0 and 4.1 call latestOffset() without the micro-batch's start and with
+        # no limit: the batch is everything up to the log's end. The end offset's snapshot is
+        # its own log position: a snapshot only matters to a start below it, and the next
+        # micro-batch starts at this end; partitions() judges the batch by its start's own.
+        high = self._log_end()
+        self._end_read = high
+        self._planned = []
+        return StreamOffset(high, high).to_dict()
 
     def reportLatestOffset(self) -> dict | None:
         # Shown in the query's progress as ``latestOffset``. Spark asks for it right after
