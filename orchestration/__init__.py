@@ -31,6 +31,9 @@ _EXPORTS = {
     "shuffle_expiry_job": "maintenance",
     "shuffle_backfill_schedule": "schedules",
     "KafkaShuffle": "components",
+    "run_shuffle_pipes": "pipes",
+    "shuffle_pipes_extras": "pipes",
+    "pipes_write_shuffle": "pipes_application",
 }
 
 if TYPE_CHECKING:
@@ -39,6 +42,8 @@ if TYPE_CHECKING:
     from .definition import FAILED_WINDOWS_TAG, shuffle_metadata
     from .io_manager import KafkaShuffleIOManager
     from .maintenance import shuffle_expiry_job
+    from .pipes import run_shuffle_pipes, shuffle_pipes_extras
+    from .pipes_application import pipes_write_shuffle
     from .resources import KafkaResource, ShuffleSparkResource
     from .schedules import shuffle_backfill_schedule
     from .sensors import failed_region_sensor, shuffle_commit_sensor

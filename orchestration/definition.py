@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from dagster import AssetsDefinition
+from dagster import AssetsDefinition, PartitionsDefinition, TimeWindowPartitionsDefinition
 
 from orchestration.shuffle.errors import ShuffleOptionError
 from orchestration.shuffle.write import ShuffleSpec
@@ -225,3 +225,13 @@ def asset_shuffle(asset: AssetsDefinition) -> ShuffleAsset:
 def asset_io_manager_key(asset: AssetsDefinition) -> str:
     """The resource key of the IO manager that stores ``asset``."""
     return asset.get_io_manager_key_for_asset_key(asset.key)
+
+
+def window_ends(
+    partitions_def: PartitionsDefinition | None, keys: Sequence[str]
+) -> dict[str, dt.datetime]:
+    """When each partition of ``keys`` ends, in UTC, for a time-window partitions definition
+    (a run of the window is complete until then); empty for any other."""
+    if not isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        return {}
+    return {k: partitions_def.time_window_for_partition_key(k).end.astimezone(dt.UTC) for k in keys}

@@ -40,7 +40,6 @@ so (for in-reader aggregation, commit details and row counts).
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,18 +54,17 @@ from dagster import (
     InputContext,
     MetadataValue,
     OutputContext,
-    TimeWindowPartitionsDefinition,
 )
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from orchestration.definition import (
     DAGSTER_RUN_ATTR,
     FAILED_WINDOWS_TAG,
     ShuffleAsset,
     shuffle_asset,
+    window_ends,
 )
 from orchestration.metadata import commit_metadata
 from orchestration.resources import KafkaResource
@@ -79,7 +77,7 @@ from orchestration.shuffle.errors import (
 )
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.read import ShuffleRead, plan_shuffle_read, shuffle_log
-from orchestration.shuffle.write import WriteResult, write_shuffle
+from orchestration.shuffle.write import WriteResult, write_shuffle, write_windows
 
 
 class KafkaShuffleIOManager(ConfigurableIOManager):
@@ -162,10 +160,8 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         kafka: KafkaClient,
     ) -> WriteResult:
         complete_until = None
-        partitions_def = context.asset_partitions_def if window is not None else None
-        if isinstance(partitions_def, TimeWindowPartitionsDefinition):
-            end = partitions_def.time_window_for_partition_key(window).end
-            complete_until = end.astimezone(dt.UTC)
+        if window is not None:
+            complete_until = window_ends(context.asset_partitions_def, [window]).get(window)
         result = write_shuffle(
             df,
             asset.spec,
@@ -268,32 +264,34 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 f"asset {name}: 'shuffle/window_column' {column!r} is not a column of the "
                 f"asset's DataFrame {df.columns}"
             )
-        window = F.col(column).cast("string")
-        committed: dict[str, WriteResult] = {}
-        failed: dict[str, str] = {}
-        df = df.persist()
-        try:
-            found = {r[0]: r[1] for r in df.groupBy(window).count().collect()}
-            outside = {k: n for k, n in found.items() if k not in set(keys)}
-            if outside:
-                raise ShuffleOptionError(
-                    f"asset {name}: {sum(outside.values())} row(s) have {column} values that "
-                    f"are not partitions of this run ({keys[0]} .. {keys[-1]}): "
-                    f"{sorted(map(str, outside))[:5]}; nothing was written"
+
+        def report(key: str, outcome: WriteResult | ShuffleError) -> None:
+            if isinstance(outcome, WriteResult):
+                context.log.info(
+                    f"{asset.topic}: window {key!r} committed as run {outcome.run_id} "
+                    f"({outcome.rows} rows, {outcome.frames} frames, {outcome.bytes} bytes, "
+                    f"{outcome.path} path)"
                 )
-            for key in keys:
-                try:
-                    committed[key] = self._write(
-                        context, asset, df.filter(window == key), key, kafka
-                    )
-                except ShuffleError as exc:
-                    # Windows that committed stay committed; the failed-region sensor
-                    # re-runs the rest.
-                    failed[key] = str(exc)
-                    context.log.error(f"{asset.topic}: window {key} failed: {exc}")
-        finally:
-            df.unpersist()
-        return committed, failed
+            else:
+                # Windows that committed stay committed; the failed-region sensor re-runs
+                # the rest.
+                context.log.error(f"{asset.topic}: window {key} failed: {outcome}")
+
+        try:
+            result = write_windows(
+                df,
+                asset.spec,
+                kafka=kafka,
+                windows=keys,
+                window_column=column,
+                complete_until=window_ends(context.asset_partitions_def, keys),
+                compression=self.compression,
+                attrs={DAGSTER_RUN_ATTR: context.run_id},
+                on_window=report,
+            )
+        except ShuffleOptionError as exc:
+            raise ShuffleOptionError(f"asset {name}: {exc}") from exc
+        return result.committed, result.failed
 
     # --- input ----------------------------------------------------------------------
 

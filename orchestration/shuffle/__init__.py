@@ -41,6 +41,8 @@ _EXPORTS = {
     "BatchMetrics": "core.metrics",
     "summarize_stream_metrics": "core.metrics",
     "write_shuffle": "write",
+    "write_windows": "write",
+    "WindowsResult": "write",
     "Commit": "core.commitlog",
     "Layout": "core.commitlog",
     "ShuffleLog": "core.commitlog",
@@ -141,7 +143,13 @@ if TYPE_CHECKING:
     from orchestration.shuffle.spark.records import write_records
     from orchestration.shuffle.spark.session import session_settings
     from orchestration.shuffle.spark.sources import register_data_sources, spark_session
-    from orchestration.shuffle.write import ShuffleSpec, WriteResult, write_shuffle
+    from orchestration.shuffle.write import (
+        ShuffleSpec,
+        WindowsResult,
+        WriteResult,
+        write_shuffle,
+        write_windows,
+    )
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -230,7 +230,8 @@ class ShuffleRead:
         cast to the type the Python reader gives it, so that both engines return one schema
         (``mean`` is the mean of the values as doubles on both)."""
         from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from orchestration.shuffle.spark.compat import from_arrow_schema_ntz
 
         options = replace(self.options, with_metadata=False)
         splits = jvm_splits(self.plan, self.parallelism)
@@ -238,7 +239,7 @@ class ShuffleRead:
         arrow = agg.PartialAggregator(
             self.layout.key, aggs, output_schema(self.layout, False)
         ).output_schema()
-        types = {f.name: f.dataType for f in from_arrow_schema(arrow).fields}
+        types = {f.name: f.dataType for f in from_arrow_schema_ntz(arrow).fields}
         spark_function = {"count": F.count, "sum": F.sum, "min": F.min, "max": F.max}
         columns = []
         for a in aggs:

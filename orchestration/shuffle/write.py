@@ -1,5 +1,6 @@
 """Writing a shuffle: describe it (:class:`ShuffleSpec`), write one producer run of a
-DataFrame to it and commit the run (:func:`write_shuffle`)."""
+DataFrame to it and commit the run (:func:`write_shuffle`), or one run per window of a
+DataFrame that holds several (:func:`write_windows`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import datetime as dt
 import logging
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +30,7 @@ from orchestration.shuffle.core.keygroups import validate_layout
 from orchestration.shuffle.core.ordering import unordered_reason
 from orchestration.shuffle.core.vhash import key_groups
 from orchestration.shuffle.errors import (
+    ShuffleError,
     ShuffleKeyError,
     ShuffleOptionError,
     ShuffleSchemaError,
@@ -589,3 +591,98 @@ def _first_line(exc: BaseException) -> str:
         if i >= 0:
             return text[i:].splitlines()[0][:500]
     return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class WindowsResult:
+    """What :func:`write_windows` committed and what failed, by window.
+
+    ``committed`` maps a window to its committed run; ``failed`` a window to the error that
+    kept it from committing (nothing of it is visible). Windows are in the order given.
+    """
+
+    committed: dict[str, WriteResult]
+    failed: dict[str, str]
+
+
+def write_windows(
+    df: DataFrame,
+    spec: ShuffleSpec,
+    *,
+    kafka: KafkaConfig,
+    windows: Sequence[str],
+    window_column: str,
+    complete_until: Mapping[str, dt.datetime] | None = None,
+    compression: str = "lz4",
+    attrs: Mapping[str, str] | None = None,
+    on_window: Callable[[str, WriteResult | ShuffleError], None] | None = None,
+) -> WindowsResult:
+    """Writes each of ``windows`` as its own run of the shuffle: the rows of ``df`` whose
+    ``window_column`` (as a string) equals the window.
+
+    A window that fails does not stop the others: windows committed stay committed, and the
+    result says which failed, so that only those are written again. Rows whose window is
+    not one of ``windows`` are refused before anything is written. ``df`` is cached while
+    the windows are written, so its source is read once.
+
+    Example::
+
+        result = write_windows(df, spec, kafka=conf, window_column="day",
+                               windows=["2013-01-01", "2013-01-02"])
+        sorted(result.failed)   # [] when every window committed
+
+    Args:
+        windows: The windows to write, each a value of ``window_column`` as a string.
+        window_column: The column whose value is a row's window.
+        complete_until: Per window, the event time it is complete until (see
+            :func:`write_shuffle`); a window not in it has none.
+        on_window: Called after each window with its result or its error (e.g. to log it).
+        Other arguments: as for :func:`write_shuffle`.
+
+    Raises:
+        ShuffleOptionError: ``window_column`` is not a column of ``df``, or rows have a
+            window that is not one of ``windows`` (nothing was written).
+    """
+    keys = list(windows)
+    if window_column not in df.columns:
+        raise ShuffleOptionError(
+            f"shuffle {spec.topic}: window column {window_column!r} is not a column of the "
+            f"DataFrame {df.columns}"
+        )
+    window = F.col(window_column).cast("string")
+    committed: dict[str, WriteResult] = {}
+    failed: dict[str, str] = {}
+    ends = complete_until or {}
+    df = df.persist()
+    try:
+        found = {r[0]: r[1] for r in df.groupBy(window).count().collect()}
+        outside = {k: n for k, n in found.items() if k not in set(keys)}
+        if outside and keys:
+            raise ShuffleOptionError(
+                f"shuffle {spec.topic}: {sum(outside.values())} row(s) have {window_column} "
+                f"values that are not windows of this write ({keys[0]} .. {keys[-1]}): "
+                f"{sorted(map(str, outside))[:5]}; nothing was written"
+            )
+        for key in keys:
+            try:
+                committed[key] = write_shuffle(
+                    df.filter(window == key),
+                    spec,
+                    kafka=kafka,
+                    window=key,
+                    complete_until=ends.get(key),
+                    compression=compression,
+                    attrs=attrs,
+                )
+            except ShuffleError as exc:
+                # Any error of the engine fails this window alone (a broker refusing it, a
+                # task failing); the others are still written.
+                failed[key] = str(exc)
+                if on_window is not None:
+                    on_window(key, exc)
+            else:
+                if on_window is not None:
+                    on_window(key, committed[key])
+    finally:
+        df.unpersist()
+    return WindowsResult(committed, failed)

@@ -443,7 +443,7 @@ def test_jar_refuses_a_spark_line_it_was_not_built_for(jspark):
         check.require("3.5.1")
     message = str(info.value.java_exception.getMessage())
     assert message.startswith("ShuffleSessionError: kafka-shuffle-spark_2.13 ")
-    assert "runs on Spark 4.2, 4.3; this session runs Spark 3.5.1" in message
+    assert "runs on Spark 4.0, 4.1, 4.2, 4.3; this session runs Spark 3.5.1" in message
 
 
 def test_corrupt_frame_names_topic_partition_offset(jspark, kafka_conf, unique):

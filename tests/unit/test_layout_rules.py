@@ -100,10 +100,13 @@ GROUPS = {
         "queue",
         "testing",
         "api",
+        "pipes",
         "integration",
         "harness",
     ),
 }
+# What a Spark application launched through Dagster Pipes loads: dagster_pipes, not Dagster.
+DAGSTER_NOT_PIPES = ("dagster", "dagster_pyspark", "dagster_shared", "dagster_graphql")
 NOT_SPARK_KAFKA_DAGSTER = ("pyspark", "confluent_kafka", "dagster*")
 
 # docs/ARCHITECTURE.md states this table between its `layers` markers, as render_layers() does.
@@ -132,7 +135,8 @@ LAYERS = (
         "testing", ("orchestration.shuffle.testing",), ("kafka", "core", "errors"), ("dagster*",)
     ),
     Layer("api", ("orchestration.shuffle",), ("engine",), ("dagster*",)),
-    Layer("integration", ("orchestration",), ("engine", "integration")),
+    Layer("pipes", ("orchestration.pipes_application",), ("engine",), DAGSTER_NOT_PIPES),
+    Layer("integration", ("orchestration",), ("engine", "pipes", "integration")),
     Layer("harness", ("orchestration.testing",), ("library",)),
     Layer("application", ("assets", "jobs"), ("application", "library")),
     Layer("main", ("jobs.main",), ("application", "library", "devstack")),

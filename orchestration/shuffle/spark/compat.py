@@ -3,6 +3,8 @@
 **Arrow types.** PySpark 4.2 made the time zone of Arrow timestamps an argument
 (``to_arrow_schema(schema, timezone="UTC")``); 4.0 and 4.1 take ``timestamp_utc=True``
 for the same type. :func:`to_arrow_schema_utc` and :func:`to_arrow_type_utc` give it on each.
+Back from Arrow, a timestamp without a time zone is Spark's ``timestamp_ntz`` by default
+only from 4.2 (``prefer_timestamp_ntz``); :func:`from_arrow_schema_ntz` asks for it on each.
 
 **Streaming sources.** PySpark 4.2 gave Python streaming sources admission control
 (``getDefaultReadLimit``, and a ``latestOffset(start, limit)`` told where the micro-batch
@@ -70,6 +72,7 @@ __all__ = [
     "ReadMaxRows",
     "SupportsTriggerAvailableNow",
     "require_admission_control",
+    "from_arrow_schema_ntz",
     "to_arrow_schema_utc",
     "to_arrow_type_utc",
 ]
@@ -88,6 +91,14 @@ def to_arrow_schema_utc(schema: StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema, **_utc())
+
+
+def from_arrow_schema_ntz(schema: pa.Schema) -> StructType:
+    """Spark's schema of the Arrow ``schema``, a timestamp without a time zone as
+    ``timestamp_ntz`` (as Spark wrote it), on every PySpark line."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema, prefer_timestamp_ntz=True)
 
 
 def to_arrow_type_utc(data_type: DataType) -> pa.DataType:

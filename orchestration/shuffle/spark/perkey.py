@@ -160,7 +160,7 @@ def iterator_hints(fn: Callable[..., Any], data: str) -> bool:
     import typing
 
     if data == "pandas":
-        import pandas as pd
+        import pandas as pd  # type: ignore[import-untyped]
 
         element: type = pd.DataFrame
     else:

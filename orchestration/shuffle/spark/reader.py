@@ -598,7 +598,7 @@ def read_in_tasks(spark: Any, options: Mapping[str, str]) -> Any:
     """A result-returning read (option ``aggregate`` or ``per_key``, with a ``plan``) as
     :class:`SplitTasks` over ``spark.range``: the data source's rows without its planning.
     The options are checked here first, as the data source would check them."""
-    from pyspark.sql.pandas.types import from_arrow_schema
+    from orchestration.shuffle.spark.compat import from_arrow_schema_ntz
 
     opts = SourceOptions(options)
     opts.check_mode(BATCH)
@@ -607,4 +607,4 @@ def read_in_tasks(spark: Any, options: Mapping[str, str]) -> Any:
     schema = result_schema(opts)
     splits = len(opts.plans)
     task = SplitTasks(options)
-    return spark.range(0, splits, 1, max(splits, 1)).mapInArrow(task, from_arrow_schema(schema))
+    return spark.range(0, splits, 1, max(splits, 1)).mapInArrow(task, from_arrow_schema_ntz(schema))

@@ -66,9 +66,9 @@ class ShuffleDataSource(DataSource):
         return cached
 
     def schema(self) -> StructType:
-        from pyspark.sql.pandas.types import from_arrow_schema
+        from orchestration.shuffle.spark.compat import from_arrow_schema_ntz
 
-        return from_arrow_schema(result_schema(self._source_options()))
+        return from_arrow_schema_ntz(result_schema(self._source_options()))
 
     def reader(self, schema: StructType) -> ShuffleReader:
         opts = self._source_options()

@@ -1,6 +1,6 @@
 package io.kafkashuffle.spark;
 
-import org.apache.arrow.compression.ZstdCompressionCodec;
+import java.nio.ByteBuffer;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.util.MemoryUtil;
@@ -10,8 +10,7 @@ import org.apache.arrow.vector.compression.CompressionUtil;
 import org.apache.arrow.vector.compression.NoCompressionCodec;
 
 /**
- * The body codecs of DATA frames: LZ4 frames decoded here, zstd with Arrow's own codec
- * (zstd-jni).
+ * The body codecs of DATA frames: LZ4 frames decoded here, zstd with zstd-jni.
  *
  * <p>Arrow's {@code CommonsCompressionFactory} decodes LZ4 frames with commons-compress, whose
  * stream hands bytes over one at a time: measured on 2M rows (lz4, 8 partitions), a plain read
@@ -31,7 +30,7 @@ final class FrameCompression implements CompressionCodec.Factory {
       case LZ4_FRAME:
         return Lz4Frame.INSTANCE;
       case ZSTD:
-        return new ZstdCompressionCodec();
+        return ZstdBody.INSTANCE;
       case NO_COMPRESSION:
         return NoCompressionCodec.INSTANCE;
       default:
@@ -42,6 +41,69 @@ final class FrameCompression implements CompressionCodec.Factory {
   @Override
   public CompressionCodec createCodec(CompressionUtil.CodecType codecType, int level) {
     return createCodec(codecType);
+  }
+
+  /**
+   * Zstandard bodies (reads only), decoded by zstd-jni, which Spark ships on every line it
+   * runs on. Arrow's own codec lives in arrow-compression, which Spark 4.0 does not ship.
+   *
+   * <p>The length the buffer declares must be the length the zstd frame's header declares
+   * (pyarrow writes it), so a corrupt length is refused before its buffer is allocated; a
+   * frame without one is bounded by what one Arrow buffer may hold.
+   */
+  static final class ZstdBody extends AbstractCompressionCodec {
+    static final ZstdBody INSTANCE = new ZstdBody();
+    // ZSTD_CONTENTSIZE_UNKNOWN and ZSTD_CONTENTSIZE_ERROR, as signed longs.
+    private static final long SIZE_UNKNOWN = -1;
+
+    @Override
+    protected ArrowBuf doCompress(BufferAllocator allocator, ArrowBuf uncompressedBuffer) {
+      throw new UnsupportedOperationException("kafka-shuffle-jvm only reads frames");
+    }
+
+    @Override
+    protected ArrowBuf doDecompress(BufferAllocator allocator, ArrowBuf compressedBuffer) {
+      long length = readUncompressedLength(compressedBuffer);
+      long skip = CompressionUtil.SIZE_OF_UNCOMPRESSED_LENGTH;
+      long inLength = compressedBuffer.writerIndex() - skip;
+      if (inLength < 0 || inLength > Integer.MAX_VALUE) {
+        throw new IllegalArgumentException("a zstd buffer of " + inLength + " bytes");
+      }
+      ByteBuffer frame = compressedBuffer.nioBuffer(skip, (int) inLength);
+      long declared =
+          com.github.luben.zstd.Zstd.getDirectByteBufferFrameContentSize(frame, 0, (int) inLength);
+      boolean known = declared >= 0;
+      if (length < 0
+          || (known && declared != length)
+          || (!known && declared != SIZE_UNKNOWN)
+          || length > Integer.MAX_VALUE) {
+        throw new IllegalArgumentException(
+            "a zstd buffer says it holds " + length + " bytes, its frame " + declared);
+      }
+      ArrowBuf buf = allocator.buffer(Math.max(length, 1));
+      try {
+        long written =
+            com.github.luben.zstd.Zstd.decompressUnsafe(
+                buf.memoryAddress(), length, compressedBuffer.memoryAddress() + skip, inLength);
+        if (com.github.luben.zstd.Zstd.isError(written)) {
+          throw new IllegalArgumentException(
+              "a corrupt zstd frame: " + com.github.luben.zstd.Zstd.getErrorName(written));
+        }
+        if (written != length) {
+          throw new IllegalArgumentException(
+              "a zstd frame holds " + written + " bytes, its buffer says " + length);
+        }
+        return buf;
+      } catch (RuntimeException e) {
+        buf.close();
+        throw e;
+      }
+    }
+
+    @Override
+    public CompressionUtil.CodecType getCodecType() {
+      return CompressionUtil.CodecType.ZSTD;
+    }
   }
 
   /**

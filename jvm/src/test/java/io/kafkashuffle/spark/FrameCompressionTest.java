@@ -78,11 +78,19 @@ class FrameCompressionTest {
     return buf;
   }
 
+  private static final CompressionCodec ZSTD =
+      FrameCompression.INSTANCE.createCodec(CompressionUtil.CodecType.ZSTD);
+
   private static byte[] decode(BufferAllocator a, long length, byte[] frames) {
+    return decode(LZ4, a, length, frames);
+  }
+
+  private static byte[] decode(
+      CompressionCodec codec, BufferAllocator a, long length, byte[] frames) {
     ArrowBuf in = arrowBuffer(a, length, frames);
     ArrowBuf decoded;
     try {
-      decoded = LZ4.decompress(a, in); // releases `in`
+      decoded = codec.decompress(a, in); // releases `in`
     } catch (RuntimeException e) {
       in.close();
       throw e;
@@ -180,6 +188,42 @@ class FrameCompressionTest {
       }
       assertTrue(refused > 1_000, "refused " + refused + " of 3000");
       assertTrue(decoded > 0, "decoded " + decoded + " of 3000");
+      assertEquals(0, a.getAllocatedMemory());
+    }
+  }
+
+  @Test
+  void zstdBodiesDecodeWithTheZstdSparkShipsAndACorruptOneIsRefused() {
+    // zstd-jni, not Arrow's arrow-compression (which Spark 4.0 does not ship).
+    Random rnd = new Random(11);
+    try (BufferAllocator a = new RootAllocator()) {
+      for (byte[] data : payloads(rnd)) {
+        byte[] frame = com.github.luben.zstd.Zstd.compress(data, 3);
+        assertArrayEquals(data, decode(ZSTD, a, data.length, frame));
+      }
+      byte[] data = columnLike(new Random(3));
+      byte[] frame = com.github.luben.zstd.Zstd.compress(data, 3);
+      // A length other than the frame's own is refused before it is allocated.
+      IllegalArgumentException huge =
+          assertThrows(IllegalArgumentException.class, () -> decode(ZSTD, a, 1L << 40, frame));
+      assertTrue(huge.getMessage().contains("says it holds 1099511627776"), huge.getMessage());
+      assertThrows(IllegalArgumentException.class, () -> decode(ZSTD, a, data.length - 1, frame));
+      // Cut short, or bytes changed: an error (zstd checks its blocks), never a crash.
+      for (int cut = 0; cut < frame.length; cut += 1 + rnd.nextInt(301)) {
+        byte[] shortened = java.util.Arrays.copyOf(frame, cut);
+        assertThrows(IllegalArgumentException.class, () -> decode(ZSTD, a, data.length, shortened));
+      }
+      int refused = 0;
+      for (int trial = 0; trial < 500; trial++) {
+        byte[] bad = frame.clone();
+        bad[4 + rnd.nextInt(bad.length - 4)] ^= (byte) (1 + rnd.nextInt(255));
+        try {
+          decode(ZSTD, a, data.length, bad);
+        } catch (IllegalArgumentException e) {
+          refused++;
+        }
+      }
+      assertTrue(refused > 250, "refused " + refused + " of 500");
       assertEquals(0, a.getAllocatedMemory());
     }
   }
