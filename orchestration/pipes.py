@@ -50,8 +50,8 @@ from orchestration.definition import (
 from orchestration.metadata import commit_metadata
 from orchestration.pipes_application import EXTRAS_KEY, public_kafka_settings, spec_to_json
 from orchestration.resources import KafkaResource
-from orchestration.shuffle.core.commitlog import Commit
-from orchestration.shuffle.errors import ShuffleWriteError
+from orchestration.shuffle.core.commitlog import Commit, ShuffleLog
+from orchestration.shuffle.errors import ShuffleTopicNotFoundError, ShuffleWriteError
 from orchestration.shuffle.read import shuffle_log
 
 
@@ -145,9 +145,12 @@ def run_shuffle_pipes(
         # committed before is still in the commit log, and is recorded below.
         crash = exc
     reported, errors = _reported(messages)
-    log = shuffle_log(asset.topic, kafka=kafka.client())
+    try:
+        log: ShuffleLog | None = shuffle_log(asset.topic, kafka=kafka.client())
+    except ShuffleTopicNotFoundError:
+        log = None  # the application failed before the shuffle was created
     mine: dict[str | None, Commit] = {}
-    for commit in log.commits:  # in log order: the last run of a window wins
+    for commit in log.commits if log is not None else []:  # in log order: the last wins
         if commit.attrs.get(DAGSTER_RUN_ATTR) == context.run_id:
             mine[commit.window] = commit
     committed = {w: mine[w] for w in windows if w in mine}
@@ -162,7 +165,7 @@ def run_shuffle_pipes(
     metadata = {
         w: commit_metadata(
             c,
-            log.layout,
+            log.layout if log is not None else None,
             kafka,
             topic=asset.topic,
             write_path=reported.get(w or "", {}).get("path"),

@@ -119,6 +119,7 @@ def pipes_write_shuffle(
     context: PipesContext | None = None,
     kafka: Mapping[str, Any] | None = None,
     compression: str | None = None,
+    raise_on_failure: bool = False,
 ) -> WindowsResult:
     """Writes ``df`` as the shuffle the launching asset declares, one run per window of the
     Dagster run, and reports each window back through Pipes.
@@ -135,14 +136,19 @@ def pipes_write_shuffle(
         context: The Pipes context; default the one ``open_dagster_pipes`` opened.
         kafka: Settings merged over those the asset passed (which hold no secrets): the
             cluster's password or SASL configuration, from the application's platform.
-        compression: Frame compression; default the IO manager's setting the asset passed.
+        compression: Frame compression; default the setting the asset passed.
+        raise_on_failure: Raise when a window failed, after all were tried and reported.
+            Off by default: the application then ends successfully, with the failed windows
+            in its report, and Dagster fails the run for them and re-runs them alone
+            (``failed_region_sensor``). A failed application may be re-run whole by its
+            platform (YARN re-attempts one), which would write every window again; and the
+            Pipes report of an application that fails may not reach Dagster.
 
     Returns:
         The windows committed and failed.
 
     Raises:
-        ShuffleWriteError: Some window failed (after every window was tried and the
-            outcome reported), so the application ends as failed too.
+        ShuffleWriteError: With ``raise_on_failure``, some window failed.
         ShuffleOptionError: The application was not launched by ``run_shuffle_pipes``, or
             a range run's asset declares no ``shuffle/window_column``.
     """
@@ -214,7 +220,7 @@ def pipes_write_shuffle(
             }
         }
     )
-    if failed:
+    if failed and raise_on_failure:
         raise ShuffleWriteError(
             f"shuffle {spec.topic}: {len(failed)} of {len(done) + len(failed)} window(s) "
             f"failed and were not committed: {sorted(str(w) for w in failed)}"

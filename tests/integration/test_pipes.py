@@ -73,7 +73,7 @@ def write_source(path: Path) -> dict[str, int]:
             }
         )
         (path / f"day={day}").mkdir(parents=True)
-        frame.to_parquet(path / f"day={day}" / "part-0.parquet")
+        frame.to_parquet(path / f"day={day}" / "part-0.parquet", coerce_timestamps="us")
     return counts
 
 
