@@ -55,6 +55,7 @@ from dagster import (
     AssetChecksDefinition,
     AssetCheckSeverity,
     AssetsDefinition,
+    AssetSpec,
     MetadataValue,
     PreviewWarning,
     asset_check,
@@ -308,13 +309,14 @@ def _partition_keys(context: AssetCheckExecutionContext, partitioned: bool) -> l
 
 
 def shuffle_asset_checks(
-    asset: AssetsDefinition, *, blocking: bool = True, full_read: bool = False
+    asset: AssetsDefinition | AssetSpec, *, blocking: bool = True, full_read: bool = False
 ) -> list[AssetChecksDefinition]:
     """The layout, row-count and readability checks of a shuffle asset stored by
     ``KafkaShuffleIOManager`` (the module doc says what each checks).
 
     Args:
-        asset: The shuffle asset.
+        asset: The shuffle asset, or the ``AssetSpec`` by which another code location
+            declares it (``shuffle_metadata`` and ``with_io_manager_key``).
         blocking: Whether a failed check stops the rest of its run (downstream assets).
         full_read: ``shuffle_rows`` reads every row back with Spark (through the IO
             manager's session) instead of counting from the frame headers.
@@ -331,7 +333,8 @@ def shuffle_asset_checks(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PreviewWarning)
                 return asset_check(
-                    asset=asset,
+                    # An AssetSpec (a shuffle declared by another code location) by its key.
+                    asset=asset.key if isinstance(asset, AssetSpec) else asset,
                     name=name,
                     blocking=blocking,
                     required_resource_keys={io_key},

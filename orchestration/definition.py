@@ -32,7 +32,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from dagster import AssetsDefinition, PartitionsDefinition, TimeWindowPartitionsDefinition
+from dagster import (
+    AssetsDefinition,
+    AssetSpec,
+    PartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+)
 
 from orchestration.shuffle.errors import ShuffleOptionError
 from orchestration.shuffle.write import ShuffleSpec
@@ -216,14 +221,31 @@ def shuffle_asset(asset: str, path: Sequence[str], metadata: Mapping[str, Any]) 
     return ShuffleAsset(spec, column("window_column"))
 
 
-def asset_shuffle(asset: AssetsDefinition) -> ShuffleAsset:
-    """The shuffle an asset stored by ``KafkaShuffleIOManager`` declares in its metadata."""
+# What Dagster's AssetSpec.with_io_manager_key sets.
+IO_MANAGER_KEY_METADATA = "dagster/io_manager_key"
+
+
+def asset_shuffle(asset: AssetsDefinition | AssetSpec) -> ShuffleAsset:
+    """The shuffle an asset declares in its metadata: the producer's own asset (stored by
+    ``KafkaShuffleIOManager``), or an ``AssetSpec`` by which another code location declares
+    it (with ``shuffle_metadata`` and the shuffle IO manager's key)."""
     key = asset.key
-    return shuffle_asset(key.to_user_string(), key.path, asset.specs_by_key[key].metadata)
+    metadata = asset.metadata if isinstance(asset, AssetSpec) else asset.specs_by_key[key].metadata
+    return shuffle_asset(key.to_user_string(), key.path, metadata)
 
 
-def asset_io_manager_key(asset: AssetsDefinition) -> str:
-    """The resource key of the IO manager that stores ``asset``."""
+def asset_io_manager_key(asset: AssetsDefinition | AssetSpec) -> str:
+    """The resource key of the IO manager that stores ``asset`` (an ``AssetSpec``: the key
+    ``with_io_manager_key`` gave it)."""
+    if isinstance(asset, AssetSpec):
+        key = asset.metadata.get(IO_MANAGER_KEY_METADATA)
+        if not key:
+            raise ShuffleOptionError(
+                f"asset {asset.key.to_user_string()}: an AssetSpec of a shuffle names the "
+                "shuffle IO manager's resource key: AssetSpec(...).with_io_manager_key("
+                "'shuffle_io')"
+            )
+        return str(getattr(key, "value", key))
     return asset.get_io_manager_key_for_asset_key(asset.key)
 
 

@@ -15,6 +15,7 @@ from dagster import (
     AssetObservation,
     AssetsDefinition,
     AssetSelection,
+    AssetSpec,
     DagsterEventType,
     DefaultSensorStatus,
     PartitionKeyRange,
@@ -53,7 +54,7 @@ from orchestration.shuffle.read import shuffle_commits_since, shuffle_log
 _NOT_CARRIED = ("dagster/", ".dagster", "shuffle/")
 
 
-def _default_window_end(asset: AssetsDefinition) -> Callable[[str], dt.datetime] | None:
+def _default_window_end(asset: AssetsDefinition | AssetSpec) -> Callable[[str], dt.datetime] | None:
     partitions_def = asset.partitions_def
     if isinstance(partitions_def, TimeWindowPartitionsDefinition):
         return lambda window: partitions_def.time_window_for_partition_key(window).end
@@ -127,7 +128,7 @@ def commit_launches(
 def shuffle_commit_sensor(
     name: str,
     *,
-    asset: AssetsDefinition,
+    asset: AssetsDefinition | AssetSpec,
     jobs: Sequence,
     window_end: Callable[[str], dt.datetime] | None = None,
     minimum_interval_seconds: int = 15,
@@ -135,6 +136,10 @@ def shuffle_commit_sensor(
 ):
     """A sensor that launches ``jobs`` for window W of the shuffle ``asset`` once its commit
     log says W is complete, once per commit.
+
+    ``asset`` is the producer's asset, or, in a consumer team's own code location, the
+    ``AssetSpec`` that declares the shuffle there (``AssetSpec(key, partitions_def=...,
+    metadata=shuffle_metadata(...)).with_io_manager_key("shuffle_io")``).
 
     Complete means the window's latest run has a watermark at or past ``window_end(W)``;
     the default for time-window partitions is the partition's end, and for other partitions
