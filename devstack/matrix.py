@@ -155,7 +155,9 @@ def install(combo: Combination, venv: Path, log: Path, wheel: Path) -> None:
     _run([sys.executable, "-m", "venv", str(venv)], log)
     pins = [f"pyspark[connect]=={combo.pyspark}.*", f"dagster=={combo.dagster}.*"]
     python = str(venv / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", str(wheel), *pins, *TEST_TOOLS], log)
+    # Not from the checkout, whose kafka_shuffle.egg-info (an editable install's) pip would
+    # take for the package installed already.
+    _run([python, "-m", "pip", "install", "-q", str(wheel), *pins, *TEST_TOOLS], log, cwd=WORK)
 
 
 def smoke(combo: Combination, venv: Path, log: Path, extra: list[str], stage: Path) -> None:
