@@ -143,7 +143,8 @@ def mirror() -> Path:
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     for entry in ROOT.iterdir():
-        if entry.name not in NOT_MIRRORED:
+        # An editable install's metadata would stand for the wheel's (and its entry points).
+        if entry.name not in NOT_MIRRORED and not entry.name.endswith(".egg-info"):
             (stage / entry.name).symlink_to(entry)
     return stage
 
