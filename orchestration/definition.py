@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from dagster import (
+    AssetKey,
     AssetsDefinition,
     AssetSpec,
     PartitionsDefinition,
@@ -40,6 +41,8 @@ from dagster import (
 )
 
 from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle.kafka.commitlog import read_log
 from orchestration.shuffle.write import ShuffleSpec
 
 # --- definition metadata ---------------------------------------------------------------
@@ -257,3 +260,62 @@ def window_ends(
     if not isinstance(partitions_def, TimeWindowPartitionsDefinition):
         return {}
     return {k: partitions_def.time_window_for_partition_key(k).end.astimezone(dt.UTC) for k in keys}
+
+
+class Cluster(TopicPrefixed, Protocol):
+    """What :func:`shuffle_asset_spec` needs of a cluster (a
+    :class:`~orchestration.KafkaResource`): its topic prefix and a client."""
+
+    def client(self) -> KafkaClient: ...
+
+
+def shuffle_asset_spec(
+    key: str | Sequence[str] | AssetKey,
+    *,
+    kafka: Cluster,
+    topic: str | None = None,
+    partitions_def: PartitionsDefinition | None = None,
+    window_column: str | None = None,
+    io_manager_key: str = "shuffle_io",
+    **spec_args: Any,
+) -> AssetSpec:
+    """The ``AssetSpec`` by which a consumer team's code location declares a shuffle that
+    another location produces, its ``shuffle_metadata`` read from the shuffle's commit log
+    (the key, partitions, key groups and event time the producer created it with), so the
+    team does not retype the producer's metadata.
+
+    It reads the commit log when the definitions load (one small read, a second at most):
+    a location that must load while Kafka is unreachable writes the spec itself, with the
+    producer's ``shuffle_metadata``.
+
+    Example::
+
+        events = shuffle_asset_spec("events", kafka=kafka, partitions_def=daily)
+        shuffle_commit_sensor("events_commits", asset=events, jobs=[report_job])
+
+    Args:
+        key: The producer's asset key.
+        kafka: The cluster (a ``KafkaResource``; its ``topic_prefix`` applies).
+        topic: The shuffle's topic, if the producer's metadata names one (default: the
+            key's path joined with ".").
+        partitions_def: The producer's partitions definition.
+        window_column: The producer's ``shuffle/window_column``, if it has one.
+        io_manager_key: The shuffle IO manager's resource key in this location.
+        spec_args: More ``AssetSpec`` arguments (``group_name``, ``description``, ...).
+
+    Raises:
+        ShuffleTopicNotFoundError: The shuffle does not exist yet (the producer never ran).
+    """
+    asset_key = AssetKey.from_coercible(key)
+    name = topic or ".".join(asset_key.path)
+    layout = read_log(kafka.client(), kafka.topic_prefix + name).require_layout()
+    metadata = shuffle_metadata(
+        key=layout.key[0] if len(layout.key) == 1 else list(layout.key),
+        num_partitions=layout.num_partitions,
+        max_parallelism=layout.max_parallelism,
+        event_time=layout.event_time,
+        topic=topic,
+        window_column=window_column,
+    )
+    spec = AssetSpec(asset_key, partitions_def=partitions_def, metadata=metadata, **spec_args)
+    return spec.with_io_manager_key(io_manager_key)

@@ -23,6 +23,7 @@ from orchestration import (
     KafkaResource,
     KafkaShuffleIOManager,
     shuffle_asset_checks,
+    shuffle_asset_spec,
     shuffle_commit_sensor,
     shuffle_metadata,
 )
@@ -83,6 +84,12 @@ def test_a_consumer_location_declares_the_shuffle_as_an_asset_spec(bootstrap, sp
                 instance=instance, partition_key=day
             )
             assert done.success
+        # The same spec, made from the commit log instead of typed again.
+        made = shuffle_asset_spec(
+            "events", kafka=KafkaResource(bootstrap_servers=bootstrap), topic=topic,
+            partitions_def=daily,
+        )  # fmt: skip
+        assert made.metadata == spec.metadata and made.partitions_def == daily
         with build_sensor_context(
             instance=instance, resources=consumer.resources, definitions=consumer
         ) as ctx:
