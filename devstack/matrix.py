@@ -156,9 +156,11 @@ def install(combo: Combination, venv: Path, log: Path, wheel: Path) -> None:
     _run([sys.executable, "-m", "venv", str(venv)], log)
     pins = [f"pyspark[connect]=={combo.pyspark}.*", f"dagster=={combo.dagster}.*"]
     python = str(venv / "bin" / "python")
-    # Not from the checkout, whose kafka_shuffle.egg-info (an editable install's) pip would
-    # take for the package installed already.
-    _run([python, "-m", "pip", "install", "-q", str(wheel), *pins, *TEST_TOOLS], log, cwd=WORK)
+    # Neither from the checkout nor with it on the path: its kafka_shuffle.egg-info (an
+    # editable install's) would pass for the package installed already.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run([python, "-m", "pip", "install", "-q", str(wheel), *pins, *TEST_TOOLS], log, env,
+         cwd=WORK)  # fmt: skip
 
 
 def smoke(combo: Combination, venv: Path, log: Path, extra: list[str], stage: Path) -> None:
