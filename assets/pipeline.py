@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 
 from assets.flights_data import END_DAY, FIRST_DAY, LOCAL_TZ, flights_of_day
 from assets.warehouse import WarehouseResource
-from orchestration import KafkaResource, shuffle_metadata
+from orchestration import KafkaResource, shuffle_metadata, shuffle_pool
 from orchestration.definition import DAGSTER_RUN_ATTR
 from orchestration.shuffle import (
     ShuffleRead,
@@ -163,6 +163,8 @@ def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int, freshn
         group_name=PIPELINE_GROUP,
         kinds={"kafka", "spark"},
         io_manager_key=SHUFFLE_IO_MANAGER,
+        # One writer of the shuffle at a time where the instance limits pools (PostgreSQL).
+        pool=shuffle_pool(topic),
         freshness_policy=freshness_policy,
         metadata=shuffle_metadata(
             key="tailnum",

@@ -26,6 +26,7 @@ _EXPORTS = {
     "FAILED_WINDOWS_TAG": "definition",
     "shuffle_metadata": "definition",
     "shuffle_asset_spec": "definition",
+    "shuffle_pool": "definition",
     "shuffle_commit_sensor": "sensors",
     "failed_region_sensor": "sensors",
     "shuffle_asset_checks": "checks",
@@ -40,7 +41,12 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from .checks import shuffle_asset_checks
     from .components import KafkaShuffle
-    from .definition import FAILED_WINDOWS_TAG, shuffle_asset_spec, shuffle_metadata
+    from .definition import (
+        FAILED_WINDOWS_TAG,
+        shuffle_asset_spec,
+        shuffle_metadata,
+        shuffle_pool,
+    )
     from .io_manager import KafkaShuffleIOManager
     from .maintenance import shuffle_expiry_job
     from .pipes import run_shuffle_pipes, shuffle_pipes_extras

@@ -55,7 +55,7 @@ from dagster import (
 from pydantic import Field
 
 from orchestration.checks import shuffle_asset_checks
-from orchestration.definition import shuffle_metadata
+from orchestration.definition import shuffle_metadata, shuffle_pool
 from orchestration.io_manager import KafkaShuffleIOManager
 from orchestration.maintenance import shuffle_expiry_job
 from orchestration.resources import KafkaResource
@@ -267,6 +267,8 @@ class KafkaShuffle(Component, Resolvable, Model):
         @dagster.multi_asset(
             name=name,
             specs=[spec],
+            # One writer of the shuffle at a time, where the instance limits its pools.
+            pool=shuffle_pool(layout.topic or ".".join(spec.key.path)),
             backfill_policy=(
                 BackfillPolicy.single_run()
                 if layout.window_column

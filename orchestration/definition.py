@@ -75,6 +75,11 @@ RETRY_OF_TAG = "shuffle/retry_of"
 COMMIT_TAG = "shuffle/commit"
 WINDOW_TAG = "shuffle/window"
 
+# --- concurrency ------------------------------------------------------------------------
+# The Dagster pool of a shuffle's writers (shuffle_pool): with the instance's pools limited
+# to one at a time, two runs never write one shuffle at once.
+POOL_PREFIX = "shuffle/"
+
 # --- metadata the integration records ------------------------------------------------------
 
 # A materialization the expiry job reports again: the run that wrote the window.
@@ -319,3 +324,19 @@ def shuffle_asset_spec(
     )
     spec = AssetSpec(asset_key, partitions_def=partitions_def, metadata=metadata, **spec_args)
     return spec.with_io_manager_key(io_manager_key)
+
+
+def shuffle_pool(topic: str) -> str:
+    """The Dagster concurrency pool of the assets that write the shuffle ``topic`` (as its
+    metadata names it, without the resource's ``topic_prefix``).
+
+    Give it to the producer asset (``@asset(pool=shuffle_pool("events"))``; the
+    ``KafkaShuffle`` component does) and limit the instance's pools to one at a time
+    (``concurrency: pools: default_limit: 1`` in ``dagster.yaml``): a retry by the
+    failed-region sensor, a user's re-run of the same day and a backfill overlapping a
+    schedule then write the shuffle one after the other, so Dagster's materializations come
+    in the order of Kafka's commit records. Without it, two writers of one window still
+    leave readers exactly one of the two runs (the later commit), but Dagster's latest
+    materialization of the window may be the other.
+    """
+    return POOL_PREFIX + topic

@@ -61,6 +61,7 @@ LIBRARY = "orchestration"
 # Installed only by the extras (pyproject.toml `demo`, `dev`): the library must not need them.
 DEV_ONLY = (
     "build",
+    "dagster_postgres",
     "dagster_webserver",
     "matplotlib",
     "mkdocs",
