@@ -196,10 +196,15 @@ def test_stream_metrics_and_group_offsets_behind(spark, kafka_conf, known, uniqu
         read = [m for m in stream_metrics(query) if m.records]
         assert [m.records for m in read] == [200]
         assert summarize_stream_metrics(stream_metrics(query))["records"] == 200
-    else:
-        query = run("chk", maxOffsetsPerTrigger="80")
-        assert query.exception() is None, query.exception()
-        check_limited_metrics(query, known)
+        # Spark commits a micro-batch to its source when the next one is planned, and a
+        # query that stops plans none: the group may stay behind by the last batch, never
+        # ahead of what was read (docs/guides/platforms.md).
+        behind = group_offsets_behind(kafka_conf, group, [known])
+        assert 0 <= behind["max_offsets_behind_latest"] <= N
+        return
+    query = run("chk", maxOffsetsPerTrigger="80")
+    assert query.exception() is None, query.exception()
+    check_limited_metrics(query, known)
     # After the query, the group's committed position is the end: nothing behind.
     deadline = time.monotonic() + 30
     while group_offsets_behind(kafka_conf, group, [known])["max_offsets_behind_latest"] != 0:
