@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from devstack import localcluster, localstack
+from devstack import localcluster, localpg, localstack
 from devstack.soak import faults as fault_plan
 from devstack.soak import verify
 
@@ -122,7 +122,14 @@ class Soak:
     def start_daemon(self) -> None:
         home = self.out / "dagster_home"
         home.mkdir(exist_ok=True)
-        (home / "dagster.yaml").write_text(DAGSTER_YAML)
+        config = DAGSTER_YAML
+        if self.args.postgres:
+            # The instance in a database of its own on the local PostgreSQL server.
+            localpg.start()
+            pg = localpg.create_database("soak")
+            config += f"storage:\n  postgres:\n    postgres_url: {pg}\n"
+            log(f"Dagster instance in PostgreSQL: {pg}")
+        (home / "dagster.yaml").write_text(config)
         workspace = self.out / "workspace.yaml"
         workspace.write_text(textwrap.dedent(f"""\
             load_from:
@@ -480,6 +487,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-day", type=int, default=20_000)
     parser.add_argument("--drain-minutes", type=float, default=10.0)
     parser.add_argument("--keep", action="store_true", help="leave the stacks running")
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="keep the Dagster instance in the local PostgreSQL server (scripts/dev postgres)",
+    )
     args = parser.parse_args(argv)
     return Soak(args).run()
 
