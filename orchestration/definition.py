@@ -36,11 +36,13 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     AssetSpec,
+    Failure,
+    MetadataValue,
     PartitionsDefinition,
     TimeWindowPartitionsDefinition,
 )
 
-from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWriteError
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import read_log
 from orchestration.shuffle.write import ShuffleSpec
@@ -340,3 +342,25 @@ def shuffle_pool(topic: str) -> str:
     materialization of the window may be the other.
     """
     return POOL_PREFIX + topic
+
+
+def windows_failure(
+    asset: str, windows: int, committed: Sequence[str], failed: Mapping[str, str], by: str = ""
+) -> tuple[Failure, ShuffleWriteError]:
+    """The ``Failure`` a run over ``windows`` windows ends with when some of them did not
+    commit (and the error it is raised from): its metadata names the failed windows
+    (:data:`FAILED_WINDOWS_TAG`), the committed ones and each failure's reason, for
+    ``failed_region_sensor`` and the UI. ``by`` says who wrote them, for the message."""
+    error = ShuffleWriteError(
+        f"asset {asset}: {len(failed)} of {windows} window(s) failed and were not "
+        f"committed{by}: {dict(failed)}"
+    )
+    failure = Failure(
+        description=str(error),
+        metadata={
+            FAILED_WINDOWS_TAG: ",".join(sorted(failed)),
+            "shuffle/committed_windows": ",".join(sorted(committed)),
+            "shuffle/errors": MetadataValue.json(dict(failed)),
+        },
+    )
+    return failure, error

@@ -49,7 +49,6 @@ from dagster import (
     ConfigurableIOManager,
     DagsterInstance,
     DagsterInvariantViolationError,
-    Failure,
     InitResourceContext,
     InputContext,
     MetadataValue,
@@ -65,6 +64,7 @@ from orchestration.definition import (
     ShuffleAsset,
     shuffle_asset,
     window_ends,
+    windows_failure,
 )
 from orchestration.metadata import commit_metadata
 from orchestration.resources import KafkaResource
@@ -73,7 +73,6 @@ from orchestration.shuffle.errors import (
     ShuffleError,
     ShuffleOptionError,
     ShuffleWindowNotFoundError,
-    ShuffleWriteError,
 )
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.read import ShuffleRead, plan_shuffle_read, shuffle_log
@@ -228,18 +227,8 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
             # (InitResourceContext.instance, public). The failed windows are also in the
             # Failure's metadata (public), from which a sensor can read them instead.
             self._instance.add_run_tags(context.run_id, {FAILED_WINDOWS_TAG: windows})
-        error = ShuffleWriteError(
-            f"asset {name}: {len(failed)} of {len(keys)} window(s) failed and were not "
-            f"committed: {failed}"
-        )
-        raise Failure(
-            description=str(error),
-            metadata={
-                FAILED_WINDOWS_TAG: windows,
-                "shuffle/committed_windows": ",".join(sorted(committed)),
-                "shuffle/errors": MetadataValue.json(failed),
-            },
-        ) from error
+        failure, error = windows_failure(name, len(keys), list(committed), failed)
+        raise failure from error
 
     def _write_range(
         self,

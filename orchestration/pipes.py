@@ -35,9 +35,7 @@ from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
     DagsterExecutionInterruptedError,
-    Failure,
     MaterializeResult,
-    MetadataValue,
     PipesClient,
 )
 
@@ -46,12 +44,13 @@ from orchestration.definition import (
     FAILED_WINDOWS_TAG,
     asset_shuffle,
     window_ends,
+    windows_failure,
 )
 from orchestration.metadata import commit_metadata
 from orchestration.pipes_application import EXTRAS_KEY, public_kafka_settings, spec_to_json
 from orchestration.resources import KafkaResource
 from orchestration.shuffle.core.commitlog import Commit, ShuffleLog
-from orchestration.shuffle.errors import ShuffleTopicNotFoundError, ShuffleWriteError
+from orchestration.shuffle.errors import ShuffleTopicNotFoundError
 from orchestration.shuffle.read import shuffle_log
 
 
@@ -190,15 +189,11 @@ def run_shuffle_pipes(
     tagged = ",".join(sorted(failed))
     # Read by failed_region_sensor (see KafkaShuffleIOManager for why the instance is asked).
     context.instance.add_run_tags(context.run_id, {FAILED_WINDOWS_TAG: tagged})
-    error = ShuffleWriteError(
-        f"asset {name}: {len(failed)} of {len(windows)} window(s) failed and were not "
-        f"committed by the Pipes application: {failed}"
+    failure, error = windows_failure(
+        name,
+        len(windows),
+        [w or "" for w in committed],
+        failed,
+        by=" by the Pipes application",
     )
-    raise Failure(
-        description=str(error),
-        metadata={
-            FAILED_WINDOWS_TAG: tagged,
-            "shuffle/committed_windows": ",".join(sorted(w or "" for w in committed)),
-            "shuffle/errors": MetadataValue.json(failed),
-        },
-    ) from (crash or error)
+    raise failure from (crash or error)
