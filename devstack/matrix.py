@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--oldest", action="store_true", help="only the oldest combination")
     parser.add_argument("--list", action="store_true", help="print the combinations and stop")
+    parser.add_argument(
+        "--only", default="", help="comma-separated combinations (names as --list prints them)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="more arguments for pytest")
     args = parser.parse_args(argv)
     combos = combinations()
@@ -213,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.oldest:
         combos = combos[:1]
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {c.name for c in combos}
+        if unknown:
+            raise SystemExit(f"--only: no combination {sorted(unknown)}; see --list")
+        combos = [c for c in combos if c.name in wanted]
     WORK.mkdir(parents=True, exist_ok=True)
     build_log = WORK / "wheel.log"
     build_log.write_text("")
