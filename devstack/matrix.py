@@ -231,17 +231,30 @@ def main(argv: list[str] | None = None) -> int:
     stage = mirror()
     results = [f"wheel {wheel.name}: built in {time.monotonic() - began:.0f} s"]
     print(results[-1], file=sys.stderr, flush=True)
+    failed = []
     for combo in combos:
         venv, log = WORK / combo.name, WORK / f"{combo.name}.log"
         log.write_text("")
         start = time.monotonic()
         print(f"{combo.name}: installing", file=sys.stderr, flush=True)
-        install(combo, venv, log, wheel)
-        installed = time.monotonic()
-        print(
-            f"{combo.name}: {versions(venv)}; running the smoke tests", file=sys.stderr, flush=True
-        )
-        smoke(combo, venv, log, args.pytest_args, stage)
+        # A failed combination is reported and the next one still runs: the table says
+        # where the package works, not only where it first failed.
+        try:
+            install(combo, venv, log, wheel)
+            installed = time.monotonic()
+            print(
+                f"{combo.name}: {versions(venv)}; running the smoke tests",
+                file=sys.stderr,
+                flush=True,
+            )
+            smoke(combo, venv, log, args.pytest_args, stage)
+        except SystemExit as exc:
+            failed.append(combo.name)
+            results.append(
+                f"{combo.name}: FAILED after {time.monotonic() - start:.0f} s; log {log}"
+            )
+            print(f"{results[-1]}\n{exc}", file=sys.stderr, flush=True)
+            continue
         done = time.monotonic()
         results.append(
             f"{combo.name}: {versions(venv)}: passed "
@@ -249,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(results[-1], file=sys.stderr, flush=True)
     print("\n".join(results))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
