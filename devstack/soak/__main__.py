@@ -102,6 +102,7 @@ class Soak:
         os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
         self.daemon: subprocess.Popen | None = None
         self.app: subprocess.Popen | None = None
+        self.pg_url: str | None = None  # the instance's database with --postgres
         self.rss: dict[str, list[tuple[float, float]]] = {"driver": [], "daemon": []}
         self.rss_pid: dict[str, list[int]] = {}
         self.load: list[tuple[float, float]] = []
@@ -124,11 +125,13 @@ class Soak:
         home.mkdir(exist_ok=True)
         config = DAGSTER_YAML
         if self.args.postgres:
-            # The instance in a database of its own on the local PostgreSQL server.
-            localpg.start()
-            pg = localpg.create_database("soak")
-            config += f"storage:\n  postgres:\n    postgres_url: {pg}\n"
-            log(f"Dagster instance in PostgreSQL: {pg}")
+            # The instance in a database of its own on the local PostgreSQL server, made
+            # once per soak: a daemon started again (a fault) keeps its history.
+            if self.pg_url is None:
+                localpg.start()
+                self.pg_url = localpg.create_database("soak")
+                log(f"Dagster instance in PostgreSQL: {self.pg_url}")
+            config += f"storage:\n  postgres:\n    postgres_url: {self.pg_url}\n"
         (home / "dagster.yaml").write_text(config)
         workspace = self.out / "workspace.yaml"
         workspace.write_text(textwrap.dedent(f"""\
