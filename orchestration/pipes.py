@@ -126,9 +126,9 @@ def run_shuffle_pipes(
             and the run is tagged ``shuffle/failed_windows`` with the others, as the IO
             manager does, so ``failed_region_sensor`` re-runs those alone.
     """
-    asset = asset_shuffle(context.assets_def).under(kafka)
     name = context.asset_key.to_user_string()
     ask = shuffle_pipes_extras(context, kafka, compression=compression)
+    topic: str = ask["spec"]["topic"]  # the asset's, under the resource's prefix
     windows: list[str | None] = list(ask["windows"] or [None])
     crash: Exception | None = None
     messages: list[Any] = []
@@ -145,7 +145,7 @@ def run_shuffle_pipes(
         crash = exc
     reported, errors = _reported(messages)
     try:
-        log: ShuffleLog | None = shuffle_log(asset.topic, kafka=kafka.client())
+        log: ShuffleLog | None = shuffle_log(topic, kafka=kafka.client())
     except ShuffleTopicNotFoundError:
         log = None  # the application failed before the shuffle was created
     mine: dict[str | None, Commit] = {}
@@ -166,14 +166,14 @@ def run_shuffle_pipes(
             c,
             log.layout if log is not None else None,
             kafka,
-            topic=asset.topic,
+            topic=topic,
             write_path=reported.get(w or "", {}).get("path"),
         )
         for w, c in committed.items()
     }
     for w, c in committed.items():
         context.log.info(
-            f"{asset.topic}: window {w!r} committed as run {c.run_id} ({c.rows} rows) by the "
+            f"{topic}: window {w!r} committed as run {c.run_id} ({c.rows} rows) by the "
             "Pipes application"
         )
     if not failed:
