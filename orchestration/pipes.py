@@ -73,7 +73,7 @@ def shuffle_pipes_extras(
         "complete_until": {k: v.isoformat() for k, v in ends.items()},
         "kafka": public_kafka_settings(kafka.config()),
         "compression": compression,
-        "run_id": context.run_id,
+        "run_id": context.run.run_id,
     }
 
 
@@ -150,7 +150,7 @@ def run_shuffle_pipes(
         log = None  # the application failed before the shuffle was created
     mine: dict[str | None, Commit] = {}
     for commit in log.commits if log is not None else []:  # in log order: the last wins
-        if commit.attrs.get(DAGSTER_RUN_ATTR) == context.run_id:
+        if commit.attrs.get(DAGSTER_RUN_ATTR) == context.run.run_id:
             mine[commit.window] = commit
     committed = {w: mine[w] for w in windows if w in mine}
     failed: dict[str, str] = {}
@@ -188,7 +188,7 @@ def run_shuffle_pipes(
         )
     tagged = ",".join(sorted(failed))
     # Read by failed_region_sensor (see KafkaShuffleIOManager for why the instance is asked).
-    context.instance.add_run_tags(context.run_id, {FAILED_WINDOWS_TAG: tagged})
+    context.instance.add_run_tags(context.run.run_id, {FAILED_WINDOWS_TAG: tagged})
     failure, error = windows_failure(
         name,
         len(windows),

@@ -137,7 +137,7 @@ def test_wheel_carries_the_jar_built_from_the_clone_and_kafka_clients(wheel, tmp
     assert "io/kafkashuffle/spark/SparkVersionCheck.class" in names
     # Spark is provided at run time: nothing of it, nor of kafka-clients, is inside.
     assert not [n for n in names if n.startswith(("org/", "scala/", "com/"))]
-    assert f"version={VERSION}" in props and "spark.supported=4.2,4.3" in props
+    assert f"version={VERSION}" in props and "spark.supported=4.0,4.1,4.2,4.3" in props
     assert b"io.kafkashuffle.spark.ShuffleTableProvider" in services
     assert f"version={VERSION}" in coordinate and "groupId=io.kafkashuffle" in coordinate
 
