@@ -12,7 +12,9 @@ Built from the library alone, as a user would build theirs:
 - ``carrier_hourly_otp``: a different key, so an ordinary ``groupBy`` over the shuffle read.
 
 Outputs are Parquet under ``<warehouse>/<asset_name>/day=YYYY-MM-DD/``; re-materializing a
-day replaces that folder only. :func:`flights_pipeline` builds the definitions for a topic.
+day replaces that folder only. :func:`flights_pipeline` builds the definitions for a topic in
+one code location; :func:`flights_producer` and :func:`flights_consumers` (with
+:func:`flights_shuffle_spec`) build the producer team's and the consumer team's locations.
 """
 
 import datetime as dt
@@ -26,6 +28,7 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
+    AssetSpec,
     BackfillPolicy,
     ConfigurableResource,
     DailyPartitionsDefinition,
@@ -154,6 +157,41 @@ class FlightsPipeline:
     shuffle: object  # the flights_by_tailnum AssetsDefinition
 
 
+SHUFFLE_DESCRIPTION = "The shuffle topic: flights keyed by tailnum, one committed run per day."
+
+
+def flights_shuffle_metadata(topic: str, num_partitions: int = 8, max_parallelism: int = 128):
+    """The shuffle's metadata, as the producer declares it and a consumer location repeats it
+    (:func:`flights_shuffle_spec`)."""
+    return shuffle_metadata(
+        key="tailnum",
+        num_partitions=num_partitions,
+        max_parallelism=max_parallelism,
+        event_time="sched_dep",
+        topic=topic,
+        window_column="day",
+    )
+
+
+def flights_shuffle_spec(
+    topic: str = DEFAULT_TOPIC, *, num_partitions: int = 8, max_parallelism: int = 128
+) -> AssetSpec:
+    """``flights_by_tailnum`` as a consumer team's code location declares it: an asset
+    defined in the producer's location, read through this location's shuffle IO manager.
+
+    Written from :func:`flights_shuffle_metadata`, so the location loads whether or not
+    Kafka is reachable; ``orchestration.shuffle_asset_spec`` reads the same from the
+    shuffle's commit log instead."""
+    return AssetSpec(
+        FLIGHTS_BY_TAILNUM,
+        partitions_def=daily,
+        group_name=PIPELINE_GROUP,
+        kinds={"kafka"},
+        metadata=flights_shuffle_metadata(topic, num_partitions, max_parallelism),
+        description=SHUFFLE_DESCRIPTION,
+    ).with_io_manager_key(SHUFFLE_IO_MANAGER)
+
+
 def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int, freshness_policy):
     @asset(
         name="flights_by_tailnum",
@@ -166,15 +204,8 @@ def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int, freshn
         # One writer of the shuffle at a time where the instance limits pools (PostgreSQL).
         pool=shuffle_pool(topic),
         freshness_policy=freshness_policy,
-        metadata=shuffle_metadata(
-            key="tailnum",
-            num_partitions=num_partitions,
-            max_parallelism=max_parallelism,
-            event_time="sched_dep",
-            topic=topic,
-            window_column="day",
-        ),
-        description="The shuffle topic: flights keyed by tailnum, one committed run per day.",
+        metadata=flights_shuffle_metadata(topic, num_partitions, max_parallelism),
+        description=SHUFFLE_DESCRIPTION,
     )
     def flights_by_tailnum(
         context: AssetExecutionContext,
@@ -321,10 +352,17 @@ def run_consumer(name: str, read: ShuffleRead, out_path: str) -> dict:
     }
 
 
+def consumer_pool(name: str) -> str:
+    """The pool of consumer ``name``'s runs: on an instance that limits pools, two runs of it
+    (a user's re-run beside the commit sensor's) never write its output at once."""
+    return f"flights/{name}"
+
+
 def _consumer_asset(name: str, description: str):
     @asset(
         name=name,
         partitions_def=daily,
+        pool=consumer_pool(name),
         group_name=PIPELINE_GROUP,
         kinds={"spark", "parquet"},
         description=description,
@@ -413,6 +451,8 @@ def _running_totals_asset(topic: str):
     @asset(
         name=RUNNING_TOTALS,
         deps=[FLIGHTS_BY_TAILNUM],
+        # One streaming query at a time over its checkpoint.
+        pool=consumer_pool(RUNNING_TOTALS),
         group_name=PIPELINE_GROUP,
         kinds={"spark", "parquet"},
         description="Per aircraft, totals over every day so far, kept up to date incrementally "
@@ -468,18 +508,32 @@ def _running_totals_asset(topic: str):
     return aircraft_running_totals
 
 
-def flights_pipeline(
+def flights_producer(
     topic: str = DEFAULT_TOPIC,
     *,
     num_partitions: int = 8,
     max_parallelism: int = 128,
     freshness_policy: FreshnessPolicy | None = DAILY_FRESHNESS,
 ) -> FlightsPipeline:
-    """The pipeline's assets and checks, with the shuffle in ``topic``."""
-    from assets.enrichment import enrichment_assets
+    """The producer team's assets and checks: ``flights``, the shuffle in ``topic`` and the
+    rows it cannot key."""
     from orchestration import shuffle_asset_checks
 
     shuffle = _shuffle_asset(topic, num_partitions, max_parallelism, freshness_policy)
+    return FlightsPipeline(
+        assets=[flights, shuffle, flights_missing_tailnum],
+        checks=[*shuffle_asset_checks(shuffle), _rows_balance_check(shuffle, topic)],
+        shuffle=shuffle,
+    )
+
+
+def flights_consumers(topic: str = DEFAULT_TOPIC) -> list:
+    """The consumer team's assets over the shuffle in ``topic``: the three per-day consumers,
+    the running totals and the queue-mode enrichment. They name the shuffle by its key, so
+    they serve in the producer's location and in one of their own (with
+    :func:`flights_shuffle_spec`) alike."""
+    from assets.enrichment import enrichment_assets
+
     consumers = [
         _consumer_asset(
             "aircraft_daily_utilization",
@@ -496,15 +550,25 @@ def flights_pipeline(
             "Per carrier, day and local scheduled hour: arrivals known and on-time percentage.",
         ),
     ]
+    return [*consumers, _running_totals_asset(topic), *enrichment_assets(topic)]
+
+
+def flights_pipeline(
+    topic: str = DEFAULT_TOPIC,
+    *,
+    num_partitions: int = 8,
+    max_parallelism: int = 128,
+    freshness_policy: FreshnessPolicy | None = DAILY_FRESHNESS,
+) -> FlightsPipeline:
+    """The whole pipeline in one code location: the producer's and the consumers' assets."""
+    producer = flights_producer(
+        topic,
+        num_partitions=num_partitions,
+        max_parallelism=max_parallelism,
+        freshness_policy=freshness_policy,
+    )
     return FlightsPipeline(
-        assets=[
-            flights,
-            shuffle,
-            flights_missing_tailnum,
-            *consumers,
-            _running_totals_asset(topic),
-            *enrichment_assets(topic),
-        ],
-        checks=[*shuffle_asset_checks(shuffle), _rows_balance_check(shuffle, topic)],
-        shuffle=shuffle,
+        assets=[*producer.assets, *flights_consumers(topic)],
+        checks=producer.checks,
+        shuffle=producer.shuffle,
     )

@@ -4,7 +4,8 @@
 consumers without a daemon running: each sensor tick is evaluated with Dagster's own
 context builders, and each run it requests is executed in process, on the same instance
 (so the UI shows them), the same Spark session, and with the same run-key deduplication
-the daemon applies.
+the daemon applies. Given several ``Definitions`` (the code locations of a workspace), it
+finds each job and sensor in the location that defines it, as the daemon does.
 """
 
 import time
@@ -46,16 +47,17 @@ class RunOutcome:
 
 
 class LocalRunner:
-    """Executes jobs and sensor ticks of ``defs`` against ``instance``, in this process."""
+    """Executes jobs and sensor ticks of ``defs`` (one code location's definitions, or those
+    of several) against ``instance``, in this process."""
 
     def __init__(
         self,
-        defs: Definitions,
+        defs: Definitions | Sequence[Definitions],
         instance: DagsterInstance,
         log_level: str | None = None,
         progress: Callable[[str], None] | None = None,
     ):
-        self.defs = defs
+        self.locations = [defs] if isinstance(defs, Definitions) else list(defs)
         self.instance = instance
         # The console logger of in-process runs; every event is in the instance (and the UI).
         self.run_config = (
@@ -65,8 +67,17 @@ class LocalRunner:
         self.cursors: dict[str, str | None] = {}
         self.outcomes: list[RunOutcome] = []
 
+    def _location(self, kind: str, name: str) -> Definitions:
+        """The one location that defines the job or sensor ``name``."""
+        found = [
+            d for d in self.locations if _defines(d.jobs if kind == "job" else d.sensors, name)
+        ]
+        if len(found) != 1:
+            raise KeyError(f"{kind} {name!r} is defined in {len(found)} of the code locations")
+        return found[0]
+
     def _job(self, name: str):
-        return self.defs.resolve_job_def(name)
+        return self._location("job", name).resolve_job_def(name)
 
     def run(
         self,
@@ -123,12 +134,13 @@ class LocalRunner:
 
     def tick(self, sensor_name: str) -> list[RunRequest]:
         """Evaluates one tick of a (non run-status) sensor, keeping its cursor between ticks."""
-        sensor_def = self.defs.resolve_sensor_def(sensor_name)
+        location = self._location("sensor", sensor_name)
+        sensor_def = location.resolve_sensor_def(sensor_name)
         with build_sensor_context(
             instance=self.instance,
             cursor=self.cursors.get(sensor_name),
-            resources=self.defs.resources,
-            definitions=self.defs,
+            resources=location.resources,
+            definitions=location,
         ) as ctx:
             result = sensor_def(ctx)
         if isinstance(result, SkipReason) or result is None:
@@ -141,7 +153,7 @@ class LocalRunner:
 
     def failure_requests(self, sensor_name: str, run_id: str) -> list[RunRequest]:
         """Evaluates a run-failure sensor for one failed run."""
-        sensor_def = self.defs.resolve_sensor_def(sensor_name)
+        sensor_def = self._location("sensor", sensor_name).resolve_sensor_def(sensor_name)
         run = self.instance.get_run_by_id(run_id)
         records = self.instance.get_records_for_run(
             run_id, of_type=DagsterEventType.PIPELINE_FAILURE
@@ -194,3 +206,7 @@ class LocalRunner:
                 progressed |= bool(self.execute_requests(failure_sensor, reqs))
             if not progressed:
                 return
+
+
+def _defines(definitions, name: str) -> bool:
+    return any(getattr(d, "name", None) == name for d in definitions or ())

@@ -1,4 +1,9 @@
-"""The single Dagster composition root: ``workspace.yaml`` loads ``defs`` from here.
+"""The single Dagster composition root. ``workspace.yaml`` loads two code locations from here,
+as two teams would run them: ``producer_defs`` (the producer team's: ``flights``, the shuffle,
+its checks, schedules, failed-region sensor and expiry) and ``consumer_defs`` (the consumer
+team's: its consumers, their jobs and the commit sensor that launches them, the shuffle
+declared as an ``AssetSpec`` of the producer's asset). :func:`build_defs` makes either, or
+the whole pipeline in one location.
 
 The environment is read here and nowhere else:
 
@@ -31,10 +36,18 @@ from collections.abc import Mapping
 from dagster import Definitions, EnvVar
 from dagster_pyspark import LazyPySparkResource
 
-from assets.pipeline import DEFAULT_TOPIC, SHUFFLE_IO_MANAGER, FaultInjection, flights_pipeline
+from assets.pipeline import (
+    DEFAULT_TOPIC,
+    SHUFFLE_IO_MANAGER,
+    FaultInjection,
+    flights_consumers,
+    flights_pipeline,
+    flights_producer,
+    flights_shuffle_spec,
+)
 from assets.stack_check import kafka_stack_check
 from assets.warehouse import WarehouseResource
-from jobs.pipeline import flights_jobs
+from jobs.pipeline import consumer_jobs, flights_jobs, producer_jobs
 from orchestration import KafkaResource, KafkaShuffleIOManager, ShuffleSparkResource
 from orchestration.shuffle import KafkaClient, session_settings
 
@@ -111,6 +124,12 @@ def kafka_resource(env: Mapping[str, str]) -> KafkaResource:
     return KafkaResource(bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS"), **fields)
 
 
+# The code locations of workspace.yaml.
+PRODUCER_LOCATION = "flights_producer"
+CONSUMER_LOCATION = "flights_consumers"
+LOCATIONS = (PRODUCER_LOCATION, CONSUMER_LOCATION)
+
+
 def build_defs(
     *,
     topic: str = DEFAULT_TOPIC,
@@ -118,12 +137,34 @@ def build_defs(
     max_parallelism: int = 128,
     max_retries: int = 2,
     resources: Mapping[str, object] | None = None,
+    location: str | None = None,
 ) -> Definitions:
-    """The project's definitions; ``resources`` replace the defaults (tests use this)."""
-    pipeline = flights_pipeline(
-        topic, num_partitions=num_partitions, max_parallelism=max_parallelism
-    )
-    jobs = flights_jobs(pipeline, max_retries=max_retries)
+    """The project's definitions: the whole pipeline in one location, or with ``location``
+    (:data:`PRODUCER_LOCATION` or :data:`CONSUMER_LOCATION`) one team's part of it.
+    ``resources`` replace the defaults (tests use this)."""
+    if location is None:
+        pipeline = flights_pipeline(
+            topic, num_partitions=num_partitions, max_parallelism=max_parallelism
+        )
+        assets = [*pipeline.assets, kafka_stack_check]
+        checks = pipeline.checks
+        jobs = flights_jobs(pipeline, max_retries=max_retries)
+    elif location == PRODUCER_LOCATION:
+        producer = flights_producer(
+            topic, num_partitions=num_partitions, max_parallelism=max_parallelism
+        )
+        assets = [*producer.assets, kafka_stack_check]
+        checks = producer.checks
+        jobs = producer_jobs(producer.shuffle, max_retries=max_retries)
+    elif location == CONSUMER_LOCATION:
+        shuffle = flights_shuffle_spec(
+            topic, num_partitions=num_partitions, max_parallelism=max_parallelism
+        )
+        assets = [shuffle, *flights_consumers(topic)]
+        checks = []
+        jobs = consumer_jobs(shuffle, max_retries=max_retries)
+    else:
+        raise ValueError(f"location {location!r}: expected one of {', '.join(LOCATIONS)}")
     kafka = dict(resources or {}).get("kafka") or kafka_resource(os.environ)
     merged = {
         "kafka": kafka,
@@ -136,8 +177,8 @@ def build_defs(
         SHUFFLE_IO_MANAGER, KafkaShuffleIOManager(kafka=merged["kafka"], spark=merged["spark"])
     )
     return Definitions(
-        assets=[*pipeline.assets, kafka_stack_check],
-        asset_checks=pipeline.checks,
+        assets=assets,
+        asset_checks=checks,
         jobs=jobs.jobs,
         schedules=jobs.schedules,
         sensors=jobs.sensors,
@@ -145,13 +186,15 @@ def build_defs(
     )
 
 
-def defs_from_env(env: Mapping[str, str]) -> Definitions:
-    """The definitions configured from environment variables (see the table above)."""
+def defs_from_env(env: Mapping[str, str], location: str | None = None) -> Definitions:
+    """The definitions of ``location`` (the whole pipeline by default) configured from
+    environment variables (see the table above)."""
     # Python workers must run this interpreter, which has pyarrow and the project installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     faults = [i.strip() for i in env.get("SHUFFLE_INJECT_FAILURES", "").split(",") if i.strip()]
     kafka = kafka_resource(env)
     return build_defs(
+        location=location,
         topic=env.get("SHUFFLE_FLIGHTS_TOPIC", DEFAULT_TOPIC),
         max_retries=int(env.get("SHUFFLE_MAX_RETRIES", "2")),
         resources={
@@ -170,4 +213,5 @@ def defs_from_env(env: Mapping[str, str]) -> Definitions:
     )
 
 
-defs = defs_from_env(os.environ)
+producer_defs = defs_from_env(os.environ, PRODUCER_LOCATION)
+consumer_defs = defs_from_env(os.environ, CONSUMER_LOCATION)

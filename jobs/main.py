@@ -1,8 +1,9 @@
 """The main job: the reference pipeline over a range of days, on the configured stack.
 
-Through Dagster: a backfill of the producer over the range (one run, one Spark session,
-one committed shuffle run per day), then the sensors: the commit sensor launches the three
-consumer jobs for every complete day, and the failed-region sensor retries what fails.
+Through Dagster, in the workspace's two code locations: a backfill of the producer over the
+range (one run, one Spark session, one committed shuffle run per day), then the sensors: the
+consumer location's commit sensor launches the three consumer jobs for every complete day,
+and the producer location's failed-region sensor retries what fails.
 Runs are recorded in ``$DAGSTER_HOME`` (``scripts/dev`` sets ``.local/dagster``), so
 ``scripts/dev ui`` shows them. Configuration: the environment variables of
 :mod:`jobs.definitions`. Prints rows per asset per day, the shuffle's watermark
@@ -77,15 +78,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from assets.pipeline import CONSUMERS, FLIGHTS_BY_TAILNUM
     from devstack.runner import LocalRunner
-    from jobs.definitions import defs, kafka_client
+    from jobs.definitions import consumer_defs, kafka_client, producer_defs
     from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR, RUNNING_TOTALS_JOB
     from orchestration.definition import shuffle_asset
     from orchestration.shuffle import shuffle_log, shuffle_watermark
     from orchestration.shuffle.spark.jvm import choose_engine
 
     started = time.monotonic()
+    # The workspace's two code locations, the producer team's and the consumer team's.
     runner = LocalRunner(
-        defs,
+        [producer_defs, consumer_defs],
         instance(),
         log_level=os.environ.get("SHUFFLE_RUN_LOG_LEVEL", "WARNING"),
         progress=lambda line: print(line, flush=True),
@@ -95,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     runner.settle(COMMIT_SENSOR, REGION_SENSOR)
     totals = runner.run(RUNNING_TOTALS_JOB)
 
-    res = defs.resources
-    kafka = kafka_client(defs)
-    spec = defs.resolve_assets_def(FLIGHTS_BY_TAILNUM).specs_by_key[FLIGHTS_BY_TAILNUM]
+    res = producer_defs.resources
+    kafka = kafka_client(producer_defs)
+    spec = producer_defs.resolve_assets_def(FLIGHTS_BY_TAILNUM).specs_by_key[FLIGHTS_BY_TAILNUM]
     topic = shuffle_asset("flights_by_tailnum", ["flights_by_tailnum"], spec.metadata).topic
     warehouse = res["warehouse"]
     log = shuffle_log(topic, kafka=kafka)

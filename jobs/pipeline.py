@@ -33,16 +33,39 @@ class FlightsJobs:
     sensors: list
 
 
-def flights_jobs(pipeline: FlightsPipeline, *, max_retries: int = 2) -> FlightsJobs:
-    """The producer job and its daily schedule, one job per consumer (retried by Dagster up
-    to ``max_retries`` times), the commit sensor that launches the consumers of each complete
-    day, and the failed-region sensor that re-runs only the failed days of a producer run."""
+def producer_jobs(shuffle, *, max_retries: int = 2) -> FlightsJobs:
+    """The producer team's: the producer job and its daily schedule, the failed-region sensor
+    that re-runs only the failed days of a producer run, and the nightly expiry of
+    superseded runs of ``shuffle`` (the shuffle's ``AssetsDefinition``)."""
     producer_job = define_asset_job(
         PRODUCER_JOB,
         selection=[FLIGHTS, FLIGHTS_BY_TAILNUM, MISSING_TAILNUM],
         description="Loads days of flights and writes each to the shuffle as one committed run.",
     )
-    consumer_jobs = [
+    # Superseded runs go every night; the daily runs of the last year stay.
+    expiry_job = shuffle_expiry_job(EXPIRY_JOB, asset=shuffle, keep_last=366)
+    return FlightsJobs(
+        jobs=[producer_job, expiry_job],
+        schedules=[
+            build_schedule_from_partitioned_job(producer_job, hour_of_day=1),
+            ScheduleDefinition(job=expiry_job, cron_schedule="0 3 * * *"),
+        ],
+        sensors=[
+            # The shuffle asset too: its runs launched from the UI (an asset backfill, runs of
+            # Dagster's implicit asset job) are retried as the producer job's are.
+            failed_region_sensor(
+                REGION_SENSOR, jobs=[producer_job], assets=[shuffle], max_retries=max_retries
+            ),
+        ],
+    )
+
+
+def consumer_jobs(shuffle, *, max_retries: int = 2) -> FlightsJobs:
+    """The consumer team's: one job per consumer (retried by Dagster up to ``max_retries``
+    times), the running totals' and the enrichment's jobs, and the commit sensor that
+    launches the consumers of each complete day of ``shuffle`` (the producer's
+    ``AssetsDefinition`` in one location, its ``AssetSpec`` in a location of its own)."""
+    per_day = [
         define_asset_job(
             f"{name}_job",
             selection=[name],
@@ -63,23 +86,19 @@ def flights_jobs(pipeline: FlightsPipeline, *, max_retries: int = 2) -> FlightsJ
         description="Enriches one day of the shuffle flight by flight through a Kafka share "
         "group, and reports that day's dead letters.",
     )
-    # Superseded runs go every night; the daily runs of the last year stay.
-    expiry_job = shuffle_expiry_job(EXPIRY_JOB, asset=pipeline.shuffle, keep_last=366)
     return FlightsJobs(
-        jobs=[producer_job, *consumer_jobs, running_totals_job, enriched_job, expiry_job],
-        schedules=[
-            build_schedule_from_partitioned_job(producer_job, hour_of_day=1),
-            ScheduleDefinition(job=expiry_job, cron_schedule="0 3 * * *"),
-        ],
-        sensors=[
-            shuffle_commit_sensor(COMMIT_SENSOR, asset=pipeline.shuffle, jobs=consumer_jobs),
-            # The shuffle asset too: its runs launched from the UI (an asset backfill, runs of
-            # Dagster's implicit asset job) are retried as the producer job's are.
-            failed_region_sensor(
-                REGION_SENSOR,
-                jobs=[producer_job],
-                assets=[pipeline.shuffle],
-                max_retries=max_retries,
-            ),
-        ],
+        jobs=[*per_day, running_totals_job, enriched_job],
+        schedules=[],
+        sensors=[shuffle_commit_sensor(COMMIT_SENSOR, asset=shuffle, jobs=per_day)],
+    )
+
+
+def flights_jobs(pipeline: FlightsPipeline, *, max_retries: int = 2) -> FlightsJobs:
+    """Both teams' jobs, schedules and sensors, for the whole pipeline in one location."""
+    producer = producer_jobs(pipeline.shuffle, max_retries=max_retries)
+    consumers = consumer_jobs(pipeline.shuffle, max_retries=max_retries)
+    return FlightsJobs(
+        jobs=[*producer.jobs, *consumers.jobs],
+        schedules=[*producer.schedules, *consumers.schedules],
+        sensors=[*consumers.sensors, *producer.sensors],
     )

@@ -20,6 +20,17 @@ def kafka_conf(bootstrap) -> dict:
     return {"bootstrap.servers": bootstrap}
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A database factory on the local PostgreSQL server (the machine's server binaries, a
+    data directory in .local/, started once): ``postgres("name")`` is the URL of a fresh,
+    empty database ``name``, for a Dagster instance of its own."""
+    from devstack import localpg
+
+    localpg.start()
+    return localpg.create_database
+
+
 def _use_local_s3() -> None:
     """Points pyarrow and every Spark session started from now on at the local S3 server,
     as ``eval "$(scripts/dev s3 env)"`` does in a shell: ``AWS_*`` variables and a

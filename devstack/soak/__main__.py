@@ -31,13 +31,20 @@ STACK_ENV = {
     "SHUFFLE_CLUSTER_WORKER_CORES": "4",
     "SHUFFLE_CLUSTER_WORKER_MEMORY": "3g",
 }
-DAGSTER_YAML = """\
+RUN_LIMIT = "  config:\n    max_concurrent_runs: 2\n"
+POOL_LIMITS = """\
+concurrency:
+  runs:
+    max_concurrent_runs: 2
+  pools:
+    default_limit: 1
+    granularity: run
+"""
+DAGSTER_YAML = f"""\
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
-  config:
-    max_concurrent_runs: 2
-run_retries:
+{RUN_LIMIT}run_retries:
   enabled: true
   max_retries: 2
 run_monitoring:
@@ -132,12 +139,23 @@ class Soak:
                 self.pg_url = localpg.create_database("soak")
                 log(f"Dagster instance in PostgreSQL: {self.pg_url}")
             config += f"storage:\n  postgres:\n    postgres_url: {self.pg_url}\n"
+            # One run at a time per pool, as devstack/localpg.py's instance: the producer's
+            # runs (shuffle_pool) never overlap, retries by the failed-region sensor included.
+            # Dagster takes the run limit from the same block then.
+            config = config.replace(RUN_LIMIT, "") + POOL_LIMITS
         (home / "dagster.yaml").write_text(config)
         workspace = self.out / "workspace.yaml"
         workspace.write_text(textwrap.dedent(f"""\
             load_from:
               - python_module:
                   module_name: devstack.soak.definitions
+                  attribute: producer_defs
+                  location_name: soak_producer
+                  working_directory: {ROOT}
+              - python_module:
+                  module_name: devstack.soak.definitions
+                  attribute: consumer_defs
+                  location_name: soak_consumers
                   working_directory: {ROOT}
             """))  # fmt: skip
         exe = Path(sys.executable).with_name("dagster-daemon")

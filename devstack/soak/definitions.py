@@ -27,6 +27,7 @@ import pandas as pd
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    AssetSpec,
     BackfillPolicy,
     DagsterRunStatus,
     DailyPartitionsDefinition,
@@ -58,6 +59,7 @@ from orchestration import (
     shuffle_commit_sensor,
     shuffle_expiry_job,
     shuffle_metadata,
+    shuffle_pool,
 )
 from orchestration.shuffle import apply_per_key, session_settings
 from orchestration.shuffle.testing import fail_window_writes
@@ -119,19 +121,23 @@ TOPIC = os.environ.get("SOAK_TOPIC", "soak.events")
 _held = contextlib.ExitStack()
 
 
+LAYOUT = shuffle_metadata(
+    key="key",
+    num_partitions=6,
+    max_parallelism=60,
+    event_time="ts",
+    topic=TOPIC,
+    window_column="day",
+    replication_factor=3,
+)
+
+
 @asset(
     partitions_def=daily,
     backfill_policy=BackfillPolicy.single_run(),
     io_manager_key="shuffle_io",
-    metadata=shuffle_metadata(
-        key="key",
-        num_partitions=6,
-        max_parallelism=60,
-        event_time="ts",
-        topic=TOPIC,
-        window_column="day",
-        replication_factor=3,
-    ),
+    metadata=LAYOUT,
+    pool=shuffle_pool(TOPIC),
 )
 def soak_events(context: AssetExecutionContext, spark: ShuffleSparkResource) -> DataFrame:
     rows = rows_per_day()
@@ -279,10 +285,18 @@ def _no_expiry_pending(context: ScheduleEvaluationContext) -> bool:
     return not instance.get_runs(RunsFilter(job_name="soak_expiry_job", statuses=ACTIVE))
 
 
-defs = Definitions(
-    assets=[soak_events, *[globals()[name] for name in CONSUMERS]],
+resources = {
+    "kafka": kafka,
+    "spark": spark,
+    "shuffle_io": KafkaShuffleIOManager(kafka=kafka, spark=spark),
+}
+
+# Two code locations, as teams run them: the producer's and the consumers' (which declare the
+# shuffle as an asset of another location).
+producer_defs = Definitions(
+    assets=[soak_events],
     asset_checks=shuffle_asset_checks(soak_events),
-    jobs=[producer_job, *consumer_jobs, expiry_job],
+    jobs=[producer_job, expiry_job],
     schedules=[
         ScheduleDefinition(
             job=expiry_job,
@@ -295,13 +309,6 @@ defs = Definitions(
     executor=in_process_executor,
     sensors=[
         soak_producer_sensor,
-        shuffle_commit_sensor(
-            "soak_commit_sensor",
-            asset=soak_events,
-            jobs=consumer_jobs,
-            minimum_interval_seconds=10,
-            default_status=DefaultSensorStatus.RUNNING,
-        ),
         failed_region_sensor(
             "soak_failed_region_sensor",
             jobs=[producer_job],
@@ -311,9 +318,23 @@ defs = Definitions(
             default_status=DefaultSensorStatus.RUNNING,
         ),
     ],
-    resources={
-        "kafka": kafka,
-        "spark": spark,
-        "shuffle_io": KafkaShuffleIOManager(kafka=kafka, spark=spark),
-    },
+    resources=resources,
+)
+soak_events_spec = AssetSpec(
+    "soak_events", partitions_def=daily, metadata=LAYOUT
+).with_io_manager_key("shuffle_io")
+consumer_defs = Definitions(
+    assets=[soak_events_spec, *[globals()[name] for name in CONSUMERS]],
+    jobs=consumer_jobs,
+    executor=in_process_executor,
+    sensors=[
+        shuffle_commit_sensor(
+            "soak_commit_sensor",
+            asset=soak_events_spec,
+            jobs=consumer_jobs,
+            minimum_interval_seconds=10,
+            default_status=DefaultSensorStatus.RUNNING,
+        ),
+    ],
+    resources=resources,
 )

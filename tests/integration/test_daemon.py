@@ -1,23 +1,27 @@
-"""The deployed path: a real ``dagster-daemon`` runs the queue and the sensors.
+"""The deployed path: a real ``dagster-daemon`` runs the queue and the sensors, on an instance
+kept in PostgreSQL with the QueuedRunCoordinator, as teams run Dagster.
 
 Everything goes through Dagster's own command line on ``workspace.yaml``, as a user would
-run it: the producer run is launched onto the queue, the sensors are started, and the
-daemon launches each run in its own process. One consumer is made to fail for the day
-(``SHUFFLE_INJECT_FAILURES``): the other two succeed, Dagster's run retries re-run only
-that job and day, and the producer is never run again.
+run it: two code locations, the producer team's and the consumer team's (which declares the
+shuffle as an ``AssetSpec`` of the producer's asset). The producer run is launched onto the
+queue from its location, the sensors are started in theirs, and the daemon launches each run
+in its own process. One consumer is made to fail for the day (``SHUFFLE_INJECT_FAILURES``):
+the other two succeed, Dagster's run retries re-run only that job and day, and the producer
+is never run again.
 """
 
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+from devstack.localpg import dagster_yaml
+from jobs.definitions import CONSUMER_LOCATION, PRODUCER_LOCATION
 from jobs.pipeline import COMMIT_SENSOR, CONSUMER_JOBS, PRODUCER_JOB, REGION_SENSOR
 
 PARENT_TAG = "dagster/parent_run_id"
@@ -32,10 +36,10 @@ PARTITION_TAG = "dagster/partition"
 DONE = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 
 
-def _dagster(env: dict, *args: str) -> str:
+def _dagster(env: dict, location: str, *args: str) -> str:
     exe = Path(sys.executable).with_name("dagster")
     proc = subprocess.run(
-        [str(exe), *args, "-w", "workspace.yaml"],
+        [str(exe), *args, "-w", "workspace.yaml", "-l", location],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -46,33 +50,27 @@ def _dagster(env: dict, *args: str) -> str:
     return proc.stdout
 
 
+def _location(run) -> str:
+    return run.remote_job_origin.repository_origin.code_location_origin.location_name
+
+
 def _runs_of(instance: DagsterInstance, job: str) -> list:
     return list(instance.get_runs(RunsFilter(job_name=job)))
 
 
 @pytest.mark.timeout(600)
-def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap, tmp_path, unique):
+def test_daemon_launches_consumers_and_retries_only_the_failed_region(
+    bootstrap, postgres, tmp_path, unique, monkeypatch
+):
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text(
-        textwrap.dedent(
-            """
-            run_coordinator:
-              module: dagster.core.run_coordinator
-              class: QueuedRunCoordinator
-              config:
-                max_concurrent_runs: 2
-            run_retries:
-              enabled: true
-            telemetry:
-              enabled: false
-            """
-        )
-    )
+    # Queued runs, two at a time, one at a time per pool (the shuffle's writers share one).
+    (home / "dagster.yaml").write_text(dagster_yaml(max_concurrent_runs=2))
     warehouse = tmp_path / "warehouse"
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
+        "SHUFFLE_DAGSTER_PG_URL": postgres(unique("daemon").replace("-", "_")),
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "SHUFFLE_FLIGHTS_TOPIC": unique("flights.daemon"),
         "SHUFFLE_WAREHOUSE": str(warehouse),
@@ -83,9 +81,9 @@ def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap,
     consumers = list(CONSUMER_JOBS)
 
     tags = f'{{"{PARTITION_TAG}": "{DAY}"}}'
-    _dagster(env, "job", "launch", "-j", PRODUCER_JOB, "--tags", tags)
-    for sensor in (COMMIT_SENSOR, REGION_SENSOR):
-        _dagster(env, "sensor", "start", sensor)
+    _dagster(env, PRODUCER_LOCATION, "job", "launch", "-j", PRODUCER_JOB, "--tags", tags)
+    _dagster(env, CONSUMER_LOCATION, "sensor", "start", COMMIT_SENSOR)
+    _dagster(env, PRODUCER_LOCATION, "sensor", "start", REGION_SENSOR)
 
     log = (tmp_path / "daemon.log").open("w")
     daemon = subprocess.Popen(
@@ -96,6 +94,7 @@ def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    monkeypatch.setenv("SHUFFLE_DAGSTER_PG_URL", env["SHUFFLE_DAGSTER_PG_URL"])
     instance = DagsterInstance.from_config(str(home))
     try:
 
@@ -129,9 +128,12 @@ def test_daemon_launches_consumers_and_retries_only_the_failed_region(bootstrap,
 
     producer_runs = _runs_of(instance, PRODUCER_JOB)
     assert [r.status for r in producer_runs] == [DagsterRunStatus.SUCCESS]
+    assert _location(producer_runs[0]) == PRODUCER_LOCATION
     for job in consumers:
         runs = _runs_of(instance, job)
         assert {r.tags.get(PARTITION_TAG) for r in runs} == {DAY}, job
+        # Launched from the consumer team's location, by its commit sensor (or a retry).
+        assert {_location(r) for r in runs} == {CONSUMER_LOCATION}, job
         if job != FAILING_JOB:
             assert [r.status for r in runs] == [DagsterRunStatus.SUCCESS], job
     first, retry = sorted(_runs_of(instance, FAILING_JOB), key=lambda r: r.tags.get(PARENT_TAG, ""))
