@@ -194,8 +194,12 @@ class App:
                     stop=QueueStop(
                         idle_timeout=10 if drain else 5, max_seconds=None if drain else 45
                     ),
+                    # The lock outlasts a dead-letter write through a broker's failover on
+                    # this loaded machine (15 s did not, once: the record came back to
+                    # another consumer while the first one's write waited, and was
+                    # dead-lettered twice; docs/guides/queue.md).
                     delivery=DeliveryPolicy(
-                        max_deliveries=2, dead_letter_topic=DLQ_TOPIC, lock_seconds=15
+                        max_deliveries=2, dead_letter_topic=DLQ_TOPIC, lock_seconds=45
                     ),
                 )
                 soak.record("queue_result", accepted=res.accepted, dead=res.dead_lettered,
