@@ -45,7 +45,7 @@ from dagster import (
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWriteError
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import read_log
-from orchestration.shuffle.write import ShuffleSpec
+from orchestration.shuffle.spec import ShuffleSpec
 
 # --- definition metadata ---------------------------------------------------------------
 

@@ -76,7 +76,8 @@ from orchestration.shuffle.errors import (
 )
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.read import ShuffleRead, plan_shuffle_read, shuffle_log
-from orchestration.shuffle.write import WriteResult, write_shuffle, write_windows
+from orchestration.shuffle.spec import WriteResult
+from orchestration.shuffle.write import write_shuffle, write_windows
 
 
 class KafkaShuffleIOManager(ConfigurableIOManager):

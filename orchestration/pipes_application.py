@@ -40,13 +40,8 @@ from dagster_pipes import PipesContext
 from pyspark.sql import DataFrame
 
 from orchestration.shuffle.errors import ShuffleError, ShuffleOptionError, ShuffleWriteError
-from orchestration.shuffle.write import (
-    ShuffleSpec,
-    WindowsResult,
-    WriteResult,
-    write_shuffle,
-    write_windows,
-)
+from orchestration.shuffle.spec import ShuffleSpec, WriteResult
+from orchestration.shuffle.write import WindowsResult, write_shuffle, write_windows
 
 # The Pipes extra (and custom message) that carries the shuffle's part.
 EXTRAS_KEY = "kafka_shuffle"

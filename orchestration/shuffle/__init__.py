@@ -27,8 +27,9 @@ from orchestration.shuffle.core.exports import lazy_exports
 # ``orchestration.shuffle.core.keygroups``) does not drag in Spark or Kafka.
 _EXPORTS = {
     "ShuffleRead": "read",
-    "ShuffleSpec": "write",
-    "WriteResult": "write",
+    "ShuffleSpec": "spec",
+    "WriteResult": "spec",
+    "write_table": "table_write",
     "plan_shuffle_read": "read",
     "read_shuffle": "read",
     "read_shuffle_stream": "read",
@@ -143,13 +144,9 @@ if TYPE_CHECKING:
     from orchestration.shuffle.spark.records import write_records
     from orchestration.shuffle.spark.session import session_settings
     from orchestration.shuffle.spark.sources import register_data_sources, spark_session
-    from orchestration.shuffle.write import (
-        ShuffleSpec,
-        WindowsResult,
-        WriteResult,
-        write_shuffle,
-        write_windows,
-    )
+    from orchestration.shuffle.spec import ShuffleSpec, WriteResult
+    from orchestration.shuffle.table_write import write_table
+    from orchestration.shuffle.write import WindowsResult, write_shuffle, write_windows
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

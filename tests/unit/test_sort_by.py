@@ -9,7 +9,7 @@ import pytest
 from orchestration.shuffle import Commit, Layout, ShuffleOptionError, ShuffleSpec
 from orchestration.shuffle.core.commitlog import PartitionRange, build_commit
 from orchestration.shuffle.core.planner import SplitPlan, plan_splits
-from orchestration.shuffle.write import sort_by_problem
+from orchestration.shuffle.spec import sort_by_problem
 
 SCHEMA = pa.schema([("k", pa.string()), ("j", pa.int64()), ("x", pa.float64())])
 

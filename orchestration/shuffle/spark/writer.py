@@ -109,7 +109,7 @@ class _PartitionBuffer:
         self.nbytes = 0
 
 
-class _Subtask:
+class ProducerSubtask:
     """One producer subtask attempt: buffers, frames, delivery bookkeeping."""
 
     def __init__(self, opts: WriteOptions, subtask: int, attempt: int):
@@ -312,7 +312,7 @@ class ProducerTask:
         ctx = TaskContext.get()
         subtask = ctx.partitionId() if ctx else 0
         attempt = ctx.attemptNumber() if ctx else 0
-        task = _Subtask(self.options, subtask, attempt)
+        task = ProducerSubtask(self.options, subtask, attempt)
         try:
             for batch in batches:
                 task.add(batch)
@@ -328,7 +328,7 @@ class ColumnarProducerTask:
     Runs through ``mapInArrow`` over one row per task (``spark.range(tasks)``): row *i*
     stands for the pieces ``assignments[i]``. The task reads them with pyarrow (only the
     scan's columns, a batch at a time), keys each batch with :func:`~orchestration.shuffle.
-    vhash.key_groups` and feeds the same :class:`_Subtask` as :class:`ProducerTask`, as
+    vhash.key_groups` and feeds the same :class:`ProducerSubtask` as :class:`ProducerTask`, as
     subtask ``partitionId``, attempt ``attemptNumber``: the same frames, the same
     :class:`TaskResult`, the same driver commit.
 
@@ -370,7 +370,7 @@ class ColumnarProducerTask:
         subtask = ctx.partitionId() if ctx else 0
         attempt = ctx.attemptNumber() if ctx else 0
         ids = [i for b in batches for i in b.column(0).to_pylist()]
-        task = _Subtask(self.options, subtask, attempt)
+        task = ProducerSubtask(self.options, subtask, attempt)
         try:
             for i in ids:
                 if self.owners:
@@ -383,7 +383,7 @@ class ColumnarProducerTask:
             task.close()
         yield pa.record_batch({"task_result": [result.to_json()]})
 
-    def _sorted(self, task: _Subtask, i: int) -> None:
+    def _sorted(self, task: ProducerSubtask, i: int) -> None:
         first, end = self.owners[i]
         held: dict[int, list[pa.RecordBatch]] = {p: [] for p in range(first, end)}
         for batch in read_pieces(self.scan, self.assignments[i]):

@@ -1,0 +1,162 @@
+"""What a shuffle is (:class:`ShuffleSpec`) and what a committed producer run wrote
+(:class:`WriteResult`), apart from any writer: Spark's (:mod:`orchestration.shuffle.write`)
+and the one without Spark (:mod:`orchestration.shuffle.table_write`) share them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from orchestration.shuffle.core.commitlog import Commit, commit_topic
+from orchestration.shuffle.core.keygroups import validate_layout
+from orchestration.shuffle.errors import ShuffleOptionError
+
+# WriteResult.path: how the rows reached the producer.
+COLUMNAR_PATH = "columnar"
+ROWS_PATH = "rows"
+# A pyarrow table or pandas frame written without Spark (write_table).
+TABLE_PATH = "table"
+
+
+@dataclass(frozen=True)
+class ShuffleSpec:
+    """What a shuffle is: its topic, key, partitions, key groups and event time.
+
+    Example::
+
+        spec = ShuffleSpec(topic="flights.by_tailnum", key=("tailnum",), num_partitions=8,
+                           max_parallelism=128, event_time="sched_dep")
+
+    Args:
+        topic: The data topic; the commit log is ``<topic>__commits``.
+        key: The key column(s).
+        num_partitions: Kafka partitions of the data topic.
+        max_parallelism: Number of key groups; the most consumer partitions a read can
+            have without fetching a Kafka partition twice. Fixed at creation.
+        event_time: Optional timestamp column that watermarks are computed from.
+        max_out_of_orderness: How late an event may arrive behind the largest event time a
+            producer subtask has seen.
+        replication_factor: Replicas of the data topic and commit log when they are
+            created (None: min(3, brokers)); ``min.insync.replicas`` is one less (at
+            least 1), and producers write with ``acks=all``.
+        sort_by: Optional order of each run's rows within each partition: the key columns
+            (in the key's order), then optional further columns, all ascending with nulls
+            first, as Spark orders them. Fixed at creation. Each run is then written by one
+            Spark task per partition, which sorts its rows with Spark's own sort, and the
+            JVM read reports the order to Spark (see the JVM read path guide, "Sorted runs").
+    """
+
+    topic: str
+    key: tuple[str, ...] | str
+    num_partitions: int
+    max_parallelism: int = 128
+    event_time: str | None = None
+    max_out_of_orderness: dt.timedelta = dt.timedelta(0)
+    replication_factor: int | None = None
+    sort_by: tuple[str, ...] | str = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.key, str):
+            object.__setattr__(self, "key", (self.key,))
+        else:
+            object.__setattr__(self, "key", tuple(self.key))
+        if not self.key:
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: key must name at least one column")
+        sort_by = (self.sort_by,) if isinstance(self.sort_by, str) else tuple(self.sort_by or ())
+        object.__setattr__(self, "sort_by", sort_by)
+        problem = sort_by_problem(self.key, sort_by)
+        if problem:
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: sort_by {list(sort_by)} {problem}")
+        if not self.topic:
+            raise ShuffleOptionError("shuffle topic must not be empty")
+        problem = topic_name_problem(self.topic)
+        if problem:
+            raise ShuffleOptionError(f"shuffle topic {self.topic!r} {problem}")
+        try:
+            validate_layout(self.num_partitions, self.max_parallelism)
+        except ValueError as exc:
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: {exc}") from None
+        if self.max_out_of_orderness < dt.timedelta(0):
+            raise ShuffleOptionError(f"shuffle {self.topic!r}: max_out_of_orderness is negative")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one committed producer run wrote.
+
+    ``path`` says how the rows reached the producer tasks: ``"columnar"`` (the tasks read
+    the Parquet files themselves) or ``"rows"`` (Spark handed them over, ``mapInArrow``).
+    """
+
+    run_id: str
+    topic: str
+    window: str | None
+    rows: int
+    frames: int
+    bytes: int
+    watermark: dt.datetime | None
+    offsets: dict[int, tuple[int, int]]
+    commit: Commit = field(repr=False)
+    path: str = ROWS_PATH
+
+
+# Kafka's own rule for topic names (kafka.common.internals.Topic): what a broker refuses.
+_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
+_TOPIC_MAX = 249
+
+
+def topic_name_problem(topic: str) -> str | None:
+    """Why Kafka would refuse ``topic`` as a shuffle's data topic (its commit log,
+    ``<topic>__commits``, must be a legal name too), or None.
+
+    Example::
+
+        topic_name_problem("flights/by tailnum")  # "holds characters ..."
+    """
+    if not isinstance(topic, str):
+        return f"is a {type(topic).__name__}, not a string"
+    if topic in (".", ".."):
+        return "is not a name Kafka takes ('.' and '..' are refused)"
+    if not _TOPIC_CHARS.fullmatch(topic):
+        bad = sorted({c for c in topic if not _TOPIC_CHARS.fullmatch(c)})
+        return (
+            f"holds characters Kafka refuses in a topic name ({''.join(bad)!r}); "
+            "only ASCII letters, digits, '.', '_' and '-' are allowed"
+        )
+    longest = _TOPIC_MAX - len(commit_topic(""))
+    if len(topic) > longest:
+        return (
+            f"is {len(topic)} characters long; a shuffle's topic may have at most {longest} "
+            f"(Kafka's limit of {_TOPIC_MAX}, less the commit log's suffix "
+            f"{commit_topic('')!r})"
+        )
+    return None
+
+
+def sort_by_problem(key: Sequence[str], sort_by: Sequence[str]) -> str | None:
+    """Why ``sort_by`` cannot order a shuffle keyed by ``key``, or None (also for an empty
+    ``sort_by``: no order). It must start with the key columns in the key's order, since
+    each partition's rows are sorted as one sequence that groups, joins and windows by the
+    key use; further columns may follow, each named once.
+
+    Example::
+
+        sort_by_problem(("k",), ("ts", "k"))  # "must start with the key ..."
+    """
+    if not sort_by:
+        return None
+    for i, c in enumerate(sort_by):
+        if not isinstance(c, str) or not c:
+            return f"names {c!r}, not a column name"
+        if c in sort_by[:i]:
+            return f"names column {c!r} twice"
+    for i, k in enumerate(key):
+        if i >= len(sort_by) or sort_by[i] != k:
+            got = "ends" if i >= len(sort_by) else f"has column {sort_by[i]!r}"
+            return (
+                f"must start with the key columns {list(key)} in that order; at position "
+                f"{i} it {got} where key column {k!r} belongs"
+            )
+    return None
