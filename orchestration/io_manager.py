@@ -43,6 +43,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
@@ -77,6 +79,7 @@ from orchestration.shuffle.errors import (
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.read import ShuffleRead, plan_shuffle_read, shuffle_log
 from orchestration.shuffle.spec import WriteResult
+from orchestration.shuffle.table_write import as_table, is_table, write_table
 from orchestration.shuffle.write import write_shuffle, write_windows
 
 
@@ -129,10 +132,10 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         asset = shuffle_asset(name, context.asset_key.path, context.definition_metadata).under(
             self.kafka
         )
-        if not isinstance(obj, DataFrame):
+        if not isinstance(obj, DataFrame) and not is_table(obj):
             raise ShuffleOptionError(
-                f"asset {name}: KafkaShuffleIOManager stores Spark DataFrames, the asset "
-                f"returned {type(obj).__name__}"
+                f"asset {name}: KafkaShuffleIOManager stores Spark DataFrames, pyarrow "
+                f"tables, pandas and Polars DataFrames; the asset returned {type(obj).__name__}"
             )
         kafka = self.kafka.client()
         window = None
@@ -162,7 +165,9 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         complete_until = None
         if window is not None:
             complete_until = window_ends(context.asset_partitions_def, [window]).get(window)
-        result = write_shuffle(
+        # A pyarrow table or a pandas or Polars frame is written without Spark.
+        write = write_table if is_table(df) else write_shuffle
+        result = write(
             df,
             asset.spec,
             kafka=kafka,
@@ -249,11 +254,6 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 "needs definition metadata 'shuffle/window_column' naming the column whose "
                 "value is the partition key"
             )
-        if column not in df.columns:
-            raise ShuffleOptionError(
-                f"asset {name}: 'shuffle/window_column' {column!r} is not a column of the "
-                f"asset's DataFrame {df.columns}"
-            )
 
         def report(key: str, outcome: WriteResult | ShuffleError) -> None:
             if isinstance(outcome, WriteResult):
@@ -267,6 +267,13 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 # the rest.
                 context.log.error(f"{asset.topic}: window {key} failed: {outcome}")
 
+        if is_table(df):
+            return self._write_table_range(context, asset, df, keys, kafka, column, report)
+        if column not in df.columns:
+            raise ShuffleOptionError(
+                f"asset {name}: 'shuffle/window_column' {column!r} is not a column of the "
+                f"asset's DataFrame {df.columns}"
+            )
         try:
             result = write_windows(
                 df,
@@ -282,6 +289,48 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         except ShuffleOptionError as exc:
             raise ShuffleOptionError(f"asset {name}: {exc}") from exc
         return result.committed, result.failed
+
+    def _write_table_range(
+        self,
+        context: OutputContext,
+        asset: ShuffleAsset,
+        rows: Any,
+        keys: list[str],
+        kafka: KafkaClient,
+        column: str,
+        report: Any,
+    ) -> tuple[dict[str, WriteResult], dict[str, str]]:
+        """:meth:`_write_range` for rows that are not Spark's: each key's rows (those whose
+        ``column``, as a string, is the key) written without Spark, as a run of its own."""
+        table = as_table(rows)
+        name = context.asset_key.to_user_string()
+        if column not in table.column_names:
+            raise ShuffleOptionError(
+                f"asset {name}: 'shuffle/window_column' {column!r} is not a column of the "
+                f"asset's table {table.column_names}"
+            )
+        values = pc.cast(table.column(column), pa.string())
+        ends = window_ends(context.asset_partitions_def, keys)
+        committed: dict[str, WriteResult] = {}
+        failed: dict[str, str] = {}
+        for key in keys:
+            try:
+                outcome: WriteResult | ShuffleError = write_table(
+                    table.filter(pc.equal(values, key)),
+                    asset.spec,
+                    kafka=kafka,
+                    window=key,
+                    complete_until=ends.get(key),
+                    compression=self.compression,
+                    attrs={DAGSTER_RUN_ATTR: context.run_id},
+                )
+            except ShuffleError as exc:
+                outcome = exc
+                failed[key] = str(exc)
+            else:
+                committed[key] = outcome
+            report(key, outcome)
+        return committed, failed
 
     # --- input ----------------------------------------------------------------------
 

@@ -95,7 +95,17 @@ def _spark_type(t: pa.DataType, where: str) -> pa.DataType:
     )
 
 
-def _as_table(rows: Any) -> pa.Table:
+def is_table(rows: Any) -> bool:
+    """Whether :func:`write_table` takes ``rows``: a pyarrow ``Table`` or ``RecordBatch``, a
+    pandas or a Polars ``DataFrame``."""
+    if isinstance(rows, (pa.Table, pa.RecordBatch)):
+        return True
+    module = type(rows).__module__.split(".")[0]
+    return module in ("pandas", "polars") and type(rows).__name__ == "DataFrame"
+
+
+def as_table(rows: Any) -> pa.Table:
+    """``rows`` (see :func:`is_table`) as a pyarrow table."""
     if isinstance(rows, pa.Table):
         return rows
     if isinstance(rows, pa.RecordBatch):
@@ -235,7 +245,7 @@ def write_table(
             f"shuffle {spec.topic!r}: window must be a string or None, got "
             f"{type(window).__name__} {window!r}"
         )
-    table = _as_table(rows)
+    table = as_table(rows)
     _check(table, spec)
     schema = table_schema(table, spec.topic)
     table = _cast(table, schema)
@@ -311,4 +321,4 @@ def write_table(
     )
 
 
-__all__ = ["write_table", "table_schema"]
+__all__ = ["as_table", "is_table", "table_schema", "write_table"]

@@ -174,3 +174,62 @@ assert not loaded, loaded
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_an_asset_returning_pandas_is_stored_without_spark(kafka_conf, bootstrap):
+    """The IO manager stores a pandas asset with write_table: one run per partition of a
+    range run, with the metadata a Spark asset's materialization carries."""
+    from dagster import (
+        AssetKey,
+        AssetRecordsFilter,
+        BackfillPolicy,
+        DailyPartitionsDefinition,
+        asset,
+        instance_for_test,
+        materialize,
+    )
+
+    from orchestration import KafkaResource, KafkaShuffleIOManager, shuffle_metadata
+
+    topic = _topic("io")
+    days = ["2024-06-01", "2024-06-02"]
+
+    @asset(
+        partitions_def=DailyPartitionsDefinition(start_date="2024-06-01"),
+        backfill_policy=BackfillPolicy.single_run(),
+        io_manager_key="shuffle_io",
+        metadata=shuffle_metadata(
+            key="user_id", num_partitions=2, topic=topic, window_column="day"
+        ),
+    )
+    def events(context) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "user_id": [f"u{i % 3}" for i in range(10)],
+                "day": [context.partition_keys[i % 2] for i in range(10)],
+                "n": range(10),
+            }
+        )
+
+    io = KafkaShuffleIOManager(kafka=KafkaResource(bootstrap_servers=bootstrap))
+    with instance_for_test() as instance:
+        result = materialize(
+            [events],
+            resources={"shuffle_io": io},
+            instance=instance,
+            tags={
+                "dagster/asset_partition_range_start": days[0],
+                "dagster/asset_partition_range_end": days[1],
+            },
+        )
+        assert result.success
+        log = shuffle_log(topic, kafka=kafka_conf)
+        by_day = {c.window: c for c in log.visible()}
+        assert sorted(by_day) == days and all(c.rows == 5 for c in by_day.values())
+        for day in days:
+            (record,) = instance.fetch_materializations(
+                AssetRecordsFilter(asset_key=AssetKey("events"), asset_partitions=[day]), 1
+            ).records
+            md = record.asset_materialization.metadata
+            assert md["shuffle/run_id"].value == by_day[day].run_id
+            assert md["dagster/row_count"].value == 5
