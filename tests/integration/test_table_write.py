@@ -88,7 +88,7 @@ SPECIAL_INTS = [0, -1, 1, 2**31, -(2**31) - 1, 2**63 - 1, -(2**63)]
 SPECIAL_FLOATS = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 5e-324, 1.5]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_key_groups_equal_sparks_for_generated_keys(spark, kafka_conf, seed):
     """Generated rows, special values included (-0.0, NaN, infinities, the ends of int64,
     empty and non-ASCII strings): each row lands where Spark's own write puts it."""
@@ -110,7 +110,7 @@ def test_key_groups_equal_sparks_for_generated_keys(spark, kafka_conf, seed):
     )
     # From Arrow, not pandas: Spark turns a pandas NaN into a null.
     df = spark.createDataFrame(table)
-    for key in (("k",), ("f",), ("s",), ("s", "k", "flag")):
+    for key in (("k",), ("f",), ("s", "k", "flag")):
         spec = dict(key=key, num_partitions=3, max_parallelism=12)
         ours, theirs = _topic("gen"), _topic("gen-spark")
         mine = write_table(table, ShuffleSpec(ours, **spec), kafka=kafka_conf)
