@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -441,12 +442,21 @@ def _sorted_plan(df: DataFrame, spec: ShuffleSpec, plan: ColumnarPlan) -> Column
     return plan.owning(n, max(1, min(n, max(needed, cores))))
 
 
+# The engine's own error raised in a task, as Spark's error text quotes it.
+_ENGINE_ERROR = re.compile(r"\b(Shuffle[A-Za-z]*Error: .+)")
+
+
 def _first_line(exc: BaseException) -> str:
+    """What a failed Spark job says of why: the last engine error a task raised (the
+    reason, not a wrapper's traceback), else the first line of Spark's message."""
     text = str(exc)
-    for marker in ("ShuffleWriteError:", "ShuffleError", "Error:"):
-        i = text.find(marker)
-        if i >= 0:
-            return text[i:].splitlines()[0][:500]
+    found = _ENGINE_ERROR.findall(text)
+    if found:
+        return found[-1][:1000]
+    for marker in ("Exception: ", "Error: "):
+        lines = [line for line in text.splitlines() if marker in line and line.split(marker)[1]]
+        if lines:
+            return lines[-1].strip()[:1000]
     return text.splitlines()[0][:500] if text else type(exc).__name__
 
 

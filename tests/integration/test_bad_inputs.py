@@ -387,6 +387,16 @@ def oversized_row(c: Ctx):
     return c.write(big, window="big")
 
 
+def row_over_the_producers_limit(c: Ctx):
+    # A 40 MB value that does not compress: over the 32 MiB a producer sends at most, so
+    # the producer refuses it before the broker sees it.
+    big = c.spark.createDataFrame(
+        [("k1", os.urandom(20 * 1024 * 1024).hex(), dt.datetime(2013, 1, 1))],
+        "k string, payload string, ts timestamp",
+    )
+    return c.write(big, window="huge")
+
+
 def window_named(window: Any):
     def act(c: Ctx):
         c.write(window=window)
@@ -687,6 +697,17 @@ CASES = [
         Raises(
             ShuffleWriteError,
             r"topic '[^']+' .*a frame of \d{7} bytes is larger than the topic's max.message.bytes",
+        ),
+    ),
+    row(
+        "row-above-the-producers-message-max-bytes",
+        row_over_the_producers_limit,
+        Raises(
+            ShuffleWriteError,
+            r"run \S+ of shuffle '[^']+' \(window 'huge'\) failed and was not committed: "
+            r"ShuffleWriteError: shuffle '[^']+' partition \d+: a frame of [\d,]+ bytes is over "
+            r"what Kafka takes \(the producer's message.max.bytes, 33,554,432, .*\): .*A row of "
+            r"[\d,]+ bytes \(41,943,040 of them in column 'payload'\) cannot be written",
         ),
     ),
     row(

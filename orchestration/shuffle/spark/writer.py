@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core.columnar import ParquetScan, Piece, read_pieces
@@ -34,10 +34,13 @@ from orchestration.shuffle.core.ordering import spark_order
 from orchestration.shuffle.core.vhash import key_groups
 from orchestration.shuffle.core.watermarks import subtask_watermark
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWriteError
-from orchestration.shuffle.kafka.client import KafkaClient, kafka_errors
+from orchestration.shuffle.kafka.client import KafkaClient, error_code, kafka_errors
 
 # What a broker (or the producer itself) answers to a message over the size limit.
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE}
+
+# The largest message a producer sends (librdkafka's message.max.bytes).
+PRODUCER_MAX_BYTES = 32 * 1024 * 1024
 
 # A DATA frame is cut when a partition's buffer reaches either bound (before compression).
 DEFAULT_FRAME_ROWS = 64 * 1024
@@ -100,6 +103,54 @@ def _by_partition(
         yield int(sorted_parts[s]), batch.slice(int(s), int(e - s))
 
 
+def largest_row(rows: pa.RecordBatch) -> tuple[int, int, str, int]:
+    """The largest row of ``rows`` in bytes: (its index, its size, its largest column, that
+    column's bytes in it). Strings and binaries count their lengths; other columns their
+    average width."""
+    total = np.zeros(rows.num_rows, dtype=np.int64)
+    widths: dict[str, np.ndarray] = {}
+    for name, column in zip(rows.schema.names, rows.columns, strict=True):
+        t = column.type
+        if (
+            pa.types.is_string(t)
+            or pa.types.is_binary(t)
+            or pa.types.is_large_string(t)
+            or (pa.types.is_large_binary(t))
+        ):
+            width = pc.fill_null(pc.binary_length(column), 0).to_numpy(zero_copy_only=False)
+        else:
+            width = np.full(rows.num_rows, column.nbytes // max(rows.num_rows, 1))
+        widths[name] = width.astype(np.int64)
+        total += widths[name]
+    row = int(np.argmax(total))
+    name = max(widths, key=lambda n: widths[n][row])
+    return row, int(total[row]), name, int(widths[name][row])
+
+
+def too_large(
+    topic: str, partition: int, frame: int, rows: pa.RecordBatch | None, reason: str
+) -> str:
+    """What a write says of a frame over the size Kafka takes: the frame, its largest row
+    and column, the limit, the broker's or producer's reason, and what to do."""
+    text = (
+        f"shuffle {topic!r} partition {partition}: a frame of {frame:,} bytes is over what "
+        f"Kafka takes (the producer's message.max.bytes, {PRODUCER_MAX_BYTES:,}, and the "
+        f"topic's max.message.bytes): {reason}"
+    )
+    if rows is None or rows.num_rows == 0:
+        return text
+    _, size, column, in_column = largest_row(rows)
+    if rows.num_rows > 1 and size < PRODUCER_MAX_BYTES // 2:
+        return (
+            f"{text}. Its {rows.num_rows} rows are each at most {size:,} bytes: write fewer rows "
+            "per frame (frame_rows)"
+        )
+    return (
+        f"{text}. A row of {size:,} bytes ({in_column:,} of them in column {column!r}) cannot be "
+        f"written: shrink or split column {column!r}"
+    )
+
+
 class _PartitionBuffer:
     __slots__ = ("batches", "rows", "nbytes")
 
@@ -134,7 +185,7 @@ class ProducerSubtask:
                 "acks": "all",
                 # Frames are large already; a short linger still packs small ones.
                 "linger.ms": 5,
-                "message.max.bytes": 32 * 1024 * 1024,
+                "message.max.bytes": PRODUCER_MAX_BYTES,
                 "compression.type": "none",
                 # Bounds what a task holds in flight, whatever the data size: when
                 # the queue is full, produce() waits for deliveries (see _produce).
@@ -167,16 +218,24 @@ class ProducerSubtask:
             rng[0] = min(rng[0], off)
             rng[1] = max(rng[1], off)
 
-    def _produce(self, partition: int, value: bytes) -> None:
+    def _produce(self, partition: int, value: bytes, rows: pa.RecordBatch | None = None) -> None:
         while True:
             try:
                 with kafka_errors(f"producing to topic {self.opts.topic!r} partition {partition}"):
-                    self.producer.produce(
-                        self.opts.topic,
-                        value=value,
-                        partition=partition,
-                        on_delivery=self._on_delivery,
-                    )
+                    try:
+                        self.producer.produce(
+                            self.opts.topic,
+                            value=value,
+                            partition=partition,
+                            on_delivery=self._on_delivery,
+                        )
+                    except KafkaException as exc:
+                        if error_code(exc) in _TOO_LARGE:
+                            reason = exc.args[0].str() if exc.args else str(exc)
+                            raise ShuffleWriteError(
+                                too_large(self.opts.topic, partition, len(value), rows, reason)
+                            ) from None
+                        raise
                 break
             except BufferError:
                 # The local queue is full: let deliveries drain it, then try again.
@@ -221,7 +280,7 @@ class ProducerSubtask:
         table = pa.Table.from_batches(buf.batches)
         batch = table.combine_chunks().to_batches()[0]
         value = fr.encode_data(self._header(fr.FrameType.DATA), batch, self.opts.compression)
-        self._produce(partition, value)
+        self._produce(partition, value, batch)
         self.rows_by_partition[partition] += buf.rows
         self.frames_by_partition[partition] += 1
         self.bytes += len(value)
