@@ -45,9 +45,10 @@ from orchestration.definition import (
     asset_shuffle,
 )
 from orchestration.metadata import commit_metadata
-from orchestration.shuffle.core.commitlog import Commit, Layout
+from orchestration.shuffle.core.commitlog import BadRecord, Commit, Layout
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleTopicNotFoundError
-from orchestration.shuffle.read import shuffle_commits_since, shuffle_log
+from orchestration.shuffle.kafka.commitlog import read_commits_since
+from orchestration.shuffle.read import shuffle_log
 
 # Tags of a failed run its retry does not carry: Dagster's own (backfill, partition, run
 # key, sensor, ...) and ours.
@@ -190,9 +191,16 @@ def shuffle_commit_sensor(
         kafka = resource.client()
         cursor = CommitCursor.parse(context.cursor)
         try:
-            commits, next_offset = shuffle_commits_since(
-                shuffle.topic, kafka=kafka, offset=cursor.offset
-            )
+            # An unreadable commit record is skipped and reported, as batch reads do: the
+            # sensor goes on launching for the commits around it.
+            skipped: list[BadRecord] = []
+            commits, next_offset = read_commits_since(kafka, shuffle.topic, cursor.offset, skipped)
+            for bad in skipped:
+                context.log.warning(
+                    f"shuffle {shuffle.topic!r}: skipped the unreadable record {bad.key!r} at "
+                    f"partition 0 offset {bad.offset} of its commit log ({bad.reason}); no "
+                    "consumer is launched for its run"
+                )
             if commits and shuffle.topic not in layouts:
                 layout = shuffle_log(shuffle.topic, kafka=kafka).layout
                 if layout is not None:

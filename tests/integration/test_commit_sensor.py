@@ -2,6 +2,7 @@
 I/O (no Spark job), its cursor's size, re-runs, and what its observations carry."""
 
 import datetime as dt
+import logging
 import time
 import uuid
 
@@ -131,3 +132,61 @@ def test_cursor_stays_bounded_over_400_windows(bootstrap, kafka_conf):
         assert req.run_key == f"user_totals_job:{window(0)}:{rerun.run_id}"
         assert len(third.cursor.encode()) <= BOUND
     print(f"400 commits written and read in {time.monotonic() - started:.1f}s")
+
+
+class _Kept(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_an_unreadable_commit_record_is_skipped_and_reported(bootstrap, kafka_conf):
+    """A commit record cut short between two good ones: the sensor launches for both good
+    windows, skips the bad record with a warning naming its key and offset, and goes on."""
+    from confluent_kafka import Producer
+
+    from orchestration.shuffle.core.commitlog import commit_topic
+
+    topic = f"sensor.bad-{uuid.uuid4().hex[:8]}"
+    kafka = KafkaClient(kafka_conf)
+    create_or_check(kafka, Layout(topic, ("user_id",), 2, 8, SCHEMA))
+    daily = DailyPartitionsDefinition(start_date=window(0))
+
+    @asset(
+        partitions_def=daily,
+        io_manager_key="shuffle_io",
+        metadata=shuffle_metadata(key="user_id", num_partitions=2, max_parallelism=8, topic=topic),
+    )
+    def events_by_user():
+        raise AssertionError("never materialized here: the commits are written directly")
+
+    @asset(partitions_def=daily, deps=[events_by_user])
+    def user_totals() -> None: ...
+
+    consumer = define_asset_job("user_totals_job", selection=[user_totals])
+    defs = Definitions(
+        assets=[events_by_user, user_totals],
+        jobs=[consumer],
+        sensors=[shuffle_commit_sensor("events_commits", asset=events_by_user, jobs=[consumer])],
+        resources={
+            "shuffle_io": KafkaShuffleIOManager(kafka=KafkaResource(bootstrap_servers=bootstrap))
+        },
+    )
+    write_commit(kafka, topic, commit_of(0))
+    producer = Producer(kafka_conf)
+    producer.produce(commit_topic(topic), key=b"commit/r-bad", value=b'{"run_id": "r-bad", "wi')
+    producer.flush(30)
+    write_commit(kafka, topic, commit_of(2))
+    with instance_for_test() as instance:
+        with build_sensor_context(
+            instance=instance, cursor=None, resources=defs.resources, definitions=defs
+        ) as ctx:
+            kept = _Kept()
+            ctx.log.addHandler(kept)  # what the tick's log in the UI shows
+            result = defs.resolve_sensor_def("events_commits")(ctx)
+    assert [r.partition_key for r in result.run_requests] == [window(0), window(2)]
+    warned = [m for m in kept.messages if "unreadable record" in m]
+    assert warned and "'commit/r-bad' at partition 0 offset 2" in warned[0], kept.messages

@@ -114,3 +114,21 @@ def test_successive_batches_read_each_run_once():
 def test_foreign_offsets_are_refused():
     with pytest.raises(ShuffleOptionError, match="not a shuffle stream offset"):
         StreamOffset.from_dict({"0": 5})
+
+
+def test_an_unreadable_commit_record_is_skipped_and_reported_when_asked():
+    records = log()
+    records.insert(3, LogRecord(2, b"commit/bad", b'{"run_id": "bad", "window": "d9", "ro'))
+    records = [LogRecord(i, r.key, r.value) for i, r in enumerate(records)]
+    start = StreamOffset(0, 0)
+    # Without a list to report to, the read refuses it (naming its offset).
+    from orchestration.shuffle import ShuffleFormatError
+
+    with pytest.raises(ShuffleFormatError, match="'commit/bad' at partition 0 offset 3"):
+        stream_commits("t", records, start)
+    skipped = []
+    got = stream_commits("t", records, start, skipped=skipped)
+    assert runs(got) == ["r1", "r2", "r3", "r4"]
+    (bad,) = skipped
+    assert (bad.offset, bad.key, bad.window_known, bad.window) == (3, "commit/bad", True, "d9")
+    assert "not a readable commit record" in bad.reason

@@ -23,13 +23,15 @@ from dataclasses import dataclass
 
 from orchestration.shuffle.core.commitlog import (
     COMMIT_PREFIX,
+    BadRecord,
     Commit,
     ShuffleLog,
     commit_topic,
     parse_record,
+    recover_window,
 )
 from orchestration.shuffle.core.options import Options
-from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -141,17 +143,33 @@ def visible_runs(topic: str, records: Sequence[LogRecord], before: int) -> set[s
 
 
 def stream_commits(
-    topic: str, records: Sequence[LogRecord], start: StreamOffset, end: int | None = None
+    topic: str,
+    records: Sequence[LogRecord],
+    start: StreamOffset,
+    end: int | None = None,
+    skipped: list[BadRecord] | None = None,
 ) -> list[tuple[int, Commit]]:
     """The commits a stream reads from ``start`` up to offset ``end`` (exclusive), in log
     order, with their commit-log offsets. ``records`` must hold every record from offset 0
-    when ``start.log < start.snapshot`` (visibility is computed from them)."""
+    when ``start.log < start.snapshot`` (visibility is computed from them).
+
+    A commit record that cannot be read raises a :class:`ShuffleFormatError`, unless
+    ``skipped`` is given: it is then left out and added there (as a batch read's
+    :attr:`ShuffleLog.bad_records`), for the caller to report."""
     visible = visible_runs(topic, records, start.snapshot) if start.log < start.snapshot else set()
     out = []
     for r in records:
         if r.offset < start.log or (end is not None and r.offset >= end):
             continue
-        commit = _commit_of(r, topic)
+        try:
+            commit = _commit_of(r, topic)
+        except ShuffleFormatError as exc:
+            if skipped is None:
+                raise
+            known, window = recover_window(r.value)
+            key = (r.key or b"").decode(errors="replace")
+            skipped.append(BadRecord(r.offset, key, str(exc), window, known))
+            continue
         if commit is None:
             continue
         if r.offset < start.snapshot and commit.run_id not in visible:

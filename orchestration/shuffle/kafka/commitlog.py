@@ -11,16 +11,19 @@ from orchestration.shuffle.core.commitlog import (
     COMMIT_PREFIX,
     EXPIRED_PREFIX,
     LAYOUT_KEY,
+    BadRecord,
     Commit,
     Expired,
     Layout,
     ShuffleLog,
     commit_topic,
     parse_record,
+    recover_window,
 )
 from orchestration.shuffle.core.stream import LogRecord
 from orchestration.shuffle.errors import (
     ShuffleAuthorizationError,
+    ShuffleFormatError,
     ShuffleLayoutError,
     ShuffleTopicNotFoundError,
 )
@@ -229,11 +232,15 @@ def check_partitions(kafka: KafkaClient, layout: Layout, grace_s: float = CREATE
         )
 
 
-def read_commits_since(kafka: KafkaClient, topic: str, offset: int) -> tuple[list[Commit], int]:
+def read_commits_since(
+    kafka: KafkaClient, topic: str, offset: int, skipped: list[BadRecord] | None = None
+) -> tuple[list[Commit], int]:
     """The commits appended to the commit log at or after ``offset``, and the next offset.
 
     What a sensor calls on each tick: its cost depends on what is new, not on the size of
-    the shuffle or of its commit log.
+    the shuffle or of its commit log. A commit record that cannot be read raises a
+    ``ShuffleFormatError`` naming it, unless ``skipped`` is given: it is then left out and
+    added there (as a batch read's ``ShuffleLog.bad_records``), for the caller to report.
     """
     records, next_offset = read_log_records(kafka, topic, offset)
     where = f"commit log {commit_topic(topic)!r}"
@@ -242,7 +249,13 @@ def read_commits_since(kafka: KafkaClient, topic: str, offset: int) -> tuple[lis
         key = (r.key or b"").decode(errors="replace")
         if r.value is not None and key.startswith(COMMIT_PREFIX):
             at = f" at partition 0 offset {r.offset}"
-            commits.append(parse_record(Commit, r.value, where, key, at))
+            try:
+                commits.append(parse_record(Commit, r.value, where, key, at))
+            except ShuffleFormatError as exc:
+                if skipped is None:
+                    raise
+                known, window = recover_window(r.value)
+                skipped.append(BadRecord(r.offset, key, str(exc), window, known))
     return commits, next_offset
 
 

@@ -10,12 +10,13 @@ checked exactly as a batch read is.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from orchestration.shuffle.core.commitlog import Commit
+from orchestration.shuffle.core.commitlog import BadRecord, Commit
 from orchestration.shuffle.core.metrics import METRICS_KEY
 from orchestration.shuffle.core.planner import plan_splits
 from orchestration.shuffle.core.stream import (
@@ -35,6 +36,8 @@ from orchestration.shuffle.spark.compat import (
     require_admission_control,
 )
 from orchestration.shuffle.spark.reader import ShuffleReader, SourceOptions
+
+log = logging.getLogger(__name__)
 
 
 class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -63,6 +66,10 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # (from, records, end offset) of the last commit-log read.
         self._last_read: tuple[int, list[LogRecord], int] | None = None
         self._planned: list[Commit] = []  # the commits latestOffset() admitted last
+        # Unreadable commit records in the range latestOffset() read last, and the offsets
+        # of those already reported (each is logged once per query).
+        self._skipped: list[BadRecord] = []
+        self._reported: set[int] = set()
         self._end_read: int | None = None  # the commit log's end latestOffset() last read
 
     def _records(
@@ -115,7 +122,20 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             high = min(high, self._target)
         limited = not isinstance(limit, ReadAllAvailable)
         stream = self.opts.stream
-        commits = stream_commits(self.opts.topic, records, begin, high)
+        skipped: list[BadRecord] = []
+        commits = stream_commits(self.opts.topic, records, begin, high, skipped)
+        for bad in skipped:
+            if bad.offset not in self._reported:
+                self._reported.add(bad.offset)
+                log.warning(
+                    "kafka-shuffle stream of %s: skipped the unreadable record %r at partition "
+                    "0 offset %d of its commit log (%s); its run is not read",
+                    self.opts.topic,
+                    bad.key,
+                    bad.offset,
+                    bad.reason,
+                )
+        self._skipped = skipped
         end = admit(
             commits,
             begin,
@@ -145,6 +165,11 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "runs": [c.run_id for c in planned],
             "rows": sum(c.rows for c in planned),
             "bytes": sum(c.bytes for c in planned),
+            # Commit records skipped as unreadable in the batch's range, as batch reads
+            # report them (ShuffleLog.bad_records).
+            "skipped_records": [
+                {"offset": b.offset, "key": b.key, "reason": b.reason} for b in self._skipped
+            ],
         }
         end = self._end_read if self._end_read is not None else self._log_end()
         return {"log": end, METRICS_KEY: metrics}
@@ -154,7 +179,9 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if stop.log <= begin.log:
             return []
         records, _ = self._records(begin, needed_until=stop.log)
-        commits = [c for _, c in stream_commits(self.opts.topic, records, begin, stop.log)]
+        commits = [
+            c for _, c in stream_commits(self.opts.topic, records, begin, stop.log, skipped=[])
+        ]
         if not commits:
             return []
         plans = plan_splits(self.opts.layout, commits, self.opts.read.parallelism)
