@@ -23,6 +23,7 @@ _EXPORTS = {
     "KafkaResource": "resources",
     "ShuffleSparkResource": "resources",
     "KafkaShuffleIOManager": "io_manager",
+    "RecordBatches": "io_manager",
     "FAILED_WINDOWS_TAG": "definition",
     "shuffle_metadata": "definition",
     "shuffle_asset_spec": "definition",
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
         shuffle_metadata,
         shuffle_pool,
     )
-    from .io_manager import KafkaShuffleIOManager
+    from .io_manager import KafkaShuffleIOManager, RecordBatches
     from .maintenance import shuffle_expiry_job
     from .pipes import run_shuffle_pipes, shuffle_pipes_extras
     from .pipes_application import pipes_write_shuffle

@@ -40,7 +40,8 @@ so (for in-reader aggregation, commit details and row counts).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import abc
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -70,7 +71,7 @@ from orchestration.definition import (
 )
 from orchestration.metadata import commit_metadata
 from orchestration.resources import KafkaResource
-from orchestration.shuffle.core.commitlog import Layout
+from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog
 from orchestration.shuffle.errors import (
     ShuffleError,
     ShuffleOptionError,
@@ -79,6 +80,7 @@ from orchestration.shuffle.errors import (
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.read import ShuffleRead, plan_shuffle_read, shuffle_log
 from orchestration.shuffle.spec import WriteResult
+from orchestration.shuffle.table_read import read_batches, read_table
 from orchestration.shuffle.table_write import as_table, is_table, write_table
 from orchestration.shuffle.write import write_shuffle, write_windows
 
@@ -314,8 +316,9 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         committed: dict[str, WriteResult] = {}
         failed: dict[str, str] = {}
         for key in keys:
+            outcome: WriteResult | ShuffleError
             try:
-                outcome: WriteResult | ShuffleError = write_table(
+                result = write_table(
                     table.filter(pc.equal(values, key)),
                     asset.spec,
                     kafka=kafka,
@@ -328,13 +331,13 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 outcome = exc
                 failed[key] = str(exc)
             else:
-                committed[key] = outcome
+                outcome = committed[key] = result
             report(key, outcome)
         return committed, failed
 
     # --- input ----------------------------------------------------------------------
 
-    def load_input(self, context: InputContext) -> DataFrame | ShuffleRead:
+    def load_input(self, context: InputContext) -> Any:
         upstream = context.upstream_output
         key = context.asset_key
         name = key.to_user_string()
@@ -358,24 +361,104 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                     f"asset {name}: shuffle {asset.topic!r} has no committed run yet"
                 )
             runs = [unwindowed[-1].run_id]
+        kind = _arrow_kind(context)
+        if kind is not None:
+            return self._load_without_spark(context, asset.topic, kafka, log, windows, runs, kind)
         read = plan_shuffle_read(
             self.session(), asset.topic, kafka=kafka, windows=windows, runs=runs, log=log
         )
-        context.log.info(
-            f"{asset.topic}: reading {len(read.commits)} committed run(s), {read.rows} rows"
-        )
-        context.add_input_metadata(
-            {
-                "shuffle/topic": asset.topic,
-                "shuffle/runs": MetadataValue.json({c.run_id: c.window for c in read.commits}),
-                "rows": read.rows,
-                "bytes": sum(c.bytes for c in read.commits),
-                "frames": sum(c.frames for c in read.commits),
-            }
-        )
+        _report_input(context, asset.topic, read.commits)
         if _wants_shuffle_read(context):
             return read
         return read.dataframe()
+
+    def _load_without_spark(
+        self,
+        context: InputContext,
+        topic: str,
+        kafka: KafkaClient,
+        log: ShuffleLog,
+        windows: list[str] | None,
+        runs: list[str] | None,
+        kind: str,
+    ) -> Any:
+        """An input annotated ``pyarrow.Table``, ``pandas.DataFrame``, ``polars.DataFrame``
+        or :class:`RecordBatches`: read without Spark (``read_table``,
+        ``read_batches``), the same rows a Spark input of the same partitions gets."""
+        if kind == "polars":
+            try:
+                import polars  # type: ignore[import-not-found]
+            except ImportError:
+                raise ShuffleOptionError(
+                    f"asset {context.asset_key.to_user_string()}: an input annotated "
+                    "polars.DataFrame needs Polars: pip install 'kafka-shuffle[polars]'"
+                ) from None
+        if kind == "batches":
+            batches = read_batches(topic, kafka=kafka, windows=windows, runs=runs, log=log)
+            _report_input(context, topic, _commits_read(log, windows, runs))
+            return RecordBatches(batches)
+        table = read_table(topic, kafka=kafka, windows=windows, runs=runs, log=log)
+        _report_input(context, topic, _commits_read(log, windows, runs))
+        if kind == "pandas":
+            return table.to_pandas()
+        if kind == "polars":
+            return polars.from_arrow(table)
+        return table
+
+
+class RecordBatches(abc.Iterator):
+    """An input's rows as ``pyarrow.RecordBatch``es, read without Spark, a batch of a Kafka
+    partition at a time (memory bounded by about a batch per partition): annotate an input
+    ``RecordBatches`` for the shuffle IO manager to load it so (Dagster takes no
+    ``Iterator[pa.RecordBatch]`` annotation)."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]):
+        self._batches = iter(batches)
+
+    def __iter__(self) -> RecordBatches:
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        return next(self._batches)
+
+
+def _report_input(context: InputContext, topic: str, commits: Sequence[Commit]) -> None:
+    rows = sum(c.rows for c in commits)
+    context.log.info(f"{topic}: reading {len(commits)} committed run(s), {rows} rows")
+    context.add_input_metadata(
+        {
+            "shuffle/topic": topic,
+            "shuffle/runs": MetadataValue.json({c.run_id: c.window for c in commits}),
+            "rows": rows,
+            "bytes": sum(c.bytes for c in commits),
+            "frames": sum(c.frames for c in commits),
+        }
+    )
+
+
+def _commits_read(log: ShuffleLog, windows: list[str] | None, runs: list[str] | None) -> list:
+    """The commits a read of ``windows`` or ``runs`` covers (after the read checked them)."""
+    if runs is not None:
+        return [c for c in log.commits if c.run_id in set(runs)]
+    visible = log.latest_by_window()
+    if windows is None:
+        return list(log.visible())
+    return [visible[w] for w in windows if w in visible]
+
+
+def _arrow_kind(context: InputContext) -> str | None:
+    """How an input is annotated, if it is loaded without Spark: ``"pyarrow"``, ``"pandas"``,
+    ``"polars"`` or ``"batches"`` (:class:`RecordBatches`); else None."""
+    typing_type = getattr(context.dagster_type, "typing_type", None)
+    if typing_type is pa.Table:
+        return "pyarrow"
+    if isinstance(typing_type, type) and issubclass(typing_type, RecordBatches):
+        return "batches"
+    if isinstance(typing_type, type) and typing_type.__name__ == "DataFrame":
+        module = typing_type.__module__.split(".")[0]
+        if module in ("pandas", "polars"):
+            return module
+    return None
 
 
 def _wants_shuffle_read(context: InputContext) -> bool:

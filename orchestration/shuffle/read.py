@@ -45,6 +45,7 @@ from orchestration.shuffle.errors import ShuffleOptionError, ShuffleSessionError
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
 from orchestration.shuffle.kafka.commitlog import read_commits_since, read_log
 from orchestration.shuffle.kafka.planner import plan_shuffle
+from orchestration.shuffle.kafka.reader import output_schema
 from orchestration.shuffle.spark.compat import require_admission_control
 from orchestration.shuffle.spark.jvm import (
     ENGINES,
@@ -57,12 +58,7 @@ from orchestration.shuffle.spark.jvm import (
     load_jvm_stream,
 )
 from orchestration.shuffle.spark.perkey import KEY_METADATA
-from orchestration.shuffle.spark.reader import (
-    SOURCE,
-    output_schema,
-    read_in_tasks,
-    source_options,
-)
+from orchestration.shuffle.spark.reader import SOURCE, read_in_tasks, source_options
 from orchestration.shuffle.spark.records import KafkaRecordsReader, discover
 from orchestration.shuffle.spark.session import is_connect, task_slots
 from orchestration.shuffle.spark.sources import register_data_sources

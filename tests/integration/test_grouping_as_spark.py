@@ -11,7 +11,9 @@ rows, and for floating-point keys also from Parquet through the columnar writer)
 - ``apply_per_key`` (in the reader, and over a filtered read, which sorts and cuts) with
   ``groupBy(key).applyInPandas(...)``;
 - Spark's own ``groupBy`` over the JVM read (which has no Exchange) with the same over the
-  rows.
+  rows;
+- the reads without Spark: ``read_table`` with the Python source's read (rows and types),
+  ``iter_keys`` with ``groupBy(key).agg(...)`` (each key once, with all of its rows).
 
 Results are compared as Spark compares keys: -0.0 as 0.0 and every NaN as one.
 """
@@ -38,7 +40,9 @@ from orchestration.shuffle import (
     ShuffleSpec,
     aggregate_shuffle,
     apply_per_key,
+    iter_keys,
     read_shuffle,
+    read_table,
     write_shuffle,
 )
 from tests.conftest import jvm_read_off, jvm_read_on
@@ -330,6 +334,38 @@ def test_group_by_over_the_jvm_read_as_over_the_rows(spark, kafka_conf, written)
             assert rows_of(counted, [*keys, "n"]) == want, f"{path}: groupBy over the JVM read"
     finally:
         jvm_read_off(spark, settings)
+
+
+def arrow_rows(table: pa.Table) -> list[tuple]:
+    """The rows of an Arrow table as Spark's grouping compares values, in a fixed order."""
+    columns = [table.column(c).to_pylist() for c in table.column_names]
+    return sorted((tuple(map(canonical, r)) for r in zip(*columns, strict=True)), key=repr)
+
+
+def test_reads_without_spark_are_the_spark_read_and_group_as_group_by(spark, kafka_conf, written):
+    """``read_table`` returns what the Python source returns (its types, and its rows, special
+    values included); ``iter_keys`` gives each key once with all of its rows, keys grouped as
+    ``groupBy`` groups them, also when a partition is read in many passes."""
+    keys, source, topics = written
+    counted = source.groupBy(*keys).agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+    # From Arrow on both sides, so that values (timestamps above all) convert alike.
+    want = arrow_rows(counted.toArrow())
+    assert len(want) < ROWS
+    for path, topic in topics.items():
+        ours = read_table(topic, kafka=kafka_conf)
+        theirs = read_shuffle(spark, topic, kafka=kafka_conf, engine="python").toArrow()
+        assert ours.schema.equals(theirs.schema, check_metadata=False), f"{path}: schema"
+        assert arrow_rows(ours) == arrow_rows(theirs), f"{path}: read_table's rows"
+        for pass_rows in (None, 40):
+            got = [
+                (
+                    *map(canonical, key),
+                    canonical(rows.num_rows),
+                    canonical(sum(rows["v"].to_pylist())),
+                )
+                for key, rows in iter_keys(topic, kafka=kafka_conf, pass_rows=pass_rows)
+            ]
+            assert sorted(got, key=repr) == want, f"{path}, pass_rows={pass_rows}: iter_keys"
 
 
 def test_keys_larger_than_a_pass_as_apply_in_pandas(spark, kafka_conf, written):

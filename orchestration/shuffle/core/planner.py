@@ -28,7 +28,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog, to_micros
 from orchestration.shuffle.core.keygroups import key_group_range, split_range
@@ -216,6 +216,38 @@ def split_passes(
         PartitionRead(read.partition, g.start, g.stop, g == full, read.segments)
         for g in split_range(groups, passes)
     ]
+
+
+def check_key_groups(topic: str, key_groups: Any, max_parallelism: int) -> tuple[int, int]:
+    """``key_groups`` as ``(start, end)``: the key groups ``start <= g < end`` of a shuffle of
+    ``max_parallelism`` key groups (``start == end`` selects none).
+
+    Raises:
+        ShuffleOptionError: Not two integers with ``0 <= start <= end <= max_parallelism``.
+    """
+    pair = tuple(key_groups) if isinstance(key_groups, tuple | list) else ()
+    integers = all(isinstance(g, int) and not isinstance(g, bool) for g in pair)
+    if len(pair) != 2 or not integers or not 0 <= pair[0] <= pair[1] <= max_parallelism:
+        raise ShuffleOptionError(
+            f"shuffle {topic!r}: key_groups must be (start, end) with 0 <= start <= end <= "
+            f"{max_parallelism} (its max_parallelism), got {key_groups!r}"
+        )
+    return int(pair[0]), int(pair[1])
+
+
+def narrow_reads(reads: Iterable[PartitionRead], start: int, end: int) -> list[PartitionRead]:
+    """``reads`` narrowed to the key groups ``[start, end)``: a read whose key groups hold
+    none of them is dropped (its partition is not fetched), the others keep the part of
+    their range inside (and are ``full`` only if that is still their partition's whole
+    range)."""
+    out = []
+    for r in reads:
+        lo, hi = max(r.key_group_start, start), min(r.key_group_end, end)
+        if lo >= hi:
+            continue
+        whole = r.full and (lo, hi) == (r.key_group_start, r.key_group_end)
+        out.append(PartitionRead(r.partition, lo, hi, whole, r.segments))
+    return out
 
 
 def estimated_rows(read: PartitionRead, max_parallelism: int, num_partitions: int) -> float:

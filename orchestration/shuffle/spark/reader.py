@@ -2,11 +2,12 @@
 source (its streaming reader is :mod:`orchestration.shuffle.spark.stream`, the data source
 itself :mod:`orchestration.shuffle.spark.sources`, above both).
 
-Each Spark partition follows its :class:`~orchestration.shuffle.core.planner.SplitPlan`: it seeks
-straight to the committed offset ranges of its Kafka partitions, keeps the DATA frames of
-committed subtask attempts only, merges the producers' watermarks per partition (a
-regression is an error), and checks each committed attempt's END frame against what it
-read, so a lost or extra frame cannot go unnoticed.
+Each Spark partition follows its :class:`~orchestration.shuffle.core.planner.SplitPlan`: it
+reads each of its Kafka partitions with :class:`~orchestration.shuffle.kafka.reader.RowReader`,
+which seeks straight to the committed offset ranges, keeps the DATA frames of committed
+subtask attempts only, merges the producers' watermarks per partition (a regression is an
+error), and checks each committed attempt's END frame against what it read, so a lost or
+extra frame cannot go unnoticed (the reads without Spark execute a plan the same way).
 
 Options (:class:`SourceOptions`, declared in
 :data:`~orchestration.shuffle.core.optiondefs.SHUFFLE`, which refuses any other):
@@ -41,12 +42,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import Consumer
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from orchestration.shuffle.core import aggregation as agg
-from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core import perkey
 from orchestration.shuffle.core.commitlog import Layout, ShuffleLog, schema_from_b64
 from orchestration.shuffle.core.optiondefs import BATCH, SHUFFLE, STREAM
@@ -55,33 +54,18 @@ from orchestration.shuffle.core.planner import (
     PartitionRead,
     ReadOptions,
     SplitPlan,
-    merged_intervals,
     split_passes,
 )
 from orchestration.shuffle.core.stream import StreamOptions
-from orchestration.shuffle.core.watermarks import WatermarkMerger
-from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
-from orchestration.shuffle.kafka.client import KafkaClient, read_range
+from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import read_log
 from orchestration.shuffle.kafka.planner import plan_shuffle
+from orchestration.shuffle.kafka.reader import RowReader, output_schema
 
 log = logging.getLogger(__name__)
 
 SOURCE = "kafka-shuffle"
-
-METADATA_FIELDS = [
-    pa.field("_partition", pa.int32()),
-    pa.field("_key_group", pa.int32()),
-    pa.field("_run_id", pa.string()),
-    pa.field("_offset", pa.int64()),
-    pa.field("_window", pa.string()),
-]
-
-
-def output_schema(layout: Layout, with_metadata: bool) -> pa.Schema:
-    """The rows a read returns: the layout's columns, then the metadata columns if asked."""
-    fields = list(layout.schema)
-    return pa.schema(fields + (METADATA_FIELDS if with_metadata else []))
 
 
 def source_options(
@@ -258,25 +242,6 @@ def _release_memory() -> None:
         libc.malloc_trim(0)
 
 
-def _decoded_batch(frame: fr.Frame, columns: set[str] | None, where: str) -> pa.RecordBatch:
-    """The rows of a DATA frame, or a :class:`ShuffleFormatError` naming where it is.
-
-    Frames carry no checksum of their own (Kafka's CRC covers them on disk and on the wire):
-    a payload damaged before it was produced is refused here only when Arrow cannot decode
-    it or its buffers do not add up (``validate``, which costs no pass over the data).
-    """
-    try:
-        batch = frame.batch(columns)
-        batch.validate()
-    except (pa.ArrowException, OSError, StopIteration, ValueError) as exc:
-        h = frame.header
-        raise ShuffleFormatError(
-            f"DATA frame at {where} (run {h.run_id} subtask {h.subtask} attempt {h.attempt}) "
-            f"cannot be decoded: {type(exc).__name__}: {exc}"
-        ) from exc
-    return batch
-
-
 class SpillFile:
     """Rows a pass sets apart, in an Arrow IPC file of the task's local directory (Spark's,
     as PySpark's own spills: ``SPARK_LOCAL_DIRS``), read back as often as asked, a batch at a
@@ -331,31 +296,17 @@ class ShuffleReader(DataSourceReader):
 
     def __init__(self, opts: SourceOptions):
         self.opts = opts
-        self.schema = output_schema(opts.layout, opts.read.with_metadata)
-        # The columns decoded from frames (None: all): aggregations and per-key functions
-        # read only the columns they use.
-        self.columns: list[str] | None = None
-        self._decoded: set[str] | None = None  # what frames decode: columns and key group
-        self._layout_names = set(opts.layout.schema.names)
+        self.rows = RowReader(opts.topic, opts.layout, opts.read)
         if opts.aggregate:
-            self._use_columns(
+            # Aggregations and per-key functions decode only the columns they use.
+            self.rows.use_columns(
                 agg.PartialAggregator(opts.layout.key, opts.aggregate, self.schema).columns()
             )
 
-    def _use_columns(self, wanted: list[str]) -> None:
-        layout = self.opts.layout
-        names = set(wanted)
-        if layout.event_time and self._filters_event_time():
-            names.add(layout.event_time)
-        fields = [f for f in layout.schema if f.name in names]
-        self.columns = [f.name for f in fields]
-        self._decoded = {*self.columns, fr.KEY_GROUP_COLUMN}
-        meta = METADATA_FIELDS if self.opts.read.with_metadata else []
-        self.schema = pa.schema(fields + [f for f in meta if f.name in names])
-
-    def _filters_event_time(self) -> bool:
-        read = self.opts.read
-        return read.event_time_start_us is not None or read.event_time_end_us is not None
+    @property
+    def schema(self) -> pa.Schema:
+        """The rows' schema, as read from frames (:attr:`RowReader.schema`)."""
+        return self.rows.schema
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(p.to_json()) for p in self.opts.plans]
@@ -374,7 +325,7 @@ class ShuffleReader(DataSourceReader):
                     yield from self._per_key(c, plan)
                     return
                 for pr in plan.reads:
-                    batches = self._read_partition(c, pr)
+                    batches = self.rows.read_partition(c, pr)
                     yield from self._aggregated(batches) if self.opts.aggregate else batches
         finally:
             _release_memory()
@@ -393,7 +344,7 @@ class ShuffleReader(DataSourceReader):
         :func:`~orchestration.shuffle.core.planner.split_passes` for what bounds a pass)."""
         kf = self.opts.key_function()
         if kf.columns is not None:
-            self._use_columns(list(kf.columns))
+            self.rows.use_columns(kf.columns)
         layout = self.opts.layout
         for read in plan.reads:
             for piece in split_passes(
@@ -419,7 +370,7 @@ class ShuffleReader(DataSourceReader):
             held = perkey.KeyedPass(
                 kf.keys, self.opts.pass_rows, spill.write, keep_largest=not kf.streams
             )
-            for batch in self._read_partition(c, piece):
+            for batch in self.rows.read_partition(c, piece):
                 held.add(batch)
             # Not bound to a name here: the function's pass owns the rows, and drops them as
             # read once they are sorted by key.
@@ -450,112 +401,6 @@ class ShuffleReader(DataSourceReader):
                     yield from kf.apply(pa.Table.from_batches(list(parts), schema=self.schema))
         finally:
             spill.close()
-
-    def _read_partition(self, c: Consumer, pr: PartitionRead) -> Iterator[pa.RecordBatch]:
-        topic = self.opts.topic
-        allowed = {s.run_id: set(s.tasks) for s in pr.segments}
-        windows = {s.run_id: s.window for s in pr.segments}
-        mergers = {
-            s.run_id: WatermarkMerger(
-                {t for t, _ in s.tasks},
-                where=f"topic {topic!r} partition {pr.partition} run {s.run_id}",
-            )
-            for s in pr.segments
-        }
-        seen: dict[tuple[str, int], list[int]] = {}
-        ended: dict[tuple[str, int], tuple[int, int]] = {}
-        for start, end in merged_intervals(pr.segments):
-            for m in read_range(c, topic, pr.partition, start, end + 1, max_batch=1):
-                where = f"topic {topic!r} partition {pr.partition} offset {m.offset()}"
-                frame = fr.decode(m.value(), where)
-                h = frame.header
-                tasks = allowed.get(h.run_id)
-                if tasks is None or (h.subtask, h.attempt) not in tasks:
-                    continue
-                counts = seen.setdefault((h.run_id, h.subtask), [0, 0])
-                if h.type is fr.FrameType.DATA:
-                    batch = _decoded_batch(frame, self._decoded, where)
-                    counts[0] += batch.num_rows
-                    counts[1] += 1
-                    out = self._rows(batch, pr, h.run_id, windows[h.run_id], m.offset(), where)
-                    if out is not None and out.num_rows:
-                        yield out
-                elif h.type is fr.FrameType.WATERMARK:
-                    mergers[h.run_id].observe(h.subtask, frame.watermark())
-                else:
-                    ended[(h.run_id, h.subtask)] = frame.end_counts()
-                    mergers[h.run_id].end(h.subtask)
-        for s in pr.segments:
-            for subtask, attempt in s.tasks:
-                got = tuple(seen.get((s.run_id, subtask), (0, 0)))
-                want = ended.get((s.run_id, subtask))
-                where = (
-                    f"topic {topic!r} partition {pr.partition}, run {s.run_id} subtask {subtask}"
-                )
-                if want is None:
-                    raise ShuffleFormatError(
-                        f"{where} attempt {attempt}: no END frame within committed offsets "
-                        f"[{s.first}, {s.last}]; the topic lost data or was truncated"
-                    )
-                if got != tuple(want):
-                    raise ShuffleFormatError(
-                        f"{where}: read {got[0]} rows in {got[1]} frames, the producer wrote "
-                        f"{want[0]} rows in {want[1]} frames"
-                    )
-
-    def _rows(
-        self,
-        batch: pa.RecordBatch,
-        pr: PartitionRead,
-        run_id: str,
-        window: str | None,
-        offset: int,
-        where: str,
-    ) -> pa.RecordBatch | None:
-        layout = self.opts.layout
-        try:
-            kg = batch.column(fr.KEY_GROUP_COLUMN)
-        except KeyError:
-            raise ShuffleFormatError(
-                f"DATA frame at {where} has no {fr.KEY_GROUP_COLUMN} column"
-            ) from None
-        mask = None
-        if not pr.full:
-            mask = pc.and_(pc.greater_equal(kg, pr.key_group_start), pc.less(kg, pr.key_group_end))
-        et = layout.event_time
-        if et and self._filters_event_time():
-            t = batch.column(et).cast(pa.int64())
-            for bound, op in (
-                (self.opts.read.event_time_start_us, pc.greater_equal),
-                (self.opts.read.event_time_end_us, pc.less),
-            ):
-                if bound is not None:
-                    cond = pc.fill_null(op(t, bound), False)
-                    mask = cond if mask is None else pc.and_(mask, cond)
-        if mask is not None:
-            batch = batch.filter(mask)
-        columns = []
-        for f in self.schema:
-            if f.name not in self._layout_names:
-                break  # the metadata columns come last
-            try:
-                col = batch.column(f.name)
-            except KeyError:
-                raise ShuffleFormatError(
-                    f"DATA frame at {where} has no column {f.name!r}"
-                ) from None
-            columns.append(col if col.type.equals(f.type) else col.cast(f.type))
-        if self.opts.read.with_metadata:
-            n = batch.num_rows
-            meta = {
-                "_partition": lambda: pa.array([pr.partition] * n, pa.int32()),
-                "_key_group": lambda: batch.column(fr.KEY_GROUP_COLUMN).cast(pa.int32()),
-                "_run_id": lambda: pa.array([run_id] * n, pa.string()),
-                "_offset": lambda: pa.array([offset] * n, pa.int64()),
-                "_window": lambda: pa.array([window] * n, pa.string()),
-            }
-            columns += [meta[f.name]() for f in self.schema if f.name in meta]
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
 def result_schema(opts: SourceOptions) -> pa.Schema:
