@@ -119,8 +119,15 @@ def as_run_here(block: Block, data: Path) -> str:
     return code.replace(KAFKA, f"{KAFKA[:-1]}, topic_prefix={prefix!r})")
 
 
+def _marked(block: Block):
+    """A project block materialized by ``dagster asset materialize`` (a process per step)
+    is end to end through separate processes: the slow suite's."""
+    project = re.search(r"^defs = Definitions\(", block.code, re.M)
+    return pytest.param(block, marks=pytest.mark.slow) if project else block
+
+
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+@pytest.mark.parametrize("block", [_marked(b) for b in BLOCKS], ids=[b.id for b in BLOCKS])
 def test_readme_dagster_block_runs_as_written(block, events, bootstrap, monkeypatch, request):
     if block.not_run:
         pytest.skip(f"README says: {block.not_run}")
