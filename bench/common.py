@@ -9,7 +9,9 @@ puts it.
 
 from __future__ import annotations
 
+import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -258,3 +260,29 @@ def function_cpu(src: Path) -> dict:
         "fn_cpu_seconds": cpu["fn"],
         "function_cpu_seconds": max(cpu["fn"] - cpu["slices"], 0.0),
     }
+
+
+def consumer_perf_test(kafka: dict, topic: str, records: int) -> float:
+    """Kafka's ``ConsumerPerformance`` over every record of ``topic``: its fetch rate, in
+    bytes per second (the tool reports MB as 2^20 bytes)."""
+    from devstack import localstack
+
+    cmd = [
+        localstack.java_executable(), "-cp", localstack.kafka_classpath(),
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server", kafka["bootstrap.servers"],
+        "--topic", topic,
+        "--messages", str(records),
+        "--group", f"perf-{uuid.uuid4().hex[:8]}",
+        "--timeout", "60000",
+        "--hide-header",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True).stdout
+    # One CSV line: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg,
+    # nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
+    fields = [f.strip() for f in out.strip().splitlines()[-1].split(",")]
+    consumed = int(fields[4])
+    if consumed < records:
+        raise RuntimeError(f"ConsumerPerformance read {consumed} of {records} records:\n{out}")
+    mb, fetch_ms = float(fields[2]), float(fields[7])
+    return mb * 2**20 / (fetch_ms / 1000)

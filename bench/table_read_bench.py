@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import threading
 import time
 import uuid
@@ -43,7 +42,7 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import WORK, drop_topics, generate
+from bench.common import WORK, consumer_perf_test, drop_topics, generate
 from devstack import localstack
 from orchestration.shuffle import (
     ShuffleSpec,
@@ -53,26 +52,6 @@ from orchestration.shuffle import (
     spark_session,
     write_shuffle,
 )
-
-
-def consumer_perf_test(kafka: dict, topic: str, records: int) -> float:
-    """Kafka's ``ConsumerPerformance`` over every record of ``topic``: its fetch rate in
-    bytes per second (the tool's MB are 2^20 bytes)."""
-    cmd = [
-        localstack.java_executable(), "-cp", localstack.kafka_classpath(),
-        "org.apache.kafka.tools.ConsumerPerformance",
-        "--bootstrap-server", kafka["bootstrap.servers"],
-        "--topic", topic,
-        "--messages", str(records),
-        "--group", f"perf-{uuid.uuid4().hex[:8]}",
-        "--timeout", "60000",
-        "--hide-header",
-    ]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True).stdout
-    fields = [f.strip() for f in out.strip().splitlines()[-1].split(",")]
-    if int(fields[4]) < records:
-        raise RuntimeError(f"ConsumerPerformance read {fields[4]} of {records} records:\n{out}")
-    return float(fields[2]) * 2**20 / (float(fields[7]) / 1000)
 
 
 def timed(fn) -> float:

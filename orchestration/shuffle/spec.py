@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from orchestration.shuffle.core.commitlog import Commit, commit_topic
+from orchestration.shuffle.core.commitlog import Commit, commit_topic, from_micros
 from orchestration.shuffle.core.keygroups import validate_layout
 from orchestration.shuffle.errors import ShuffleOptionError
 
@@ -100,6 +100,22 @@ class WriteResult:
     offsets: dict[int, tuple[int, int]]
     commit: Commit = field(repr=False)
     path: str = ROWS_PATH
+
+    @classmethod
+    def of(cls, commit: Commit, topic: str, path: str) -> WriteResult:
+        """What the committed run ``commit`` of shuffle ``topic`` wrote, by ``path``."""
+        return cls(
+            run_id=commit.run_id,
+            topic=topic,
+            window=commit.window,
+            rows=commit.rows,
+            frames=commit.frames,
+            bytes=commit.bytes,
+            watermark=from_micros(commit.effective_watermark),
+            offsets={p: (r.first, r.last) for p, r in commit.partitions.items()},
+            commit=commit,
+            path=path,
+        )
 
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic): what a broker refuses.

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from orchestration.shuffle.core import frames as fr
-from orchestration.shuffle.core.commitlog import Layout, commit_topic, from_micros, to_micros
+from orchestration.shuffle.core.commitlog import Layout, commit_topic, to_micros
 from orchestration.shuffle.core.ordering import spark_order, unordered_reason
 from orchestration.shuffle.core.vhash import key_groups, unsupported_reason
 from orchestration.shuffle.errors import (
@@ -307,18 +307,7 @@ def write_table(
         attrs,
         sort_by=layout.sort_by,
     )
-    return WriteResult(
-        run_id=run_id,
-        topic=spec.topic,
-        window=window,
-        rows=commit.rows,
-        frames=commit.frames,
-        bytes=commit.bytes,
-        watermark=from_micros(commit.effective_watermark),
-        offsets={p: (r.first, r.last) for p, r in commit.partitions.items()},
-        commit=commit,
-        path=TABLE_PATH,
-    )
+    return WriteResult.of(commit, spec.topic, TABLE_PATH)
 
 
 __all__ = ["as_table", "is_table", "table_schema", "write_table"]

@@ -22,7 +22,6 @@ from orchestration.shuffle.core.commitlog import (
     Layout,
     TaskResult,
     commit_topic,
-    from_micros,
     to_micros,
 )
 from orchestration.shuffle.core.ordering import unordered_reason
@@ -310,18 +309,7 @@ def write_shuffle(
         attrs,
         sort_by=layout.sort_by,
     )
-    return WriteResult(
-        run_id=run_id,
-        topic=spec.topic,
-        window=window,
-        rows=commit.rows,
-        frames=commit.frames,
-        bytes=commit.bytes,
-        watermark=from_micros(commit.effective_watermark),
-        offsets={p: (r.first, r.last) for p, r in commit.partitions.items()},
-        commit=commit,
-        path=path,
-    )
+    return WriteResult.of(commit, spec.topic, path)
 
 
 def _partition_salts(num_partitions: int) -> list[int]:
