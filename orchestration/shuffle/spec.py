@@ -1,17 +1,26 @@
-"""What a shuffle is (:class:`ShuffleSpec`) and what a committed producer run wrote
-(:class:`WriteResult`), apart from any writer: Spark's (:mod:`orchestration.shuffle.write`)
-and the one without Spark (:mod:`orchestration.shuffle.table_write`) share them."""
+"""What a shuffle is (:class:`ShuffleSpec`), what a committed producer run wrote
+(:class:`WriteResult`), and the steps every writer takes before it produces (the window
+checked, the layout created or checked, the producers' options): Spark's
+(:mod:`orchestration.shuffle.write`) and the one without Spark
+(:mod:`orchestration.shuffle.table_write`) share them. Nothing here imports pyspark."""
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from orchestration.shuffle.core.commitlog import Commit, commit_topic, from_micros
+import pyarrow as pa
+
+from orchestration.shuffle.core.commitlog import Commit, Layout, commit_topic, from_micros
 from orchestration.shuffle.core.keygroups import validate_layout
 from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle.kafka.commitlog import create_or_check
+from orchestration.shuffle.spark.writer import DEFAULT_FRAME_ROWS, WriteOptions
+from orchestration.shuffle.testing import write_attempts_to_fail
 
 # WriteResult.path: how the rows reached the producer.
 COLUMNAR_PATH = "columnar"
@@ -176,3 +185,55 @@ def sort_by_problem(key: Sequence[str], sort_by: Sequence[str]) -> str | None:
                 f"{i} it {got} where key column {k!r} belongs"
             )
     return None
+
+
+def check_window(spec: ShuffleSpec, window: object) -> None:
+    """Refuses a ``window`` that is not a string or None."""
+    if window is not None and not isinstance(window, str):
+        raise ShuffleOptionError(
+            f"shuffle {spec.topic!r}: window must be a string or None, got "
+            f"{type(window).__name__} {window!r}"
+        )
+
+
+def created_layout(client: KafkaClient, spec: ShuffleSpec, schema: pa.Schema) -> Layout:
+    """The shuffle's layout: created with its topics on first write, else the recorded one
+    checked against ``spec`` and ``schema``."""
+    layout, _ = create_or_check(
+        client,
+        Layout(
+            topic=spec.topic,
+            key=tuple(spec.key),
+            num_partitions=spec.num_partitions,
+            max_parallelism=spec.max_parallelism,
+            schema=schema,
+            event_time=spec.event_time,
+            max_out_of_orderness_us=spec.max_out_of_orderness // dt.timedelta(microseconds=1),
+            sort_by=tuple(spec.sort_by),
+        ),
+        spec.replication_factor,
+    )
+    return layout
+
+
+def run_options(
+    client: KafkaClient,
+    spec: ShuffleSpec,
+    layout: Layout,
+    window: str | None,
+    frame_rows: int | None,
+    compression: str,
+) -> WriteOptions:
+    """The producers' options for a new run (its id made here) of the shuffle ``layout``."""
+    return WriteOptions(
+        topic=spec.topic,
+        run_id=str(uuid.uuid4()),
+        kafka=client,
+        num_partitions=layout.num_partitions,
+        max_parallelism=layout.max_parallelism,
+        event_time=spec.event_time,
+        max_out_of_orderness_us=layout.max_out_of_orderness_us,
+        frame_rows=frame_rows or DEFAULT_FRAME_ROWS,
+        compression=None if compression == "none" else compression,
+        fail_attempts_below=write_attempts_to_fail(spec.topic, window),
+    )

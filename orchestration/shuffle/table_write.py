@@ -11,14 +11,13 @@ same rows in the same partitions. Nothing here imports pyspark or starts a JVM.
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from orchestration.shuffle.core import frames as fr
-from orchestration.shuffle.core.commitlog import Layout, commit_topic, to_micros
+from orchestration.shuffle.core.commitlog import commit_topic, to_micros
 from orchestration.shuffle.core.ordering import spark_order, unordered_reason
 from orchestration.shuffle.core.vhash import key_groups, unsupported_reason
 from orchestration.shuffle.errors import (
@@ -28,15 +27,18 @@ from orchestration.shuffle.errors import (
     ShuffleWriteError,
 )
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
-from orchestration.shuffle.kafka.commitlog import create_or_check
 from orchestration.shuffle.spark.writer import (
-    DEFAULT_FRAME_ROWS,
     ProducerSubtask,
-    WriteOptions,
     commit_run,
 )
-from orchestration.shuffle.spec import TABLE_PATH, ShuffleSpec, WriteResult
-from orchestration.shuffle.testing import write_attempts_to_fail
+from orchestration.shuffle.spec import (
+    TABLE_PATH,
+    ShuffleSpec,
+    WriteResult,
+    check_window,
+    created_layout,
+    run_options,
+)
 
 # Arrow types Spark has no type for, turned into the narrowest Spark type that holds them.
 _WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
@@ -240,31 +242,14 @@ def write_table(
         ShuffleConnectionError: Kafka is unreachable.
         ShuffleWriteError: Producing failed; nothing was committed.
     """
-    if window is not None and not isinstance(window, str):
-        raise ShuffleOptionError(
-            f"shuffle {spec.topic!r}: window must be a string or None, got "
-            f"{type(window).__name__} {window!r}"
-        )
+    check_window(spec, window)
     table = as_table(rows)
     _check(table, spec)
     schema = table_schema(table, spec.topic)
     table = _cast(table, schema)
     client = KafkaClient.of(kafka)
     client.check_reachable(commit_topic(spec.topic))
-    layout, _ = create_or_check(
-        client,
-        Layout(
-            topic=spec.topic,
-            key=tuple(spec.key),
-            num_partitions=spec.num_partitions,
-            max_parallelism=spec.max_parallelism,
-            schema=schema,
-            event_time=spec.event_time,
-            max_out_of_orderness_us=spec.max_out_of_orderness // dt.timedelta(microseconds=1),
-            sort_by=tuple(spec.sort_by),
-        ),
-        spec.replication_factor,
-    )
+    layout = created_layout(client, spec, schema)
     table = table.select(layout.schema.names)
     if layout.sort_by:
         # One producer writes every partition, so rows sorted as a whole are sorted within
@@ -272,19 +257,8 @@ def write_table(
         table = table.take(pa.array(spark_order([table.column(c) for c in layout.sort_by])))
     groups = key_groups([table.column(c) for c in layout.key], layout.max_parallelism)
     table = table.append_column(fr.KEY_GROUP_COLUMN, pa.array(groups, pa.int32()))
-    run_id = str(uuid.uuid4())
-    options = WriteOptions(
-        topic=spec.topic,
-        run_id=run_id,
-        kafka=client,
-        num_partitions=layout.num_partitions,
-        max_parallelism=layout.max_parallelism,
-        event_time=spec.event_time,
-        max_out_of_orderness_us=layout.max_out_of_orderness_us,
-        frame_rows=frame_rows or DEFAULT_FRAME_ROWS,
-        compression=None if compression == "none" else compression,
-        fail_attempts_below=write_attempts_to_fail(spec.topic, window),
-    )
+    options = run_options(client, spec, layout, window, frame_rows, compression)
+    run_id = options.run_id
     task = ProducerSubtask(options, 0, 0)
     try:
         for batch in table.to_batches(max_chunksize=options.frame_rows):

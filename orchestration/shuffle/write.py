@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,13 +33,10 @@ from orchestration.shuffle.errors import (
     ShuffleWriteError,
 )
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
-from orchestration.shuffle.kafka.commitlog import create_or_check
 from orchestration.shuffle.spark.columnar import ColumnarPlan, ColumnarUnavailable, plan_columnar
 from orchestration.shuffle.spark.writer import (
-    DEFAULT_FRAME_ROWS,
     ColumnarProducerTask,
     ProducerTask,
-    WriteOptions,
     commit_run,
 )
 from orchestration.shuffle.spec import (
@@ -48,8 +44,10 @@ from orchestration.shuffle.spec import (
     ROWS_PATH,
     ShuffleSpec,
     WriteResult,
+    check_window,
+    created_layout,
+    run_options,
 )
-from orchestration.shuffle.testing import write_attempts_to_fail
 
 log = logging.getLogger(__name__)
 
@@ -223,11 +221,7 @@ def write_shuffle(
         raise ShuffleOptionError(
             f"shuffle {spec.topic!r}: columnar must be True, False or None, got {columnar!r}"
         )
-    if window is not None and not isinstance(window, str):
-        raise ShuffleOptionError(
-            f"shuffle {spec.topic!r}: window must be a string or None, got "
-            f"{type(window).__name__} {window!r}"
-        )
+    check_window(spec, window)
     client = KafkaClient.of(kafka)
     _check_columns(df, spec)
     client.check_reachable(commit_topic(spec.topic))
@@ -240,33 +234,9 @@ def write_shuffle(
                 f"shuffle {spec.topic!r}: {nulls} row(s) have a null in key column(s) "
                 f"{list(spec.key)}; nothing was written. Filter or fill them first."
             )
-    layout, _ = create_or_check(
-        client,
-        Layout(
-            topic=spec.topic,
-            key=tuple(spec.key),
-            num_partitions=spec.num_partitions,
-            max_parallelism=spec.max_parallelism,
-            schema=schema,
-            event_time=spec.event_time,
-            max_out_of_orderness_us=spec.max_out_of_orderness // dt.timedelta(microseconds=1),
-            sort_by=tuple(spec.sort_by),
-        ),
-        spec.replication_factor,
-    )
-    run_id = str(uuid.uuid4())
-    options = WriteOptions(
-        topic=spec.topic,
-        run_id=run_id,
-        kafka=client,
-        num_partitions=layout.num_partitions,
-        max_parallelism=layout.max_parallelism,
-        event_time=spec.event_time,
-        max_out_of_orderness_us=layout.max_out_of_orderness_us,
-        frame_rows=frame_rows or DEFAULT_FRAME_ROWS,
-        compression=None if compression == "none" else compression,
-        fail_attempts_below=write_attempts_to_fail(spec.topic, window),
-    )
+    layout = created_layout(client, spec, schema)
+    options = run_options(client, spec, layout, window, frame_rows, compression)
+    run_id = options.run_id
     if plan is not None:
         plan = plan.in_order(layout.schema.names)
         task = ColumnarProducerTask(

@@ -56,10 +56,9 @@ def commit_of(i: int, rows: int = 10) -> Commit:
     )
 
 
-def test_cursor_stays_bounded_over_400_windows(bootstrap, kafka_conf):
-    topic = f"sensor.events-{uuid.uuid4().hex[:8]}"
-    kafka = KafkaClient(kafka_conf)
-    create_or_check(kafka, Layout(topic, ("user_id",), 2, 8, SCHEMA))
+def sensor_project(topic: str, bootstrap: str) -> Definitions:
+    """A shuffle asset whose commits the tests write directly, a consumer of it and the
+    commit sensor ``events_commits`` that launches the consumer's job."""
     daily = DailyPartitionsDefinition(start_date=window(0))
 
     @asset(
@@ -74,15 +73,21 @@ def test_cursor_stays_bounded_over_400_windows(bootstrap, kafka_conf):
     def user_totals() -> None: ...
 
     consumer = define_asset_job("user_totals_job", selection=[user_totals])
-    sensor = shuffle_commit_sensor("events_commits", asset=events_by_user, jobs=[consumer])
-    defs = Definitions(
+    return Definitions(
         assets=[events_by_user, user_totals],
         jobs=[consumer],
-        sensors=[sensor],
+        sensors=[shuffle_commit_sensor("events_commits", asset=events_by_user, jobs=[consumer])],
         resources={
             "shuffle_io": KafkaShuffleIOManager(kafka=KafkaResource(bootstrap_servers=bootstrap))
         },
     )
+
+
+def test_cursor_stays_bounded_over_400_windows(bootstrap, kafka_conf):
+    topic = f"sensor.events-{uuid.uuid4().hex[:8]}"
+    kafka = KafkaClient(kafka_conf)
+    create_or_check(kafka, Layout(topic, ("user_id",), 2, 8, SCHEMA))
+    defs = sensor_project(topic, bootstrap)
 
     def tick(instance, cursor):
         with build_sensor_context(
@@ -153,28 +158,7 @@ def test_an_unreadable_commit_record_is_skipped_and_reported(bootstrap, kafka_co
     topic = f"sensor.bad-{uuid.uuid4().hex[:8]}"
     kafka = KafkaClient(kafka_conf)
     create_or_check(kafka, Layout(topic, ("user_id",), 2, 8, SCHEMA))
-    daily = DailyPartitionsDefinition(start_date=window(0))
-
-    @asset(
-        partitions_def=daily,
-        io_manager_key="shuffle_io",
-        metadata=shuffle_metadata(key="user_id", num_partitions=2, max_parallelism=8, topic=topic),
-    )
-    def events_by_user():
-        raise AssertionError("never materialized here: the commits are written directly")
-
-    @asset(partitions_def=daily, deps=[events_by_user])
-    def user_totals() -> None: ...
-
-    consumer = define_asset_job("user_totals_job", selection=[user_totals])
-    defs = Definitions(
-        assets=[events_by_user, user_totals],
-        jobs=[consumer],
-        sensors=[shuffle_commit_sensor("events_commits", asset=events_by_user, jobs=[consumer])],
-        resources={
-            "shuffle_io": KafkaShuffleIOManager(kafka=KafkaResource(bootstrap_servers=bootstrap))
-        },
-    )
+    defs = sensor_project(topic, bootstrap)
     write_commit(kafka, topic, commit_of(0))
     producer = Producer(kafka_conf)
     producer.produce(commit_topic(topic), key=b"commit/r-bad", value=b'{"run_id": "r-bad", "wi')
