@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from devstack import startlock
+
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 USER = "dagster"
@@ -117,6 +119,11 @@ def start(timeout: float = 60.0) -> str:
     """Starts the server (creating its data directory and database once); returns the URL."""
     if _listening():
         return url()
+    with startlock.held(home()):
+        return url() if _listening() else _start(timeout)
+
+
+def _start(timeout: float) -> str:
     bins = bindir()
     data = _data()
     home().mkdir(parents=True, exist_ok=True)

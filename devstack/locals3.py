@@ -41,6 +41,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from devstack import startlock
 from devstack.localstack import LocalStackError, resolve_jars
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -238,6 +239,11 @@ def _create_bucket() -> None:
 def start(timeout: float = 60.0) -> str:
     """Starts the server (building it first if needed) and creates the bucket; idempotent.
     Returns the endpoint."""
+    with startlock.held(_home()):
+        return _start(timeout)
+
+
+def _start(timeout: float) -> str:
     ensure_jars()
     write_spark_conf()
     if _pid() is not None and _live():

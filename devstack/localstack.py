@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from devstack import startlock
 from orchestration.shuffle import KafkaClient, ShuffleConnectionError
 from orchestration.testing.broker import (
     KafkaStartError,
@@ -494,6 +495,11 @@ def start(timeout: float = 120.0, node: int | None = None) -> str:
         KafkaClient({"bootstrap.servers": external}).check_reachable()
         return external
     local = local_stack()
+    with startlock.held(local.home):
+        return _start(local, timeout, node)
+
+
+def _start(local: LocalStack, timeout: float, node: int | None) -> str:
     check_stamp(local)
     pids: dict[int, int] = {}
     to_start = []

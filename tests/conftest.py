@@ -80,6 +80,12 @@ def spark():
         # own modules, as a user ships theirs; the project itself is installed in the venv.
         root = str(Path(__file__).resolve().parents[1])
         builder = builder.config("spark.executorEnv.PYTHONPATH", root)
+    # The tests' jobs are many and small: the driver's JVM compiles with C1 alone (the
+    # optimizing compiler's threads otherwise take about half its CPU time, on 2 cores
+    # shared by two test workers). $SHUFFLE_TEST_DRIVER_JAVA_OPTIONS overrides it.
+    opts = os.environ.get("SHUFFLE_TEST_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+    if opts:
+        builder = builder.config("spark.driver.extraJavaOptions", opts)
     session = (
         builder.appName("kafka-shuffle-tests")
         .config("spark.ui.enabled", "false")

