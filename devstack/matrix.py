@@ -71,7 +71,7 @@ CONNECT_SMOKE = [
     IT + "test_connect.py::test_apply_per_key_every_mode_and_the_key_guard",
     IT + "test_connect.py::test_stream_available_now_into_a_memory_table",
 ]
-TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3"]
+TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.6"]
 # Not mirrored into the folder the tests run from: the library (the wheel's is used), and
 # what is the checkout's own.
 NOT_MIRRORED = {"orchestration", ".git", ".venv", "site", "dist", "build"}
@@ -181,7 +181,8 @@ def smoke(combo: Combination, venv: Path, log: Path, extra: list[str], stage: Pa
     if not where.startswith(str(venv)):
         raise SystemExit(f"{combo.name}: orchestration comes from {where}, not the wheel")
     cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(stage)]
-    _run([*cmd, *SMOKE, *extra], log, env, cwd=stage)
+    # On two workers, as `scripts/dev test` runs the default suite.
+    _run([*cmd, "-n", "2", "--dist", "loadfile", *SMOKE, *extra], log, env, cwd=stage)
     _run([*cmd, "-m", "connect", *CONNECT_SMOKE, *extra], log,
          {**env, "SHUFFLE_TEST_CONNECT": "1"}, cwd=stage)  # fmt: skip
 
