@@ -22,6 +22,7 @@ import warnings
 from dataclasses import dataclass
 
 import pandas as pd
+import pyarrow as pa
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
@@ -51,6 +52,7 @@ from orchestration.shuffle import (
     ShuffleRead,
     apply_per_key,
     read_shuffle_stream,
+    runs_read,
     shuffle_log,
     stream_metrics,
     summarize_stream_metrics,
@@ -280,31 +282,51 @@ def daily_utilization(read: ShuffleRead) -> DataFrame:
     )
 
 
+def streaks_per_aircraft(legs: pd.DataFrame) -> pd.DataFrame:
+    """Per (tailnum, day) of ``legs`` (each aircraft's legs in flight order): legs, the
+    longest run of legs delayed over 15 minutes and the first delayed leg (1-based)."""
+    rows = []
+    for (tailnum, day), group in legs.groupby(["tailnum", "day"], sort=False):
+        delayed = (group["dep_delay"].fillna(0) > 15).to_numpy()
+        longest = run = 0
+        for d in delayed:
+            run = run + 1 if d else 0
+            longest = max(longest, run)
+        first = int(delayed.argmax()) + 1 if delayed.any() else None
+        rows.append((tailnum, day, len(group), longest, first))
+    return pd.DataFrame(rows, columns=STREAKS_SCHEMA.names).astype({"first_delayed_leg": "Int64"})
+
+
+STREAKS_SCHEMA = pa.schema(
+    [
+        ("tailnum", pa.string()),
+        ("day", pa.date32()),
+        ("legs", pa.int64()),
+        ("max_delayed_streak", pa.int64()),
+        ("first_delayed_leg", pa.int64()),
+    ]
+)
+# Legs in flight order: an aircraft's legs of a day by scheduled departure (then flight and
+# origin, for legs scheduled at the same minute).
+LEG_ORDER = ["sched_dep", "flight", "origin"]
+
+
+def delay_streaks_pandas(flights: pd.DataFrame) -> pd.DataFrame:
+    """``aircraft_delay_streaks`` on pandas: one row per (tailnum, day) of a day's rows."""
+    legs = flights.sort_values(["tailnum", *LEG_ORDER], kind="stable")
+    return streaks_per_aircraft(legs)
+
+
 def delay_streaks(df: DataFrame) -> DataFrame:
-    """One row per (tailnum, day): legs in order and the longest run of delayed legs."""
-
-    def per_aircraft(pdf: pd.DataFrame) -> pd.DataFrame:
-        rows = []
-        for (tailnum, day), legs in pdf.groupby(["tailnum", "day"], sort=False):
-            delayed = (legs["dep_delay"].fillna(0) > 15).to_numpy()
-            longest = run = 0
-            for d in delayed:
-                run = run + 1 if d else 0
-                longest = max(longest, run)
-            first = int(delayed.argmax()) + 1 if delayed.any() else None
-            rows.append((tailnum, day, len(legs), longest, first))
-        return pd.DataFrame(
-            rows, columns=["tailnum", "day", "legs", "max_delayed_streak", "first_delayed_leg"]
-        ).astype({"first_delayed_leg": "Int64"})
-
+    """``aircraft_delay_streaks`` on Spark, per key of the shuffle read (no Exchange): the
+    same rows as :func:`delay_streaks_pandas` (``bench/consumer_bench.py`` times both)."""
     schema = "tailnum string, day date, legs long, max_delayed_streak long, first_delayed_leg long"
-    return apply_per_key(
-        df, "tailnum", per_aircraft, schema, order_by=["sched_dep", "flight", "origin"]
-    )
+    return apply_per_key(df, "tailnum", streaks_per_aircraft, schema, order_by=LEG_ORDER)
 
 
 def carrier_hourly(df: DataFrame) -> DataFrame:
-    """One row per (carrier, day, local scheduled hour): on-time performance."""
+    """``carrier_hourly_otp`` on Spark: one row per (carrier, day, local scheduled hour), the
+    same rows as :func:`carrier_hourly_pandas`."""
     hour = F.hour(F.from_utc_timestamp(F.col("sched_dep"), LOCAL_TZ)).cast("long")
     known = F.count("arr_delay")
     on_time = F.sum(F.when(F.col("arr_delay") <= 15, 1).otherwise(0))
@@ -319,10 +341,52 @@ def carrier_hourly(df: DataFrame) -> DataFrame:
     )
 
 
+OTP_SCHEMA = pa.schema(
+    [
+        ("carrier", pa.string()),
+        ("day", pa.date32()),
+        ("hour", pa.int64()),
+        ("flights", pa.int64()),
+        ("arrivals_known", pa.int64()),
+        ("on_time_pct", pa.float64()),
+    ]
+)
+
+
+def carrier_hourly_pandas(flights: pd.DataFrame) -> pd.DataFrame:
+    """``carrier_hourly_otp`` on pandas: per carrier, day and local scheduled hour, flights,
+    arrivals known and the percentage of them on time (within 15 minutes)."""
+    sched = flights["sched_dep"]
+    if sched.dt.tz is None:  # Spark's timestamps are instants in UTC
+        sched = sched.dt.tz_localize("UTC")
+    frame = flights.assign(
+        hour=sched.dt.tz_convert(LOCAL_TZ).dt.hour.astype("int64"),
+        on_time=flights["arr_delay"].le(15),
+    )
+    out = (
+        frame.groupby(["carrier", "day", "hour"], sort=False, dropna=False)
+        .agg(
+            flights=("hour", "size"),
+            arrivals_known=("arr_delay", "count"),
+            on_time=("on_time", "sum"),
+        )
+        .reset_index()
+    )
+    known = out["arrivals_known"]
+    out["on_time_pct"] = (100.0 * out["on_time"] / known).where(known > 0)
+    return out[OTP_SCHEMA.names]
+
+
 # Consumers computed from the rows of a day's run (a DataFrame already keyed by tailnum).
 ROW_CONSUMERS = {
     "aircraft_delay_streaks": delay_streaks,
     "carrier_hourly_otp": carrier_hourly,
+}
+# The same consumers on pandas, and the schema of what they write: the pipeline runs these
+# (no Spark session), the Spark ones are kept to compare (tests, bench/consumer_bench.py).
+PANDAS_CONSUMERS = {
+    "aircraft_delay_streaks": (delay_streaks_pandas, STREAKS_SCHEMA),
+    "carrier_hourly_otp": (carrier_hourly_pandas, OTP_SCHEMA),
 }
 
 
@@ -358,7 +422,50 @@ def consumer_pool(name: str) -> str:
     return f"flights/{name}"
 
 
+def run_pandas_consumer(name: str, flights: pd.DataFrame, warehouse, out_path: str) -> dict:
+    """Computes consumer ``name`` on pandas from a day's rows (as the shuffle IO manager
+    loads them), replaces its output with one Parquet file."""
+    compute, schema = PANDAS_CONSUMERS[name]
+    runs = runs_read(flights)
+    out = pa.Table.from_pandas(compute(flights), schema=schema, preserve_index=False)
+    warehouse.replace_with_table(out_path, out)
+    return {
+        "run_ids": list(runs),
+        "rows_in": len(flights),
+        "rows_committed": sum(r["rows"] for r in runs.values()),
+        "rows_out": out.num_rows,
+        "path": out_path,
+    }
+
+
+def _rows_check(name: str) -> AssetCheckSpec:
+    return AssetCheckSpec(
+        "rows_read_match_commit",
+        asset=name,
+        description="Rows read from the shuffle = rows its commit record says.",
+    )
+
+
+def _consumer_results(context: AssetExecutionContext, name: str, stats: dict):
+    context.log.info(f"{name} {context.partition_key}: {stats}")
+    yield MaterializeResult(
+        metadata={
+            "commits_read": MetadataValue.json(stats["run_ids"]),
+            "rows_in": stats["rows_in"],
+            "rows_out": stats["rows_out"],
+            "path": stats["path"],
+        }
+    )
+    yield AssetCheckResult(
+        check_name="rows_read_match_commit",
+        passed=stats["rows_in"] == stats["rows_committed"],
+        metadata={"rows_in": stats["rows_in"], "rows_committed": stats["rows_committed"]},
+    )
+
+
 def _consumer_asset(name: str, description: str):
+    """A consumer on Spark: it reads its day through a planned shuffle read."""
+
     @asset(
         name=name,
         partitions_def=daily,
@@ -366,13 +473,7 @@ def _consumer_asset(name: str, description: str):
         group_name=PIPELINE_GROUP,
         kinds={"spark", "parquet"},
         description=description,
-        check_specs=[
-            AssetCheckSpec(
-                "rows_read_match_commit",
-                asset=name,
-                description="Rows read from the shuffle = rows its commit record says.",
-            )
-        ],
+        check_specs=[_rows_check(name)],
     )
     def _consumer(
         context: AssetExecutionContext,
@@ -383,20 +484,35 @@ def _consumer_asset(name: str, description: str):
         day = context.partition_key
         faults.check(name, day)
         stats = run_consumer(name, flights_by_tailnum, warehouse.day_path(name, day))
-        context.log.info(f"{name} {day}: {stats}")
-        yield MaterializeResult(
-            metadata={
-                "commits_read": MetadataValue.json(stats["run_ids"]),
-                "rows_in": stats["rows_in"],
-                "rows_out": stats["rows_out"],
-                "path": stats["path"],
-            }
-        )
-        yield AssetCheckResult(
-            check_name="rows_read_match_commit",
-            passed=stats["rows_in"] == stats["rows_committed"],
-            metadata={"rows_in": stats["rows_in"], "rows_committed": stats["rows_committed"]},
-        )
+        yield from _consumer_results(context, name, stats)
+
+    return _consumer
+
+
+def _pandas_consumer_asset(name: str, description: str):
+    """A consumer on pandas: the IO manager loads its day without Spark (the input's
+    annotation says so), and it starts no Spark session."""
+
+    @asset(
+        name=name,
+        partitions_def=daily,
+        pool=consumer_pool(name),
+        group_name=PIPELINE_GROUP,
+        kinds={"pandas", "parquet"},
+        description=description,
+        check_specs=[_rows_check(name)],
+    )
+    def _consumer(
+        context: AssetExecutionContext,
+        flights_by_tailnum: pd.DataFrame,
+        warehouse: WarehouseResource,
+        faults: FaultInjection,
+    ):
+        day = context.partition_key
+        faults.check(name, day)
+        out = warehouse.day_path(name, day)
+        stats = run_pandas_consumer(name, flights_by_tailnum, warehouse, out)
+        yield from _consumer_results(context, name, stats)
 
     return _consumer
 
@@ -540,12 +656,12 @@ def flights_consumers(topic: str = DEFAULT_TOPIC) -> list:
             "Per aircraft and day: flights, cancellations, air minutes, miles, mean departure "
             "delay.",
         ),
-        _consumer_asset(
+        _pandas_consumer_asset(
             "aircraft_delay_streaks",
             "Per aircraft and day: legs in order and the longest run of legs delayed over 15 "
             "minutes.",
         ),
-        _consumer_asset(
+        _pandas_consumer_asset(
             "carrier_hourly_otp",
             "Per carrier, day and local scheduled hour: arrivals known and on-time percentage.",
         ),

@@ -33,6 +33,7 @@ _EXPORTS = {
     "read_table": "table_read",
     "read_batches": "table_read",
     "iter_keys": "table_read",
+    "runs_read": "table_read",
     "plan_shuffle_read": "read",
     "read_shuffle": "read",
     "read_shuffle_stream": "read",
@@ -148,7 +149,7 @@ if TYPE_CHECKING:
     from orchestration.shuffle.spark.session import session_settings
     from orchestration.shuffle.spark.sources import register_data_sources, spark_session
     from orchestration.shuffle.spec import ShuffleSpec, WriteResult
-    from orchestration.shuffle.table_read import iter_keys, read_batches, read_table
+    from orchestration.shuffle.table_read import iter_keys, read_batches, read_table, runs_read
     from orchestration.shuffle.table_write import write_table
     from orchestration.shuffle.write import WindowsResult, write_shuffle, write_windows
 

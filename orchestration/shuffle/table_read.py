@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import math
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -208,7 +209,48 @@ def read_table(
     for partition, batch in _partition_batches(read, threads):
         by_partition.setdefault(partition, []).append(batch)
     batches = [b for p in sorted(by_partition) for b in by_partition[p]]
-    return pa.Table.from_batches(batches, schema=read.schema)
+    table = pa.Table.from_batches(batches, schema=read.schema)
+    return with_runs_read(table, read.plan.commits)
+
+
+# Where a table read here names the committed runs it holds (schema metadata, a JSON object
+# of run id -> window and committed rows), and a pandas frame loaded by the IO manager too
+# (``DataFrame.attrs``); :func:`runs_read` reads it back.
+RUNS_READ_KEY = "kafka_shuffle.runs"
+
+
+def with_runs_read(table: pa.Table, commits: Iterable[Any]) -> pa.Table:
+    """``table`` with the runs of ``commits`` recorded in its schema metadata."""
+    runs = {c.run_id: {"window": c.window, "rows": c.rows} for c in commits}
+    metadata = dict(table.schema.metadata or {})
+    metadata[RUNS_READ_KEY.encode()] = json.dumps(runs).encode()
+    return table.replace_schema_metadata(metadata)
+
+
+def runs_read(data: Any) -> dict[str, dict[str, Any]]:
+    """The committed runs a table of :func:`read_table` (or a pandas frame the shuffle IO
+    manager loaded) was read from: ``{run_id: {"window": ..., "rows": ...}}``, ``rows``
+    being what the run committed (before any ``key_groups`` or event-time selection).
+
+    Example::
+
+        runs = runs_read(table)
+        assert table.num_rows == sum(r["rows"] for r in runs.values())
+
+    Raises:
+        ShuffleOptionError: ``data`` carries no such record (it was not read so, or an
+            operation since dropped it: pandas keeps ``attrs`` through some operations only).
+    """
+    if isinstance(data, pa.Table | pa.RecordBatch):
+        raw = (data.schema.metadata or {}).get(RUNS_READ_KEY.encode())
+    else:
+        raw = getattr(data, "attrs", {}).get(RUNS_READ_KEY)
+    if raw is None:
+        raise ShuffleOptionError(
+            f"this {type(data).__name__} does not say which shuffle runs it holds: "
+            "only a table of read_table, or a pandas frame the shuffle IO manager loaded, does"
+        )
+    return json.loads(raw) if isinstance(raw, bytes | str) else dict(raw)
 
 
 def read_batches(

@@ -24,6 +24,7 @@ import pyarrow as pa
 from dagster import AssetKey, DailyPartitionsDefinition, MaterializeResult, asset
 
 from orchestration import KafkaResource, KafkaShuffleIOManager, RecordBatches, shuffle_metadata
+from orchestration.shuffle import runs_read
 
 daily = DailyPartitionsDefinition(start_date="{DAYS[0]}")
 TOPIC = "{topic}"
@@ -47,14 +48,16 @@ def events(context) -> pd.DataFrame:
 @asset(partitions_def=daily)
 def as_pandas(events: pd.DataFrame) -> MaterializeResult:
     return MaterializeResult(metadata={{"rows": len(events), "clicks": int(events.clicks.sum()),
-                                        "kind": type(events).__module__}})
+                                        "kind": type(events).__module__,
+                                        "runs": runs_read(events)}})
 
 
 @asset(partitions_def=daily)
 def as_arrow(events: pa.Table) -> MaterializeResult:
     return MaterializeResult(metadata={{"rows": events.num_rows,
                                         "clicks": events.column("clicks").to_pandas().sum().item(),
-                                        "kind": type(events).__module__}})
+                                        "kind": type(events).__module__,
+                                        "runs": runs_read(events)}})
 
 
 @asset(partitions_def=daily)
@@ -99,6 +102,10 @@ with instance_for_test() as instance:
             md = {{k: v.value for k, v in mat.metadata.items()}}
             assert md["rows"] == n and md["clicks"] == sum(range(n)), (name, md)
             assert md["kind"].split(".")[0] == kind, (name, md)
+            if name != "as_batches":
+                # Which committed run it holds: this day's, with its rows.
+                (run,) = md["runs"].values()
+                assert run == {{"window": day, "rows": n}}, (name, md)
         loaded = [e for e in result.all_events if e.event_type_value == "LOADED_INPUT"]
         assert len(loaded) == 3
 # Nothing started Spark: no SparkContext, so no JVM, in this process.

@@ -4,6 +4,7 @@ import datetime as dt
 import zipfile
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from dagster import instance_for_test
 from pyspark.sql import functions as F
@@ -12,6 +13,8 @@ from assets.flights_data import flights_csv_path
 from assets.pipeline import (
     FLIGHTS_BY_TAILNUM,
     MISSING_TAILNUM,
+    PANDAS_CONSUMERS,
+    ROW_CONSUMERS,
     FaultInjection,
     carrier_hourly,
     daily_utilization,
@@ -23,7 +26,13 @@ from jobs.definitions import build_defs
 from jobs.pipeline import COMMIT_SENSOR, CONSUMER_JOBS, PRODUCER_JOB, REGION_SENSOR
 from orchestration import FAILED_WINDOWS_TAG, KafkaResource
 from orchestration.definition import RETRY_OF_TAG, RETRY_TAG
-from orchestration.shuffle import plan_shuffle_read, read_shuffle, shuffle_log
+from orchestration.shuffle import (
+    plan_shuffle_read,
+    read_shuffle,
+    read_table,
+    runs_read,
+    shuffle_log,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -214,6 +223,28 @@ def test_prekeyed_consumers_have_no_exchange(stack, spark, kafka_conf):
         plan = out._jdf.queryExecution().executedPlan().toString()
         assert "Exchange" not in plan, plan
     assert "Exchange" in carrier_hourly(df)._jdf.queryExecution().executedPlan().toString()
+
+
+def test_pandas_consumers_equal_their_spark_versions(stack, spark, kafka_conf):
+    # The pipeline runs two consumers on pandas (no Spark); on the same window their Spark
+    # versions give exactly the same rows, nulls and doubles included.
+    keys = {"aircraft_delay_streaks": ["tailnum"], "carrier_hourly_otp": ["carrier", "hour"]}
+    for day in (D1, D2):
+        df = read_shuffle(spark, stack["topic"], kafka=kafka_conf, windows=[day])
+        table = read_table(stack["topic"], kafka=kafka_conf, windows=[day])
+        assert runs_read(table) == {
+            c.run_id: {"window": day, "rows": c.rows}
+            for c in shuffle_log(stack["topic"], kafka=kafka_conf).visible(windows=[day])
+        }
+        for name, (compute, schema) in PANDAS_CONSUMERS.items():
+            order = [(k, "ascending") for k in keys[name]]
+            on_pandas = pa.Table.from_pandas(
+                compute(table.to_pandas()), schema=schema, preserve_index=False
+            ).sort_by(order)
+            on_spark = ROW_CONSUMERS[name](df).toArrow().select(schema.names)
+            on_spark = on_spark.cast(schema).sort_by(order)
+            assert on_pandas.num_rows > 0
+            assert on_pandas.equals(on_spark), (name, day)
 
 
 def test_new_producer_run_relaunches_consumers_with_new_data(stack, spark, kafka_conf):
