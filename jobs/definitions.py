@@ -12,6 +12,7 @@ The environment is read here and nowhere else:
 | ``KAFKA_BOOTSTRAP_SERVERS`` | the ``kafka`` resource (``bootstrap_servers``) | required |
 | ``SPARK_MASTER`` | the ``spark`` resource's ``spark.master`` | ``local[2]`` |
 | ``SPARK_DRIVER_MEMORY`` | the ``spark`` resource's ``spark.driver.memory`` | ``2g`` |
+| ``SPARK_DRIVER_JAVA_OPTIONS`` | its ``spark.driver.extraJavaOptions`` | C1 only (below) |
 | ``SPARK_REMOTE`` | a Spark Connect server (``sc://host:port``) instead of a local session | none |
 | ``SHUFFLE_JVM_READ`` | ``0``: the local session reads shuffles in Python, not on the JVM | ``1`` |
 | ``SHUFFLE_WAREHOUSE`` | the ``warehouse`` resource (``path``) | ``.local/warehouse`` |
@@ -79,11 +80,18 @@ def kafka_client(definitions: Definitions) -> KafkaClient:
     return resource.process_config_and_initialize().client()
 
 
+# The pipeline's days are a few hundred rows each: its jobs are many and small, and a local
+# driver's JVM spends less CPU compiling them with C1 alone (the optimizing compiler pays off
+# on large data; SPARK_DRIVER_JAVA_OPTIONS="" brings it back).
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 def spark_resource(
     master: str = "local[2]",
     driver_memory: str = "2g",
     remote: str | None = None,
     kafka: KafkaResource | None = None,
+    driver_java_options: str = DRIVER_JAVA_OPTIONS,
 ) -> LazyPySparkResource:
     """A lazily started SparkSession with settings that suit the pipeline; with ``remote``
     (``sc://host:port``), a Spark Connect session of that server, which owns its master,
@@ -103,6 +111,8 @@ def spark_resource(
         "spark.app.name": "kafka-shuffle",
         "spark.driver.memory": driver_memory,
     }
+    if driver_java_options:
+        config["spark.driver.extraJavaOptions"] = driver_java_options
     if kafka is not None:
         return ShuffleSparkResource(spark_config=config, kafka=kafka)
     return LazyPySparkResource(spark_config=config)
@@ -203,6 +213,7 @@ def defs_from_env(env: Mapping[str, str], location: str | None = None) -> Defini
                 env.get("SPARK_DRIVER_MEMORY", "2g"),
                 remote=env.get("SPARK_REMOTE") or None,
                 kafka=None if env.get("SHUFFLE_JVM_READ", "1") == "0" else kafka,
+                driver_java_options=env.get("SPARK_DRIVER_JAVA_OPTIONS", DRIVER_JAVA_OPTIONS),
             ),
             "kafka": kafka,
             "warehouse": WarehouseResource(

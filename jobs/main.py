@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = [str(commit.rows) if commit else "-"]
         for n in names:
             path = warehouse.day_path(n, day)
-            cells.append(str(spark.read.parquet(path).count()) if warehouse.exists(path) else "-")
+            rows = warehouse.read_table(path).num_rows if warehouse.exists(path) else "-"
+            cells.append(str(rows))
         print(f"{day:<11}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
     failed = [o for o in runner.outcomes if not o.success]
     retried = [

@@ -148,6 +148,9 @@ LAYERS = (
     Layer("main", ("jobs.main",), ("application", "library", "devstack")),
     Layer("devstack", ("devstack",), ("devstack", "library")),
     Layer("bench", ("bench",), ("bench", "devstack", "library")),
+    Layer(
+        "pipeline-bench", ("bench.consumer_bench",), ("bench", "devstack", "application", "library")
+    ),
     Layer("tests", ("tests",), ("tests", "bench", "devstack", "application", "library")),
 )
 
