@@ -150,7 +150,8 @@ def mirror() -> Path:
 
 
 def install(combo: Combination, venv: Path, log: Path, wheel: Path) -> None:
-    """A fresh virtualenv with the wheel and its declared dependencies, this combination's
+    """A fresh virtualenv with the wheel, its declared dependencies and the extras of the
+    consumers without Spark (Polars, DuckDB: the docs' examples use them), this combination's
     PySpark (with its Spark Connect extra) and Dagster pinned."""
     shutil.rmtree(venv, ignore_errors=True)
     _run([sys.executable, "-m", "venv", str(venv)], log)
@@ -159,8 +160,8 @@ def install(combo: Combination, venv: Path, log: Path, wheel: Path) -> None:
     # Neither from the checkout nor with it on the path: its kafka_shuffle.egg-info (an
     # editable install's) would pass for the package installed already.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _run([python, "-m", "pip", "install", "-q", str(wheel), *pins, *TEST_TOOLS], log, env,
-         cwd=WORK)  # fmt: skip
+    wanted = [f"{wheel}[polars,duckdb]", *pins, *TEST_TOOLS]
+    _run([python, "-m", "pip", "install", "-q", *wanted], log, env, cwd=WORK)
 
 
 def smoke(combo: Combination, venv: Path, log: Path, extra: list[str], stage: Path) -> None:

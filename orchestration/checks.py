@@ -14,8 +14,8 @@ Example::
   its DATA frames are all there, and the rows the END frames declare add up to the rows of
   the commit record, per Kafka partition and in total. Only the frame headers (and the END
   frames' counts) are read, and each payload's checksum checked, never an Arrow payload
-  decoded; ``full_read=True`` reads every row back with Spark instead (counted inside the
-  reader, no rows cross to the JVM).
+  decoded; ``full_read=True`` reads every row back instead, every payload decoded (with
+  ``read_batches``: no Spark, a batch per partition held at a time).
 - ``shuffle_window_readable``: each partition checked has a run readers can read. A window
   that retention left with no run fails it with severity WARN, saying which run went, when
   and why; :func:`~orchestration.shuffle_expiry_job` records that result for each window it
@@ -67,7 +67,8 @@ from orchestration.shuffle.core.frames import FrameType, decode
 from orchestration.shuffle.errors import ShuffleError, ShuffleFormatError
 from orchestration.shuffle.kafka.client import KafkaClient, read_range
 from orchestration.shuffle.kafka.commitlog import check_partitions
-from orchestration.shuffle.read import plan_shuffle_read, shuffle_log
+from orchestration.shuffle.read import shuffle_log
+from orchestration.shuffle.table_read import read_batches
 
 
 @dataclass
@@ -318,8 +319,8 @@ def shuffle_asset_checks(
         asset: The shuffle asset, or the ``AssetSpec`` by which another code location
             declares it (``shuffle_metadata`` and ``with_io_manager_key``).
         blocking: Whether a failed check stops the rest of its run (downstream assets).
-        full_read: ``shuffle_rows`` reads every row back with Spark (through the IO
-            manager's session) instead of counting from the frame headers.
+        full_read: ``shuffle_rows`` reads every row back, every payload decoded, without
+            Spark (``read_batches``), instead of counting from the frame headers.
     """
     shuffle = asset_shuffle(asset)
     io_key = asset_io_manager_key(asset)
@@ -377,7 +378,7 @@ def shuffle_asset_checks(
             log = shuffle_log(spec.topic, kafka=kafka)
             commits, missing = commits_to_check(log, context.run.run_id, keys)
             counts = (
-                [_read_back(io_manager, kafka, log, c) for c in commits]
+                [_read_back(kafka, log, c) for c in commits]
                 if full_read
                 else [count_run_frames(kafka, spec.topic, c) for c in commits]
             )
@@ -444,14 +445,12 @@ def _per_run(counts: Iterable[FrameCount]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _read_back(io_manager: Any, kafka: KafkaClient, log: ShuffleLog, commit: Commit) -> FrameCount:
-    """The rows of ``commit`` read back with Spark; the reader itself checks every frame
-    against the END frames and raises on a lost or extra one."""
-    read = plan_shuffle_read(
-        io_manager.session(), log.topic, kafka=kafka, runs=[commit.run_id], log=log
-    )
-    counted = read.aggregate({"_rows": ("*", "count")}).agg({"_rows": "sum"}).first()
-    rows = int(counted[0] or 0) if counted is not None else 0
+def _read_back(kafka: KafkaClient, log: ShuffleLog, commit: Commit) -> FrameCount:
+    """The rows of ``commit`` read back, every payload decoded, without Spark (a batch per
+    partition held at a time); the reader itself checks every frame against the END frames
+    and raises on a lost or extra one."""
+    batches = read_batches(log.topic, kafka=kafka, runs=[commit.run_id], log=log)
+    rows = sum(batch.num_rows for batch in batches)
     out = FrameCount(commit.run_id, commit.window, rows=rows, rows_committed=commit.rows)
     if rows != commit.rows:
         out.problems.append(f"{rows} rows read back, the commit record says {commit.rows}")

@@ -167,3 +167,73 @@ def test_arrow_inputs_equal_a_spark_input_of_the_same_window(bootstrap, kafka_co
             got.sort_values(["k", "v"]).reset_index(drop=True),
             expected.sort_values(["k", "v"]).reset_index(drop=True),
         )
+
+
+def test_polars_and_duckdb_consumers_of_a_shuffle_declared_as_an_asset_spec(
+    bootstrap, kafka_conf, tmp_path
+):
+    """The consumer location of docs/guides/engine.md, as written but for its topic and
+    broker: a shuffle declared as an ``AssetSpec``, consumers on Polars and DuckDB, run in a
+    process that never starts Spark, over a day written without Spark."""
+    from orchestration.shuffle import ShuffleSpec, write_table
+    from tests.unit.test_docs import ROOT, python_blocks
+
+    (block,) = [
+        b
+        for b in python_blocks(ROOT / "docs" / "guides" / "engine.md")
+        if b.how == "tests/integration/test_io_manager_arrow.py"
+    ]
+    topic = f"arrow-io.flights-{uuid.uuid4().hex[:8]}"
+    code = block.code.replace('"flights.by_tailnum"', repr(topic))
+    code = code.replace("127.0.0.1:19092", bootstrap)
+    assert topic in code
+    (tmp_path / "consumers.py").write_text(code)
+    day = "2013-01-02"
+    # A day of legs: some delays unknown (null), aircraft flying once or many times.
+    rows = pd.DataFrame(
+        {
+            "tailnum": [f"N{i % 37:03d}" for i in range(500)],
+            "dep_delay": pd.array([None if i % 9 == 0 else i % 60 - 5 for i in range(500)],
+                                  dtype="Int64"),
+        }
+    )  # fmt: skip
+    write_table(
+        rows, ShuffleSpec(topic, key="tailnum", num_partitions=8), kafka=kafka_conf, window=day
+    )
+    per_aircraft = rows.groupby("tailnum")["dep_delay"].sum()
+    want = {"aircraft": len(per_aircraft), "delay": int(per_aircraft.sum())}
+    script = f"""
+import sys
+sys.path.insert(0, {str(tmp_path)!r})
+from dagster import instance_for_test, materialize
+import consumers
+
+with instance_for_test() as instance:
+    result = materialize(
+        [consumers.flights_by_tailnum, consumers.delays_on_polars, consumers.delays_on_duckdb],
+        partition_key={day!r}, instance=instance,
+        resources=consumers.defs.resources,
+        selection=[consumers.delays_on_polars, consumers.delays_on_duckdb],
+    )
+    assert result.success
+    for name in ("delays_on_polars", "delays_on_duckdb"):
+        (mat,) = result.asset_materializations_for_node(name)
+        print(name, {{k: v.value for k, v in mat.metadata.items()}})
+from pyspark import SparkContext
+assert SparkContext._active_spark_context is None
+print("no spark context")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-4000:])
+    assert "no spark context" in out.stdout
+    got = {
+        line.split(" ", 1)[0]: eval(line.split(" ", 1)[1])  # noqa: S307 - our own print
+        for line in out.stdout.splitlines()
+        if line.startswith("delays_on_")
+    }
+    assert {k: got["delays_on_polars"][k] for k in want} == want
+    assert {k: got["delays_on_duckdb"][k] for k in want} == want
+    (run,) = got["delays_on_duckdb"]["runs"].values()
+    assert run == {"window": day, "rows": 500}

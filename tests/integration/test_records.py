@@ -406,3 +406,26 @@ def test_read_records_on_the_jvm_checks_data_loss_when_it_reads(spark, kafka_con
             )
     finally:
         jvm_read_off(spark, keys)
+
+
+def test_a_topic_deleted_before_the_read_is_reported_within_seconds(
+    spark, kafka_conf, unique, engine
+):
+    # The read's ranges are fixed when the DataFrame is made; the topic goes before it runs.
+    # Every attempt of each task looks at the topic at its first empty poll, not after the
+    # 30 s idle timeout: the whole job (three attempts a task here) fails in seconds.
+    topic = unique("rec-gone")
+    make_topic(kafka_conf, topic, partitions=2)
+    produce(kafka_conf, topic, 0, 20)
+    register_data_sources(spark)
+    df = read(spark, kafka_conf, engine, subscribe=topic)
+    admin = AdminClient(kafka_conf)
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
+    began = time.monotonic()
+    # The JVM read's tasks find it gone; the Python source plans its tasks when the job
+    # starts, and finds it gone then.
+    gone = rf"topic '{topic}' was deleted while reading partition 0|\['{topic}'\] do not exist"
+    with pytest.raises(Exception, match=gone):
+        df.collect()
+    took = time.monotonic() - began
+    assert took < 8, f"the read took {took:.1f}s to report the deleted topic"

@@ -658,7 +658,10 @@ def read_chunks(
         return
     c.assign([TopicPartition(topic, partition, start)])
     idle_since = time.monotonic()
-    checked_at = 0.0  # seconds idle when the topic was last looked at
+    # Seconds idle when the topic was last looked at: the first poll that brings nothing
+    # looks at once (a deleted topic is then reported within about a second, in each
+    # attempt of a task), then every GONE_CHECK_S idle.
+    checked_at = -GONE_CHECK_S
     next_offset = start
     try:
         while True:

@@ -37,7 +37,9 @@ final class PartitionFetch {
   private long stop = -1; // exclusive end of the interval being read; -1: none
   private Iterator<ConsumerRecord<byte[], ByteBuffer>> pending;
   private long idleSince;
-  private long checkedAt; // ms idle when the topic was last looked at
+  // ms idle when the topic was last looked at: the first poll that brings nothing looks at
+  // once, then every GONE_CHECK_MS idle.
+  private long checkedAt = -GONE_CHECK_MS;
   private long next; // the offset after the last record handed out
 
   PartitionFetch(
@@ -75,7 +77,7 @@ final class PartitionFetch {
         c.seek(tp, start);
         pending = null;
         idleSince = System.currentTimeMillis();
-        checkedAt = 0;
+        checkedAt = -GONE_CHECK_MS;
         next = start;
       }
       if (pending != null && pending.hasNext()) {
@@ -138,7 +140,7 @@ final class PartitionFetch {
         continue;
       }
       idleSince = System.currentTimeMillis();
-      checkedAt = 0;
+      checkedAt = -GONE_CHECK_MS;
       pending = got.iterator();
     }
   }

@@ -9,6 +9,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -33,6 +34,12 @@ import org.slf4j.LoggerFactory;
 final class RecordsBatchReader implements PartitionReader<ColumnarBatch> {
   static final int BATCH_ROWS = 8192;
   private static final long IDLE_TIMEOUT_MS = 30_000;
+  // How often a read that gets nothing looks whether its topic is still there (the first
+  // empty poll looks at once), as PartitionFetch does: a deleted topic is reported in about
+  // a second, not after the idle timeout, in every attempt of the task.
+  private static final long GONE_CHECK_MS = 2_000;
+  // How long the first ask for the partition's offsets waits before the topic is looked at.
+  private static final long FIRST_ASK_MS = 500;
   private static final Logger LOG = LoggerFactory.getLogger(RecordsBatchReader.class);
 
   private final RecordsTableProvider.Settings settings;
@@ -93,7 +100,15 @@ final class RecordsBatchReader implements PartitionReader<ColumnarBatch> {
     long low;
     long high;
     try {
-      low = c.beginningOffsets(List.of(tp)).get(tp);
+      try {
+        // A short first ask: the offsets of a deleted topic are waited for until the
+        // client's whole API timeout, in every attempt of the task. When it is not answered
+        // in time, the topic is looked at, then asked again with the client's timeout.
+        low = c.beginningOffsets(List.of(tp), Duration.ofMillis(FIRST_ASK_MS)).get(tp);
+      } catch (org.apache.kafka.common.errors.TimeoutException e) {
+        refuseDeleted(c, range.start);
+        low = c.beginningOffsets(List.of(tp)).get(tp);
+      }
       high = c.endOffsets(List.of(tp)).get(tp);
     } catch (KafkaException e) {
       throw new ShuffleException(
@@ -134,6 +149,7 @@ final class RecordsBatchReader implements PartitionReader<ColumnarBatch> {
   private ConsumerRecord<byte[], ByteBuffer> nextRecord() {
     KafkaConsumer<byte[], ByteBuffer> c = consumer();
     long idleSince = System.currentTimeMillis();
+    long checkedAt = -GONE_CHECK_MS;
     while (true) {
       if (pendingAt < pending.size()) {
         ConsumerRecord<byte[], ByteBuffer> rec = pending.get(pendingAt++);
@@ -161,7 +177,15 @@ final class RecordsBatchReader implements PartitionReader<ColumnarBatch> {
       }
       if (!pending.isEmpty()) {
         idleSince = System.currentTimeMillis();
-      } else if (System.currentTimeMillis() - idleSince > IDLE_TIMEOUT_MS) {
+        checkedAt = -GONE_CHECK_MS;
+        continue;
+      }
+      long idle = System.currentTimeMillis() - idleSince;
+      if (idle > checkedAt + GONE_CHECK_MS) {
+        checkedAt = idle;
+        refuseDeleted(c, position);
+      }
+      if (idle > IDLE_TIMEOUT_MS) {
         throw new ShuffleException(
             ShuffleException.Kind.CONNECTION,
             "no data from "
@@ -175,6 +199,45 @@ final class RecordsBatchReader implements PartitionReader<ColumnarBatch> {
                 + ")");
       }
     }
+  }
+
+  /**
+   * Refuses a read whose topic (or partition) is gone, asked twice a second apart, as the
+   * Python reader does; says nothing when the metadata cannot be had (the idle timeout still
+   * applies).
+   */
+  private void refuseDeleted(KafkaConsumer<byte[], ByteBuffer> c, long position) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+      List<PartitionInfo> parts;
+      try {
+        parts = c.listTopics(Duration.ofMillis(8_000)).get(range.topic);
+      } catch (KafkaException e) {
+        return;
+      }
+      if (parts != null && parts.stream().anyMatch(p -> p.partition() == range.partition)) {
+        return;
+      }
+      if (attempt == 0) {
+        try {
+          Thread.sleep(1_000);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          return;
+        }
+      }
+    }
+    throw new ShuffleException(
+        ShuffleException.Kind.NOT_FOUND,
+        "topic '"
+            + range.topic
+            + "' was deleted while reading partition "
+            + range.partition
+            + " offsets ["
+            + range.start
+            + ", "
+            + range.end
+            + ") near offset "
+            + position);
   }
 
   private static void putBytes(WritableColumnVector v, int row, ByteBuffer b) {
