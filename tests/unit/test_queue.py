@@ -25,6 +25,7 @@ from orchestration.shuffle.core.queue import (
     conform,
     contiguous,
     dead_letter_headers,
+    delivery_count_limit,
     fed_positions,
     fed_run,
     feed_range,
@@ -242,15 +243,17 @@ def test_counts_of_a_row_ignore_other_keys_and_a_subclass_adds_only_counts():
     assert set(total.as_dict()) == set(QueueCounts.names())
 
 
-def test_delivery_policy_checks_its_fields_and_sets_the_group_limit_one_above():
+def test_delivery_policy_checks_its_fields_and_sets_the_group_limit_with_spares():
     policy = DeliveryPolicy(max_deliveries=4, dead_letter_topic="t.dlq", lock_seconds=2.5)
     configs = share_group_configs("latest", policy)
     assert configs == {
         "share.auto.offset.reset": "latest",
         "share.isolation.level": "read_committed",
-        "share.delivery.count.limit": "5",
+        "share.delivery.count.limit": "7",
         "share.record.lock.duration.ms": "2500",
     }
+    # Three spare deliveries within the broker's default bound of 10, never fewer than one.
+    assert [delivery_count_limit(m) for m in (1, 3, 7, 8, 9, 10)] == [4, 6, 10, 10, 10, 11]
     with pytest.raises(ShuffleOptionError, match="max_deliveries"):
         DeliveryPolicy(max_deliveries=0)
     with pytest.raises(ShuffleOptionError, match="dead_letter_topic"):

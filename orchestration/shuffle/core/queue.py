@@ -265,6 +265,23 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# Deliveries the broker gives a record beyond ``max_deliveries``: each is one lost to a
+# crash (a consumer killed, a broker failing over) at or after the last attempt, and still
+# leaves a delivery that dead-letters the record instead of the broker archiving it
+# silently. Brokers take a group limit up to ``group.share.max.delivery.count.limit``
+# (default 10).
+SPARE_DELIVERIES = 3
+BROKER_DELIVERY_COUNT_LIMIT = 10
+
+
+def delivery_count_limit(max_deliveries: int) -> int:
+    """The share group's ``share.delivery.count.limit`` for ``max_deliveries``: up to
+    :data:`SPARE_DELIVERIES` above it within the broker's default bound, and never less than
+    one above it."""
+    spare = min(max_deliveries + SPARE_DELIVERIES, BROKER_DELIVERY_COUNT_LIMIT)
+    return max(max_deliveries + 1, spare)
+
+
 def share_group_configs(start: str, delivery: DeliveryPolicy) -> dict[str, str]:
     """The broker-side configs a queue sets on its share group."""
     return {
@@ -272,9 +289,7 @@ def share_group_configs(start: str, delivery: DeliveryPolicy) -> dict[str, str]:
         # A shuffle's work topic is fed in transactions: a run's items are seen only once all
         # of them are there and the run committed.
         "share.isolation.level": "read_committed",
-        # One above max_deliveries: a crash during the last attempt still leaves a delivery
-        # that dead-letters the record, instead of the broker archiving it silently.
-        "share.delivery.count.limit": str(delivery.max_deliveries + 1),
+        "share.delivery.count.limit": str(delivery_count_limit(delivery.max_deliveries)),
         "share.record.lock.duration.ms": str(int(delivery.lock_seconds * 1000)),
     }
 

@@ -44,8 +44,9 @@ and acknowledging, a record's rows exist from two deliveries. Every output row c
 ``_topic``, ``_partition``, ``_offset`` (its source record) and ``_delivery``;
 :func:`read_queue_output` keeps, for each source record, the rows of its last delivery
 (one file), so it reads each record's rows exactly once. The share group's own delivery
-limit is set one above ``max_deliveries``, so a crash during the last attempt still leaves
-one more delivery to dead-letter the record instead of the broker archiving it silently.
+limit is set up to three above ``max_deliveries`` (``delivery_count_limit``), so crashes
+during and after the last attempt still leave a delivery to dead-letter the record instead
+of the broker archiving it silently.
 That delivery, past the last attempt, may also follow a dead-letter write whose REJECT was
 lost (a broker died in between): before writing, the consumer reads the dead-letter topic
 from the record's time (less an hour of clock skew) and skips the units an earlier delivery
