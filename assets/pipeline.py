@@ -439,11 +439,23 @@ def run_pandas_consumer(name: str, flights: pd.DataFrame, warehouse, out_path: s
     }
 
 
-def _rows_check(name: str) -> AssetCheckSpec:
-    return AssetCheckSpec(
-        "rows_read_match_commit",
-        asset=name,
-        description="Rows read from the shuffle = rows its commit record says.",
+def _consumer_on(name: str, description: str, engine: str):
+    """The ``@asset`` of consumer ``name`` running on ``engine`` (``"spark"`` or
+    ``"pandas"``): its day, its pool, its group and its rows check."""
+    return asset(
+        name=name,
+        partitions_def=daily,
+        pool=consumer_pool(name),
+        group_name=PIPELINE_GROUP,
+        kinds={engine, "parquet"},
+        description=description,
+        check_specs=[
+            AssetCheckSpec(
+                "rows_read_match_commit",
+                asset=name,
+                description="Rows read from the shuffle = rows its commit record says.",
+            )
+        ],
     )
 
 
@@ -467,15 +479,7 @@ def _consumer_results(context: AssetExecutionContext, name: str, stats: dict):
 def _consumer_asset(name: str, description: str):
     """A consumer on Spark: it reads its day through a planned shuffle read."""
 
-    @asset(
-        name=name,
-        partitions_def=daily,
-        pool=consumer_pool(name),
-        group_name=PIPELINE_GROUP,
-        kinds={"spark", "parquet"},
-        description=description,
-        check_specs=[_rows_check(name)],
-    )
+    @_consumer_on(name, description, "spark")
     def _consumer(
         context: AssetExecutionContext,
         flights_by_tailnum: ShuffleRead,
@@ -494,15 +498,7 @@ def _pandas_consumer_asset(name: str, description: str):
     """A consumer on pandas: the IO manager loads its day without Spark (the input's
     annotation says so), and it starts no Spark session."""
 
-    @asset(
-        name=name,
-        partitions_def=daily,
-        pool=consumer_pool(name),
-        group_name=PIPELINE_GROUP,
-        kinds={"pandas", "parquet"},
-        description=description,
-        check_specs=[_rows_check(name)],
-    )
+    @_consumer_on(name, description, "pandas")
     def _consumer(
         context: AssetExecutionContext,
         flights_by_tailnum: pd.DataFrame,

@@ -192,32 +192,38 @@ final class PartitionFetch {
 
   /** Refuses a read whose topic (or partition) is gone; asked twice, a second apart. */
   void refuseMissing(KafkaConsumer<byte[], ByteBuffer> c, String range) {
+    if (partitionGone(c, topic, read.partition)) {
+      throw new ShuffleException(ShuffleException.Kind.NOT_FOUND, deletedWhileReading(range));
+    }
+  }
+
+  /**
+   * Whether {@code topic}'s partition is gone: missing from the cluster's metadata twice, a
+   * second apart. False when the metadata cannot be had (the caller's idle timeout still
+   * applies).
+   */
+  static boolean partitionGone(KafkaConsumer<?, ?> c, String topic, int partition) {
     for (int attempt = 0; attempt < 2; attempt++) {
       Map<String, List<PartitionInfo>> topics;
       try {
         topics = c.listTopics(Duration.ofMillis(8_000));
       } catch (KafkaException e) {
-        return;
+        return false;
       }
       List<PartitionInfo> parts = topics.get(topic);
-      boolean missing =
-          parts == null || parts.stream().noneMatch(p -> p.partition() == read.partition);
-      if (!missing) {
-        break;
+      if (parts != null && parts.stream().anyMatch(p -> p.partition() == partition)) {
+        return false;
       }
       if (attempt == 0) {
         try {
           Thread.sleep(1_000);
         } catch (InterruptedException e) {
           Thread.currentThread().interrupt();
-          return;
+          return false;
         }
-        continue;
       }
-      throw new ShuffleException(
-          ShuffleException.Kind.NOT_FOUND,
-          deletedWhileReading(range));
     }
+    return true;
   }
 
   private String deletedWhileReading(String range) {

@@ -9,7 +9,6 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.KafkaException;
-import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -201,30 +200,10 @@ final class RecordsBatchReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  /**
-   * Refuses a read whose topic (or partition) is gone, asked twice a second apart, as the
-   * Python reader does; says nothing when the metadata cannot be had (the idle timeout still
-   * applies).
-   */
+  /** Refuses a read whose topic (or partition) is gone, as the shuffle reader does. */
   private void refuseDeleted(KafkaConsumer<byte[], ByteBuffer> c, long position) {
-    for (int attempt = 0; attempt < 2; attempt++) {
-      List<PartitionInfo> parts;
-      try {
-        parts = c.listTopics(Duration.ofMillis(8_000)).get(range.topic);
-      } catch (KafkaException e) {
-        return;
-      }
-      if (parts != null && parts.stream().anyMatch(p -> p.partition() == range.partition)) {
-        return;
-      }
-      if (attempt == 0) {
-        try {
-          Thread.sleep(1_000);
-        } catch (InterruptedException e) {
-          Thread.currentThread().interrupt();
-          return;
-        }
-      }
+    if (!PartitionFetch.partitionGone(c, range.topic, range.partition)) {
+      return;
     }
     throw new ShuffleException(
         ShuffleException.Kind.NOT_FOUND,
