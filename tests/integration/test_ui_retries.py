@@ -287,14 +287,21 @@ def last_days(count: int, now: dt.datetime) -> list[str]:
     return [(today - dt.timedelta(days=i)).isoformat() for i in range(count, 0, -1)]
 
 
-@pytest.fixture(scope="module")
-def ui(bootstrap, kafka_conf, tmp_path_factory):
-    base = tmp_path_factory.mktemp("clicks_ui")
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def ui(bootstrap, kafka_conf, tmp_path_factory, request):
+    """Every case on both storages a team may keep its instance in: SQLite (Dagster's
+    default) and PostgreSQL (the local server, a fresh database)."""
+    base = tmp_path_factory.mktemp(f"clicks_ui_{request.param}")
     home, project, flags = base / "home", base / "project", base / "flags"
     for folder in (home, project, flags):
         folder.mkdir()
+    storage = ""
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres")(f"ui_retries_{uuid.uuid4().hex[:8]}")
+        storage = f"storage:\n  postgres:\n    postgres_url: {json.dumps(url)}\n"
     (home / "dagster.yaml").write_text(
-        textwrap.dedent(
+        storage
+        + textwrap.dedent(
             """
             run_coordinator:
               module: dagster.core.run_coordinator
