@@ -387,7 +387,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         ``read_batches``), the same rows a Spark input of the same partitions gets."""
         if kind == "polars":
             try:
-                import polars  # type: ignore[import-not-found]
+                import polars
             except ImportError:
                 raise ShuffleOptionError(
                     f"asset {context.asset_key.to_user_string()}: an input annotated "
