@@ -65,12 +65,10 @@ def on_spark(spark, kafka: dict, topic: str, day: str, name: str, out: str) -> d
 def on_pandas(kafka: dict, topic: str, day: str, name: str, out: str) -> dict:
     from assets.pipeline import run_pandas_consumer
     from assets.warehouse import WarehouseResource
-    from orchestration.shuffle import read_table, runs_read
-    from orchestration.shuffle.table_read import RUNS_READ_KEY
+    from orchestration.shuffle import read_table
+    from orchestration.shuffle.table_read import to_pandas
 
-    table = read_table(topic, kafka=kafka, windows=[day])
-    frame = table.to_pandas()
-    frame.attrs[RUNS_READ_KEY] = runs_read(table)
+    frame = to_pandas(read_table(topic, kafka=kafka, windows=[day]))
     return run_pandas_consumer(name, frame, WarehouseResource(path=str(WORK)), out)
 
 

@@ -80,7 +80,7 @@ from orchestration.shuffle.errors import (
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.read import ShuffleRead, plan_shuffle_read, shuffle_log
 from orchestration.shuffle.spec import WriteResult
-from orchestration.shuffle.table_read import RUNS_READ_KEY, read_batches, read_table, runs_read
+from orchestration.shuffle.table_read import read_batches, read_table, to_pandas
 from orchestration.shuffle.table_write import as_table, is_table, write_table
 from orchestration.shuffle.write import write_shuffle, write_windows
 
@@ -400,10 +400,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         table = read_table(topic, kafka=kafka, windows=windows, runs=runs, log=log)
         _report_input(context, topic, _commits_read(log, windows, runs))
         if kind == "pandas":
-            frame = table.to_pandas()
-            # Which runs it holds, as the table's schema metadata says (runs_read).
-            frame.attrs[RUNS_READ_KEY] = runs_read(table)
-            return frame
+            return to_pandas(table)
         if kind == "polars":
             return polars.from_arrow(table)
         return table

@@ -227,6 +227,15 @@ def with_runs_read(table: pa.Table, commits: Iterable[Any]) -> pa.Table:
     return table.replace_schema_metadata(metadata)
 
 
+def to_pandas(table: pa.Table) -> Any:
+    """``table`` (of :func:`read_table`) as a pandas frame that still says which runs it
+    holds (``DataFrame.attrs``, for :func:`runs_read`), as the shuffle IO manager loads an
+    input annotated ``pandas.DataFrame``."""
+    frame = table.to_pandas()
+    frame.attrs[RUNS_READ_KEY] = runs_read(table)
+    return frame
+
+
 def runs_read(data: Any) -> dict[str, dict[str, Any]]:
     """The committed runs a table of :func:`read_table` (or a pandas frame the shuffle IO
     manager loaded) was read from: ``{run_id: {"window": ..., "rows": ...}}``, ``rows``
