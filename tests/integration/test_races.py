@@ -9,9 +9,18 @@ nothing ties to the order of their commit records: the instance's pool limit,
 import threading
 import uuid
 
+import pyarrow as pa
 import pytest
 
-from orchestration.shuffle import ShuffleSpec, read_shuffle, shuffle_log, write_shuffle
+from orchestration.shuffle import (
+    ShuffleLayoutError,
+    ShuffleSpec,
+    read_shuffle,
+    read_table,
+    shuffle_log,
+    write_shuffle,
+    write_table,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +63,76 @@ def test_two_writers_of_one_window_at_once_leave_readers_exactly_one_run(spark, 
         got = read_shuffle(spark, topic, kafka=kafka_conf, windows=[DAY]).toPandas()
         assert set(got["n"]) == {winner.rows}
         assert sorted(got["i"]) == list(range(winner.rows))
+
+
+def _at_once(jobs: list) -> list[BaseException | None]:
+    """Runs ``jobs`` (callables) in threads released together; each one's exception or None."""
+    start = threading.Barrier(len(jobs))
+    outcome: list[BaseException | None] = [None] * len(jobs)
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            jobs[i]()
+        except BaseException as exc:  # noqa: BLE001 - returned, asserted on by the test
+            outcome[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return outcome
+
+
+@pytest.mark.parametrize("attempt", range(6))
+def test_first_writers_of_a_new_shuffle_at_once_all_commit(kafka_conf, attempt):
+    """Four first writers of one new shuffle, released together, without Spark: none is
+    refused for the frames the others write while it looks at the new topics (each writer
+    records the layout before its first frame), and readers see exactly the last commit's
+    rows."""
+    topic = f"races.first-{uuid.uuid4().hex[:8]}"
+    spec = ShuffleSpec(topic=topic, key="user_id", num_partitions=3)
+
+    def writer(n: int):
+        rows = pa.table({"user_id": [f"u{i % 7}" for i in range(n)], "n": [n] * n})
+        return lambda: write_table(rows, spec, kafka=kafka_conf, window=DAY)
+
+    sizes = [100 + attempt * 10 + w for w in range(4)]
+    assert _at_once([writer(n) for n in sizes]) == [None] * 4
+
+    log = shuffle_log(topic, kafka=kafka_conf)
+    assert sorted(c.rows for c in log.commits) == sizes
+    winner = log.latest_by_window()[DAY]
+    got = read_table(topic, kafka=kafka_conf, windows=[DAY])
+    assert set(got.column("n").to_pylist()) == {winner.rows}
+    assert got.num_rows == winner.rows
+
+
+@pytest.mark.parametrize("attempt", range(4))
+def test_first_writers_of_a_new_shuffle_with_different_layouts_agree_on_one(kafka_conf, attempt):
+    """Four first writers of one new shuffle at once, two keyed by one column and two by
+    another: the layout recorded first wins; the writers of the other are refused before
+    writing a frame, naming the difference; the log's layout stays the winner's, and every
+    commit in it was written under that layout."""
+    topic = f"races.layouts-{uuid.uuid4().hex[:8]}"
+    rows = pa.table({"a": ["x", "y", "z"], "b": ["p", "q", "r"]})
+
+    def writer(key: str):
+        spec = ShuffleSpec(topic=topic, key=key, num_partitions=2)
+        return lambda: write_table(rows, spec, kafka=kafka_conf, window=DAY)
+
+    keys = ["a", "b", "a", "b"]
+    outcome = _at_once([writer(k) for k in keys])
+
+    log = shuffle_log(topic, kafka=kafka_conf)
+    won = log.require_layout().key
+    for key, exc in zip(keys, outcome, strict=True):
+        if key == won[0]:
+            assert exc is None, exc
+        else:
+            assert isinstance(exc, ShuffleLayoutError), exc
+            assert f"key is {list(won)}, not {[key]}" in str(exc)
+    assert len(log.commits) == keys.count(won[0])
+    got = read_table(topic, kafka=kafka_conf, windows=[DAY])
+    assert sorted(got.column("a").to_pylist()) == ["x", "y", "z"]

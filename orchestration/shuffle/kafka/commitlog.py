@@ -165,9 +165,17 @@ def create_or_check(
             topic, layout.num_partitions, config=DATA_TOPIC_CONFIG, replication_factor=rf
         ):
             check_partitions(kafka, layout)  # made by someone else: is it the right one?
-            _refuse_orphaned_records(kafka, layout)
-        _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
-        return layout, True
+            try:
+                _refuse_orphaned_records(kafka, layout)
+            except ShuffleLayoutError:
+                # A first writer racing this one records its layout (acks=all) before its
+                # first frame, so the log read after the data topic's offsets holds it.
+                log = read_log(kafka, topic)
+                if log.layout is None:
+                    raise
+        if log.layout is None:
+            _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
+            return _first_layout(kafka, layout), True
     diffs = log.layout.differences(layout)
     if diffs:
         raise ShuffleLayoutError(
@@ -175,6 +183,35 @@ def create_or_check(
         )
     check_partitions(kafka, log.layout)
     return log.layout, False
+
+
+def _first_layout(kafka: KafkaClient, ours: Layout) -> Layout:
+    """Settles which of the layout records written by first writers at once is the shuffle's.
+
+    The first in the log wins: every writer reads the log after its own record, so all see
+    the same first one. A writer whose layout differs from it writes the winner's again, so
+    that the log's latest layout record (what compaction keeps and readers take) is the
+    winner's, and is refused before it writes anything.
+
+    Raises:
+        ShuffleLayoutError: Another writer created the shuffle at the same moment with a
+            layout that differs from ``ours``.
+    """
+    topic = ours.topic
+    records, _ = read_log_records(kafka, topic)
+    first = next((r for r in records if r.key == LAYOUT_KEY.encode() and r.value), None)
+    if first is None or first.value is None:  # the log was deleted meanwhile: the commit says so
+        return ours
+    winner = Layout.from_json(first.value)
+    diffs = winner.differences(ours)
+    if not diffs:
+        return winner
+    _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, winner.to_json())
+    raise ShuffleLayoutError(
+        f"shuffle {topic!r} was created at the same moment by another writer, whose layout "
+        f"(commit log {commit_topic(topic)!r} offset {first.offset}) differs from this "
+        "run's: " + "; ".join(diffs)
+    )
 
 
 def _refuse_orphaned_records(kafka: KafkaClient, layout: Layout) -> None:
