@@ -175,14 +175,13 @@ class ShuffleRead:
         with the JVM when the session has its jar and a catalog for this cluster.
         """
         options = replace(self.options, with_metadata=with_metadata)
-        splits = self.plan.splits
         catalog = choose_engine(self.spark, self._kafka, engine)
-        if catalog is None:
-            df = self._load(options)
-        else:
-            splits = tuple(jvm_splits(self.plan, self.parallelism))
-            df = self._load_jvm(catalog, options, splits)
-        tag = _key_tag(self.topic, self.layout, len(splits))
+        if catalog is not None:
+            # The JVM table tags its key columns itself (ShuffleTable.keyTagged): a
+            # withMetadata here would cost another analysis of the plan (~18 ms).
+            return self._load_jvm(catalog, options, tuple(jvm_splits(self.plan, self.parallelism)))
+        df = self._load(options)
+        tag = _key_tag(self.topic, self.layout, len(self.plan.splits))
         for c in self.layout.key:
             df = df.withMetadata(c, tag)
         return df

@@ -206,8 +206,11 @@ def test_windows_runs_and_supersession(jspark, kafka_conf, unique):
     # A re-run of d1 supersedes the first.
     r3 = write_shuffle(rows_df(jspark, 600, offset=20_000), spec, kafka=kafka_conf, window="d1")
     for kw in ({}, {"windows": ["d1"]}, {"runs": [r2.run_id]}, {"windows": ["d1", "d2"]}):
-        jvm, py = both(jspark, topic, kafka_conf, **kw)
-        assert by_id(jvm) == by_id(py), kw
+        # parallelism 1 and 2: splits of several partitions, whose first ranges are fetched
+        # at once, then each partition's later ranges (the other runs) on its own.
+        for par in ({}, {"parallelism": 1}, {"parallelism": 2}):
+            jvm, py = both(jspark, topic, kafka_conf, **kw, **par)
+            assert by_id(jvm) == by_id(py), (kw, par)
     jvm, _ = both(jspark, topic, kafka_conf, windows=["d1"])
     assert jvm.count() == 600 and r3.rows == 600
 
@@ -609,3 +612,28 @@ def test_catalog_reads_a_shuffle_created_again_with_another_layout(jspark, kafka
     again = jspark.sql(f"SELECT * FROM shuffle.`{topic}`")
     assert again.count() == 150
     assert again.rdd.getNumPartitions() == 2
+
+
+def test_per_key_work_over_a_catalog_table(jspark, kafka_conf, unique):
+    """A shuffle read as a catalog table, planned on the JVM with no Python planner, has its
+    key columns tagged as a read's are: apply_per_key takes it, and gives each key's rows."""
+    topic = unique("jvm-cat-perkey")
+    df = rows_df(jspark, 2000)
+    write_shuffle(df, spec_for(topic), kafka=kafka_conf, window="d1")
+    table = jspark.table(f"shuffle.`{topic}`")
+    assert table.schema["k"].metadata["kafka_shuffle"]["key"] == ["k"]
+    assert "kafka_shuffle" not in table.schema["id"].metadata
+
+    def per_key(frame: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame(
+            {"k": [frame["k"].iloc[0]], "n": [len(frame)], "top": [frame["id"].max()]}
+        )
+
+    got = apply_per_key(table, "k", per_key, "k string, n long, top long")
+    want = df.groupBy("k").agg(F.count("*").alias("n"), F.max("id").alias("top"))
+    assert sorted(map(tuple, got.collect())) == sorted(map(tuple, want.collect()))
+    # Renamed, the column is not the shuffle's key any more: refused, as over any read.
+    with pytest.raises(Exception, match=r"refused: the shuffle is keyed by \['k'\]"):
+        apply_per_key(
+            table.withColumnRenamed("k", "k2"), "k2", per_key, "k string, n long, top long"
+        )

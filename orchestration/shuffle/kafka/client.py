@@ -78,6 +78,14 @@ Java client's as a Spark ``format("kafka")`` job has them without the ``kafka.``
 (:mod:`orchestration.shuffle.core.kafka_config` says which are translated and which refused)."""
 
 
+# Idle consumers lent by KafkaClient.lent_consumer, by process and settings.
+_IDLE: dict[tuple[int, tuple[tuple[str, str], ...]], list[tuple[Consumer, float]]] = {}
+_IDLE_LOCK = threading.Lock()
+IDLE_CONSUMER_S = 60.0
+# How long end_offsets' first ask of a partition's offsets waits, before the careful one.
+QUICK_OFFSETS_S = 2.0
+
+
 class KafkaClient:
     """One Kafka cluster as the engine talks to it: its settings, checked and completed once,
     and every cluster-level operation the engine needs (metadata, topics, offsets, clients).
@@ -220,6 +228,43 @@ class KafkaClient:
             ),
         )
 
+    @contextlib.contextmanager
+    def lent_consumer(self) -> Iterator[Consumer]:
+        """A consumer of :meth:`consumer`'s settings for a short read on the driver (the
+        commit log, partitions' offsets), lent from the idle ones of this process and taken
+        back after the block, unassigned (closed instead when the block raised).
+
+        A new consumer's first request waits for a connection and the cluster's metadata
+        (about 10 ms on the local broker), which was most of the time a small read spent
+        planning. A consumer idle for more than :data:`IDLE_CONSUMER_S` is closed the next
+        time one is lent."""
+        key = (os.getpid(), self._pool_key())
+        lent = None
+        expired: list[Consumer] = []
+        now = time.monotonic()
+        with _IDLE_LOCK:
+            for (pid, _), idle in _IDLE.items():
+                if pid == key[0]:
+                    expired += [c for c, since in idle if now - since > IDLE_CONSUMER_S]
+                    idle[:] = [(c, since) for c, since in idle if now - since <= IDLE_CONSUMER_S]
+            mine = _IDLE.get(key)
+            if mine:
+                lent = mine.pop()[0]
+        for c in expired:
+            c.close()
+        c = lent if lent is not None else self.consumer()
+        try:
+            yield c
+            c.unassign()
+        except BaseException:
+            c.close()
+            raise
+        with _IDLE_LOCK:
+            _IDLE.setdefault(key, []).append((c, time.monotonic()))
+
+    def _pool_key(self) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((k, repr(v)) for k, v in self._rdkafka.items()))
+
     def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         """Translates any ``KafkaException`` raised inside into the engine's error for
         ``what`` (see :func:`translate`)."""
@@ -318,7 +363,21 @@ class KafkaClient:
         they say otherwise: the end of a partition with an open transaction is its last
         stable offset). They are asked partition by partition through a consumer: the admin
         client's ``list_offsets``, which asks them all at once, can crash the process (a
-        segmentation fault seen with confluent-kafka 2.16.1), so it is not used."""
+        segmentation fault seen with confluent-kafka 2.16.1), so it is not used.
+
+        They are asked first through a consumer lent from the idle ones (:meth:`lent_consumer`),
+        up to :data:`QUICK_OFFSETS_S` each; any error there, and the partitions are asked again
+        as above."""
+        try:
+            with self.lent_consumer() as lent:
+                return [
+                    lent.get_watermark_offsets(
+                        TopicPartition(topic, p), timeout=QUICK_OFFSETS_S, cached=False
+                    )
+                    for p in range(partitions)
+                ]
+        except KafkaException:
+            pass  # the lent consumer is closed; asked again, with retries and named errors
         c: Consumer | None = self.consumer()
         try:
             out = []

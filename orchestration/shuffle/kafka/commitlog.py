@@ -63,7 +63,7 @@ def read_log_records(
 ) -> tuple[list[LogRecord], int]:
     """The commit log's records from ``offset`` on, with their offsets, and its end offset."""
     ctopic = commit_topic(topic)
-    with kafka.consumer() as c:
+    with kafka.lent_consumer() as c:
         # One consumer and one round trip for the offsets in the common case: a metadata
         # request from a fresh client (what partition_count makes) took 2 ms or 53 ms at
         # random here, which made a sensor tick 6 ms or 58 ms.

@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
@@ -38,6 +39,11 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
   private PartitionFrames frames;
   private ColumnarBatch current;
   private boolean failed;
+  // The first interval of each partition, fetched at once when the split has several.
+  private Map<Integer, List<ConsumerRecord<byte[], ByteBuffer>>> prefetched;
+  // The most value bytes the prefetch holds, and how long it waits for them.
+  private static final long PREFETCH_BYTES = 16L << 20;
+  private static final long PREFETCH_WAIT_MS = 500;
 
   ShuffleBatchReader(ReadSpec spec, SplitPlan split) {
     this(spec, split, false);
@@ -82,6 +88,17 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
         SplitPlan.PartitionRead read = split.reads.get(readIndex);
         frames = new PartitionFrames(spec, read, sorted, allocator, live);
         fetch = new PartitionFetch(spec.topic, read, this::consumer);
+        if (prefetched == null) {
+          prefetched =
+              split.reads.size() > 1
+                  ? PartitionFetch.prefetch(
+                      consumer(), spec.topic, split.reads, PREFETCH_BYTES, PREFETCH_WAIT_MS)
+                  : new java.util.HashMap<>();
+        }
+        List<ConsumerRecord<byte[], ByteBuffer>> head = prefetched.remove(read.partition);
+        if (head != null) {
+          fetch.prefetched(head);
+        }
       }
       ConsumerRecord<byte[], ByteBuffer> rec = fetch.nextRecord();
       if (rec == null) {

@@ -42,8 +42,11 @@ final class ShuffleTable implements SupportsRead {
     this.log = log;
   }
 
+  /** The column metadata per-key work looks for on a read's key columns (perkey.py). */
+  static final String KEY_METADATA = "kafka_shuffle";
+
   static StructType schemaOf(Layout layout, boolean withMetadata) {
-    StructType s = ArrowUtils.fromArrowSchema(layout.schema);
+    StructType s = keyTagged(ArrowUtils.fromArrowSchema(layout.schema), layout);
     if (withMetadata) {
       s =
           s.add("_partition", DataTypes.IntegerType, true)
@@ -53,6 +56,37 @@ final class ShuffleTable implements SupportsRead {
               .add("_window", DataTypes.StringType, true);
     }
     return s;
+  }
+
+  /**
+   * {@code schema} with the shuffle's key columns tagged as read keyed ({@code KEY_METADATA}:
+   * topic, key, num_partitions, max_parallelism), so that per-key work over a read of this
+   * table, however many splits it has, finds them as over a read the Python planner made.
+   */
+  static StructType keyTagged(StructType schema, Layout layout) {
+    org.apache.spark.sql.types.Metadata tag =
+        new org.apache.spark.sql.types.MetadataBuilder()
+            .putString("topic", layout.topic)
+            .putStringArray("key", layout.key.toArray(new String[0]))
+            .putLong("num_partitions", layout.numPartitions)
+            .putLong("max_parallelism", layout.maxParallelism)
+            .build();
+    StructField[] fields = schema.fields().clone();
+    for (int i = 0; i < fields.length; i++) {
+      StructField f = fields[i];
+      if (layout.key.contains(f.name())) {
+        fields[i] =
+            new StructField(
+                f.name(),
+                f.dataType(),
+                f.nullable(),
+                new org.apache.spark.sql.types.MetadataBuilder()
+                    .withMetadata(f.metadata())
+                    .putMetadata(KEY_METADATA, tag)
+                    .build());
+      }
+    }
+    return new StructType(fields);
   }
 
   @Override
