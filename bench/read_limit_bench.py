@@ -81,6 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument(
+        "--driver-java-options",
+        default="",
+        help="spark.driver.extraJavaOptions of the session (the reads run in the driver's JVM "
+        "under local[N]), e.g. -XX:TieredStopAtLevel=1",
+    )
+    parser.add_argument(
+        "--compression", default="lz4", help="the frames' compression (write_shuffle's)"
+    )
+    parser.add_argument(
         "--out",
         help="results file (default: read_limit.json in .local/bench, read_limit-warm.json "
         "with --warmup)",
@@ -93,13 +102,27 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session(
         master=args.master,
         app_name="kafka-shuffle-bench-read-limit",
-        conf={**jvm_spark_conf(kafka=kafka), "spark.driver.memory": "6g"},
+        conf={
+            **jvm_spark_conf(kafka=kafka),
+            "spark.driver.memory": "6g",
+            **(
+                {"spark.driver.extraJavaOptions": args.driver_java_options}
+                if args.driver_java_options
+                else {}
+            ),
+        },
     )
     src = WORK / f"source-{args.rows}.parquet"
     generate(spark, args.rows, src)
     topic = f"bench.readlimit.{uuid.uuid4().hex[:8]}"
     spec = ShuffleSpec(topic=topic, key="k", num_partitions=args.partitions, event_time="ts")
-    written = write_shuffle(spark.read.parquet(str(src)), spec, kafka=kafka, window="bench")
+    written = write_shuffle(
+        spark.read.parquet(str(src)),
+        spec,
+        kafka=kafka,
+        window="bench",
+        compression=args.compression,
+    )
     records = sum(hi - lo for lo, hi in written.offsets.values())
     print(f"shuffle {topic}: {written.rows} rows, {written.bytes / 2**20:.1f} MiB in "
           f"{written.frames} frames, {records} records", flush=True)  # fmt: skip
@@ -153,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": args.repeat,
         "warmup": args.warmup,
         "master": args.master,
+        "driver_java_options": args.driver_java_options,
+        "compression": args.compression,
         "median_mib_per_s": {k: v / 2**20 for k, v in med.items()},
         "ratio_to_consumer_perf_test": {
             "jvm": med["shuffle_read_jvm"] / limit,

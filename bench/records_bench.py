@@ -7,9 +7,11 @@ against batch shuffle reads, side by side.
   Spark task per partition, every column, into the ``noop`` sink;
 - shuffle stream: a shuffle of ``--runs`` committed runs read by ``read_shuffle`` (batch)
   and by ``read_shuffle_stream`` with ``Trigger.AvailableNow`` into the ``noop`` sink, on
-  each read path (``engine="python"``, ``engine="jvm"``). The streaming query's wall time
-  includes starting it (on the Python path Spark starts a Python process for the source);
-  its micro-batches' own time is recorded beside.
+  each read path (``engine="python"``, ``engine="jvm"``), and the same rows as Parquet files
+  read by Spark's own source, batch and streamed (``spark.readStream.parquet``): what Spark
+  itself pays to stream. The streaming query's wall time includes starting it (on the
+  Python path Spark starts a Python process for the source); its micro-batches' own time is
+  recorded beside.
 
 Each pair runs ``--repeat`` times, alternating which goes first; medians and every
 measurement go to ``.local/bench/records.json``.
@@ -117,10 +119,12 @@ def records_pair(spark, kafka: dict, topic: str):
     ]
 
 
-def shuffle_pair(spark, kafka: dict, topic: str, processing: dict[str, list[float]]):
+def shuffle_pair(spark, kafka: dict, topic: str, parquet: str, processing: dict[str, list[float]]):
     """The batch and streaming reads on each read path (``engine``: the Python source, the
-    JVM one); ``processing[engine]`` gets, per streaming run, the seconds its micro-batches
-    took (Spark's ``batchDuration``), which leaves out starting the query."""
+    JVM one), and Spark's own Parquet source over the same rows (``parquet``, a folder), the
+    bound a stream's fixed costs set; ``processing[engine]`` gets, per streaming run, the
+    seconds its micro-batches took (Spark's ``batchDuration``), which leaves out starting
+    the query."""
 
     def batch(engine: str):
         def run():
@@ -129,11 +133,11 @@ def shuffle_pair(spark, kafka: dict, topic: str, processing: dict[str, list[floa
 
         return run
 
-    def stream(engine: str):
+    def streamed(name: str, make):
         def run():
             with tempfile.TemporaryDirectory() as chk:
                 q = (
-                    read_shuffle_stream(spark, topic, kafka=kafka, engine=engine)
+                    make()
                     .writeStream.format("noop")
                     .option("checkpointLocation", chk)
                     .trigger(availableNow=True)
@@ -141,15 +145,29 @@ def shuffle_pair(spark, kafka: dict, topic: str, processing: dict[str, list[floa
                 )
                 q.awaitTermination()
                 seconds = sum(p["batchDuration"] for p in q.recentProgress) / 1000
-                processing.setdefault(engine, []).append(seconds)
+                processing.setdefault(name, []).append(seconds)
 
         return run
 
+    def stream(engine: str):
+        return streamed(
+            engine, lambda: read_shuffle_stream(spark, topic, kafka=kafka, engine=engine)
+        )
+
+    schema = spark.read.parquet(parquet).schema
     return [
         ("shuffle_batch_read", batch("python")),
         ("shuffle_stream_read", stream("python")),
         ("shuffle_batch_read_jvm", batch("jvm")),
         ("shuffle_stream_read_jvm", stream("jvm")),
+        (
+            "shuffle_batch_read_parquet",
+            lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save(),
+        ),
+        (
+            "shuffle_stream_read_parquet",
+            streamed("parquet", lambda: spark.readStream.schema(schema).parquet(parquet)),
+        ),
     ]
 
 
@@ -199,15 +217,20 @@ def main(argv: list[str] | None = None) -> int:
                 "concat('k', cast(id % 100003 as string)) as k", "id", "rand() as x"
             )
             write_shuffle(df, spec, kafka=kafka, window=f"w{r}")
+        # The same rows as Parquet files (one per Kafka partition): Spark's own source.
+        parquet = str(WORK / f"stream-source-{n}.parquet")
+        spark.range(n).selectExpr(
+            "concat('k', cast(id % 100003 as string)) as k", "id", "rand() as x"
+        ).repartition(args.partitions).write.mode("overwrite").parquet(parquet)
         processing: dict[str, list[float]] = {}
         streams = side_by_side(
-            shuffle_pair(spark, kafka, shuffle, processing), args.repeat, f"n={n}"
+            shuffle_pair(spark, kafka, shuffle, parquet, processing), args.repeat, f"n={n}"
         )
         spark_s = records["spark_kafka_source"]["median_seconds"]
         ratio = spark_s / records["kafka_records"]["median_seconds"]
         jvm_ratio = spark_s / records["kafka_records_jvm"]["median_seconds"]
         paths = {}
-        for engine, suffix in (("python", ""), ("jvm", "_jvm")):
+        for engine, suffix in (("python", ""), ("jvm", "_jvm"), ("parquet", "_parquet")):
             batch_s = streams[f"shuffle_batch_read{suffix}"]["median_seconds"]
             stream_s = streams[f"shuffle_stream_read{suffix}"]["median_seconds"]
             processing_s = statistics.median(processing[engine])
@@ -231,9 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{spark_s:.2f}s",
             flush=True,
         )
-        for engine, suffix in (("python", ""), ("jvm", "_jvm")):
+        for engine, suffix in (("python", ""), ("jvm", "_jvm"), ("parquet", "_parquet")):
+            what = "Parquet source" if engine == "parquet" else f"shuffle on the {engine} path"
             print(
-                f"{n:>10} shuffle on the {engine} path: stream "
+                f"{n:>10} {what}: stream "
                 f"{streams[f'shuffle_stream_read{suffix}']['median_seconds']:.2f}s vs batch "
                 f"{streams[f'shuffle_batch_read{suffix}']['median_seconds']:.2f}s (stream "
                 f"throughput {paths[f'stream_vs_batch_throughput{suffix}']:.2f} of batch with "

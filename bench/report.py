@@ -433,8 +433,8 @@ def records_table(work: Path) -> str:
     lines = [
         "| messages | `read_records` on the JVM | `kafka-records` (Python) | Spark's `kafka` "
         "source | JVM / Spark | Python / Spark | shuffle stream / batch throughput, JVM "
-        "(micro-batches alone) | the same, Python path |",
-        "|---|---|---|---|---|---|---|---|",
+        "(micro-batches alone) | the same, Python path | Spark's Parquet source, the same |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
 
     def med(s: dict, name: str) -> str:
@@ -452,7 +452,9 @@ def records_table(work: Path) -> str:
             f"{ratio(s, 'stream_vs_batch_throughput_jvm')} "
             f"({ratio(s, 'stream_processing_vs_batch_throughput_jvm')}) | "
             f"{ratio(s, 'stream_vs_batch_throughput')} "
-            f"({ratio(s, 'stream_processing_vs_batch_throughput')}) |"
+            f"({ratio(s, 'stream_processing_vs_batch_throughput')}) | "
+            f"{ratio(s, 'stream_vs_batch_throughput_parquet')} "
+            f"({ratio(s, 'stream_processing_vs_batch_throughput_parquet')}) |"
         )
     return "\n".join(lines)
 
