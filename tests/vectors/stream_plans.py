@@ -81,9 +81,16 @@ def python_stream(records: list[Record], options: dict[str, str], first: int) ->
                 end = reader.latestOffset(start, limit)
                 if end == start:
                     break
-                runs = reader.reportLatestOffset()["@metrics"]["runs"]
+                metrics = reader.reportLatestOffset()["@metrics"]
                 splits = [json.loads(p.value) for p in reader.partitions(start, end)]
-                out["batches"].append({"end": end, "runs": runs, "splits": splits})
+                out["batches"].append(
+                    {
+                        "end": end,
+                        "runs": metrics["runs"],
+                        "skipped": [b["offset"] for b in metrics["skipped_records"]],
+                        "splits": splits,
+                    }
+                )
                 start = end
     except ShuffleError as exc:
         return {"error": {"kind": type(exc).__name__, "message": str(exc)}}
@@ -107,6 +114,18 @@ HISTORY: list[Record] = [
     commit("d4-a", "2013-01-04", {0: (30, 31, 8), 1: (32, 33, 8), 2: (34, 35, 8)}, day=3),
 ]
 FIRST = 5
+
+# The same log with commit records that cannot be read: one cut short in the history before
+# the query starts, one that is not JSON after it, one without a run id. Each is skipped and
+# reported with the micro-batch whose range holds it; the runs around them are read.
+CUT = [
+    *HISTORY[:3],
+    (COMMIT_PREFIX + "cut-1", '{"run_id": "cut-1", "window": "2013-01-0'),
+    *HISTORY[3:7],
+    (COMMIT_PREFIX + "cut-2", "not json"),
+    *HISTORY[7:],
+    (COMMIT_PREFIX + "cut-3", '{"window": "2013-01-05"}'),
+]
 
 
 def cases() -> list[dict[str, Any]]:
@@ -147,6 +166,19 @@ def cases() -> list[dict[str, Any]]:
     out += [
         {"name": "an empty log at the start", "records": HISTORY, "first": 1, "options": {}},
         {"name": "no commits at all", "records": [HISTORY[0]], "first": 1, "options": {}},
+        {"name": "unreadable commit records", "records": CUT, "first": 6, "options": {}},
+        {
+            "name": "unreadable commit records, one run per trigger",
+            "records": CUT,
+            "first": 6,
+            "options": {"maxRunsPerTrigger": "1"},
+        },
+        {
+            "name": "unreadable commit records, a starting timestamp",
+            "records": CUT,
+            "first": 6,
+            "options": {"startingTimestamp": "0"},
+        },
         {
             "name": "started on the whole log",
             "records": HISTORY,

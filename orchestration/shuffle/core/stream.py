@@ -214,7 +214,10 @@ def starting_offset(
         import datetime as dt
 
         for r in records:
-            commit = _commit_of(r)
+            try:
+                commit = _commit_of(r)
+            except ShuffleFormatError:
+                continue  # unreadable: no start; latestOffset reports it with its batch
             if commit is not None:
                 committed = dt.datetime.fromisoformat(commit.committed_at)
                 if committed.timestamp() * 1000 >= starting_timestamp_ms:

@@ -27,6 +27,8 @@ import org.apache.spark.sql.connector.read.streaming.ReadAllAvailable;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * A streaming read of a shuffle on the JVM ({@code spark.readStream.table("shuffle.`t`")}):
@@ -59,6 +61,11 @@ final class ShuffleStream
   private Long target; // Trigger.AvailableNow: the log's end when the query started
   private Read last; // the last commit-log read, reused to plan the batch it admitted
   private List<CommitLog.Commit> planned = List.of();
+  private static final Logger LOG = LoggerFactory.getLogger(ShuffleStream.class);
+  // Unreadable commit records in the range latestOffset last looked at (offset, key, reason),
+  // skipped as a batch read skips them; each is logged once by this stream.
+  private List<String[]> skipped = List.of();
+  private final Set<Long> warned = new HashSet<>();
   private long logEnd = -1;
 
   /** Where the stream reads its commit log: Kafka, or records a test gives. */
@@ -291,11 +298,31 @@ final class ShuffleStream
     return last;
   }
 
-  private static CommitLog.Commit commitOf(Record r) {
+  /**
+   * The commit {@code r} holds, or null (a layout record, an expiry marker or a delete); a
+   * commit record that cannot be read is null too, and added to {@code skipped} as (offset,
+   * key, reason), as the Python reader's {@code stream_commits} skips it.
+   */
+  private CommitLog.Commit commitOf(Record r, List<String[]> skipped) {
     if (r.value == null || r.key == null || !r.key.startsWith(CommitLog.COMMIT_PREFIX)) {
-      return null; // a layout record, an expiry marker or a delete
+      return null;
     }
-    return CommitLog.Commit.parse(r.value, r.key);
+    try {
+      return CommitLog.Commit.parse(r.value, r.key);
+    } catch (ShuffleException e) {
+      String reason =
+          "commit log '"
+              + spec.topic
+              + ShuffleCatalog.COMMITS_SUFFIX
+              + "': record '"
+              + r.key
+              + "' at partition 0 offset "
+              + r.offset
+              + ": "
+              + e.getMessage();
+      skipped.add(new String[] {String.valueOf(r.offset), r.key, reason});
+      return null;
+    }
   }
 
   /** Run ids visible in the commit log as it was before offset {@code before}. */
@@ -314,7 +341,8 @@ final class ShuffleStream
   }
 
   /** The commits read from {@code start} up to offset {@code end} (exclusive), in log order. */
-  private List<Object[]> streamCommits(List<Record> records, Position start, Long end) {
+  private List<Object[]> streamCommits(
+      List<Record> records, Position start, Long end, List<String[]> skipped) {
     Set<String> visible =
         start.log < start.snapshot ? visibleRuns(records, start.snapshot) : Set.of();
     List<Object[]> out = new ArrayList<>();
@@ -322,7 +350,7 @@ final class ShuffleStream
       if (r.offset < start.log || (end != null && r.offset >= end)) {
         continue;
       }
-      CommitLog.Commit c = commitOf(r);
+      CommitLog.Commit c = commitOf(r, skipped);
       if (c == null || (r.offset < start.snapshot && !visible.contains(c.runId))) {
         continue; // not a commit, or superseded before the query's history ended
       }
@@ -361,7 +389,7 @@ final class ShuffleStream
     long high = read.high;
     if (startingTimestampMs != null) {
       for (Record r : read.records) {
-        CommitLog.Commit c = commitOf(r);
+        CommitLog.Commit c = commitOf(r, new ArrayList<>()); // an unreadable one: no start
         if (c != null && committedMillis(c) >= startingTimestampMs) {
           return new Position(r.offset, r.offset);
         }
@@ -420,7 +448,20 @@ final class ShuffleStream
     logEnd = read.high;
     long high = target == null ? read.high : Math.min(read.high, target);
     boolean limited = !(limit instanceof ReadAllAvailable);
-    List<Object[]> commits = streamCommits(read.records, begin, high);
+    List<String[]> bad = new ArrayList<>();
+    List<Object[]> commits = streamCommits(read.records, begin, high, bad);
+    for (String[] b : bad) {
+      if (warned.add(Long.parseLong(b[0]))) {
+        LOG.warn(
+            "kafka-shuffle stream of '{}': skipped the unreadable record '{}' at partition 0 "
+                + "offset {} of its commit log ({}); its run is not read",
+            spec.topic,
+            b[1],
+            b[0],
+            b[2]);
+      }
+    }
+    skipped = bad;
     Position end =
         admit(commits, begin, high, limited ? maxRuns : null, limited ? maxRows : null);
     List<CommitLog.Commit> now = new ArrayList<>();
@@ -449,6 +490,11 @@ final class ShuffleStream
     }
     metrics.put("rows", rows);
     metrics.put("bytes", bytes);
+    // Commit records skipped as unreadable in the batch's range, as batch reads report them.
+    ArrayNode bad = metrics.putArray("skipped_records");
+    for (String[] b : skipped) {
+      bad.addObject().put("offset", Long.parseLong(b[0])).put("key", b[1]).put("reason", b[2]);
+    }
     ObjectNode out = Layout.JSON.createObjectNode();
     out.put("log", logEnd >= 0 ? logEnd : source.end());
     out.set(METRICS_KEY, metrics);
@@ -464,7 +510,7 @@ final class ShuffleStream
     }
     Read read = records(begin, stop.log);
     List<CommitLog.Commit> commits = new ArrayList<>();
-    for (Object[] oc : streamCommits(read.records, begin, stop.log)) {
+    for (Object[] oc : streamCommits(read.records, begin, stop.log, new ArrayList<>())) {
       commits.add((CommitLog.Commit) oc[1]);
     }
     if (commits.isEmpty()) {

@@ -186,6 +186,10 @@ class PlanVectorsTest {
           ObjectNode batch = batches.addObject();
           batch.set("end", Layout.JSON.readTree(end.json()));
           batch.set("runs", reported.get(ShuffleStream.METRICS_KEY).get("runs"));
+          ArrayNode skipped = batch.putArray("skipped");
+          for (JsonNode b : reported.get(ShuffleStream.METRICS_KEY).get("skipped_records")) {
+            skipped.add(b.get("offset").asLong());
+          }
           ArrayNode splits = batch.putArray("splits");
           for (InputPartition p : stream.planInputPartitions(start, end)) {
             splits.add(((ShuffleInputPartition) p).split.toJson());
