@@ -8,6 +8,7 @@ that fits and names what was being done (topic, partition, offset). Clients are 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -84,6 +85,20 @@ _IDLE_LOCK = threading.Lock()
 IDLE_CONSUMER_S = 60.0
 # How long end_offsets' first ask of a partition's offsets waits, before the careful one.
 QUICK_OFFSETS_S = 2.0
+
+
+@atexit.register
+def _close_idle_consumers() -> None:
+    """Closes this process's idle lent consumers when it exits (a forked child leaves its
+    parent's alone)."""
+    pid = os.getpid()
+    with _IDLE_LOCK:
+        mine = [c for (p, _), idle in _IDLE.items() if p == pid for c, _ in idle]
+        for key in [k for k in _IDLE if k[0] == pid]:
+            del _IDLE[key]
+    for c in mine:
+        with contextlib.suppress(Exception):
+            c.close()
 
 
 class KafkaClient:

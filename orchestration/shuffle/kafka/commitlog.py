@@ -104,13 +104,18 @@ def read_log(kafka: KafkaClient, topic: str) -> ShuffleLog:
     Raises:
         ShuffleFormatError: The layout record cannot be read, naming its offset.
     """
+    return _read_log(kafka, topic)[0]
+
+
+def _read_log(kafka: KafkaClient, topic: str) -> tuple[ShuffleLog, list[LogRecord]]:
+    """:func:`read_log`, and the records it was made of."""
     records, _ = read_log_records(kafka, topic)
     shuffle = ShuffleLog.from_records(
         topic, [(r.key, r.value) for r in records], offsets=[r.offset for r in records]
     )
     for bad in shuffle.bad_records:
         logger.warning("%s", bad.describe(topic))
-    return shuffle
+    return shuffle, records
 
 
 def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str) -> None:
@@ -153,13 +158,14 @@ def create_or_check(
     """
     topic = layout.topic
     rf = kafka.replication_for(replication_factor)  # one look at the cluster for both topics
+    records: list[LogRecord] = []
     if kafka.ensure_topic(
         commit_topic(topic), 1, config=COMMIT_TOPIC_CONFIG, replication_factor=rf
     ):
         # Just created, so empty; and on a cluster, the broker asked next may not know it yet.
         log = ShuffleLog.from_records(topic, [])
     else:
-        log = read_log(kafka, topic)
+        log, records = _read_log(kafka, topic)
     if log.layout is None:
         if not kafka.ensure_topic(
             topic, layout.num_partitions, config=DATA_TOPIC_CONFIG, replication_factor=rf
@@ -170,19 +176,45 @@ def create_or_check(
             except ShuffleLayoutError:
                 # A first writer racing this one records its layout (acks=all) before its
                 # first frame, so the log read after the data topic's offsets holds it.
-                log = read_log(kafka, topic)
+                log, records = _read_log(kafka, topic)
                 if log.layout is None:
                     raise
         if log.layout is None:
             _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
             return _first_layout(kafka, layout), True
-    diffs = log.layout.differences(layout)
+    recorded = _winning_layout(kafka, records, log.layout)
+    diffs = recorded.differences(layout)
     if diffs:
         raise ShuffleLayoutError(
             f"shuffle {topic!r} exists with a different layout: " + "; ".join(diffs)
         )
-    check_partitions(kafka, log.layout)
-    return log.layout, False
+    check_partitions(kafka, recorded)
+    return recorded, False
+
+
+def _first_layout_record(records: list[LogRecord]) -> tuple[int, Layout] | None:
+    """The first readable layout record of a commit log's ``records``: its offset and layout."""
+    for r in records:
+        if r.key == LAYOUT_KEY.encode() and r.value:
+            try:
+                return r.offset, Layout.from_json(r.value)
+            except Exception:  # noqa: BLE001 - read_log reported it; the latest record stands
+                return None
+    return None
+
+
+def _winning_layout(kafka: KafkaClient, records: list[LogRecord], latest: Layout) -> Layout:
+    """The shuffle's layout: the first layout record of its log (see :func:`_first_layout`).
+
+    The latest layout record is what readers take and what compaction keeps. It differs
+    from the first only while a first writer that lost a race has not yet written the
+    winner's again (or if it stopped before it could): the winner's is then written again
+    here, and this writer is held to it."""
+    first = _first_layout_record(records)
+    if first is None or first[1].to_json() == latest.to_json():
+        return latest
+    _produce_one(kafka, commit_topic(latest.topic), LAYOUT_KEY, first[1].to_json())
+    return first[1]
 
 
 def _first_layout(kafka: KafkaClient, ours: Layout) -> Layout:
@@ -199,17 +231,17 @@ def _first_layout(kafka: KafkaClient, ours: Layout) -> Layout:
     """
     topic = ours.topic
     records, _ = read_log_records(kafka, topic)
-    first = next((r for r in records if r.key == LAYOUT_KEY.encode() and r.value), None)
-    if first is None or first.value is None:  # the log was deleted meanwhile: the commit says so
+    first = _first_layout_record(records)
+    if first is None:  # the log was deleted meanwhile: the run's commit says so
         return ours
-    winner = Layout.from_json(first.value)
+    offset, winner = first
     diffs = winner.differences(ours)
     if not diffs:
         return winner
     _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, winner.to_json())
     raise ShuffleLayoutError(
         f"shuffle {topic!r} was created at the same moment by another writer, whose layout "
-        f"(commit log {commit_topic(topic)!r} offset {first.offset}) differs from this "
+        f"(commit log {commit_topic(topic)!r} offset {offset}) differs from this "
         "run's: " + "; ".join(diffs)
     )
 
