@@ -465,7 +465,8 @@ def read_shuffle_stream(
         df = reader.load()
     else:
         read = replace(options, with_metadata=False).to_options()
-        df = load_jvm_stream(
+        # The JVM table tags its key columns itself (ShuffleTable.keyTagged).
+        return load_jvm_stream(
             spark, catalog, topic, {**read, **stream.to_options()}, with_metadata=with_metadata
         )
     tag = _key_tag(topic, layout, parallelism or layout.num_partitions)

@@ -192,58 +192,52 @@ def create_or_check(
     return recorded, False
 
 
-def _first_layout_record(records: list[LogRecord]) -> tuple[int, Layout] | None:
-    """The first readable layout record of a commit log's ``records``: its offset and layout."""
+def _first_layout_record(records: list[LogRecord]) -> Layout | None:
+    """The layout of the first layout record of a commit log's ``records``."""
     for r in records:
         if r.key == LAYOUT_KEY.encode() and r.value:
             try:
-                return r.offset, Layout.from_json(r.value)
+                return Layout.from_json(r.value)
             except Exception:  # noqa: BLE001 - read_log reported it; the latest record stands
                 return None
     return None
 
 
 def _winning_layout(kafka: KafkaClient, records: list[LogRecord], latest: Layout) -> Layout:
-    """The shuffle's layout: the first layout record of its log (see :func:`_first_layout`).
+    """The shuffle's layout: the first layout record of its log (``latest`` when it has none).
 
     The latest layout record is what readers take and what compaction keeps. It differs
     from the first only while a first writer that lost a race has not yet written the
     winner's again (or if it stopped before it could): the winner's is then written again
-    here, and this writer is held to it."""
+    here, and the caller is held to it."""
     first = _first_layout_record(records)
-    if first is None or first[1].to_json() == latest.to_json():
+    if first is None or first.to_json() == latest.to_json():
         return latest
-    _produce_one(kafka, commit_topic(latest.topic), LAYOUT_KEY, first[1].to_json())
-    return first[1]
+    _produce_one(kafka, commit_topic(latest.topic), LAYOUT_KEY, first.to_json())
+    return first
 
 
 def _first_layout(kafka: KafkaClient, ours: Layout) -> Layout:
     """Settles which of the layout records written by first writers at once is the shuffle's.
 
     The first in the log wins: every writer reads the log after its own record, so all see
-    the same first one. A writer whose layout differs from it writes the winner's again, so
-    that the log's latest layout record (what compaction keeps and readers take) is the
-    winner's, and is refused before it writes anything.
+    the same first one (:func:`_winning_layout`, which writes the winner's again when ours
+    came later). A writer whose layout differs from it is refused before it writes anything.
 
     Raises:
         ShuffleLayoutError: Another writer created the shuffle at the same moment with a
             layout that differs from ``ours``.
     """
-    topic = ours.topic
-    records, _ = read_log_records(kafka, topic)
-    first = _first_layout_record(records)
-    if first is None:  # the log was deleted meanwhile: the run's commit says so
-        return ours
-    offset, winner = first
+    records, _ = read_log_records(kafka, ours.topic)
+    winner = _winning_layout(kafka, records, ours)
     diffs = winner.differences(ours)
-    if not diffs:
-        return winner
-    _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, winner.to_json())
-    raise ShuffleLayoutError(
-        f"shuffle {topic!r} was created at the same moment by another writer, whose layout "
-        f"(commit log {commit_topic(topic)!r} offset {offset}) differs from this "
-        "run's: " + "; ".join(diffs)
-    )
+    if diffs:
+        raise ShuffleLayoutError(
+            f"shuffle {ours.topic!r} was created at the same moment by another writer, whose "
+            f"layout (the first in commit log {commit_topic(ours.topic)!r}) differs from this "
+            "run's: " + "; ".join(diffs)
+        )
+    return winner
 
 
 def _refuse_orphaned_records(kafka: KafkaClient, layout: Layout) -> None:

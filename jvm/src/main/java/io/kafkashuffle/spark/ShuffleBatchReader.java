@@ -3,6 +3,7 @@ package io.kafkashuffle.spark;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
@@ -93,7 +94,7 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
               split.reads.size() > 1
                   ? PartitionFetch.prefetch(
                       consumer(), spec.topic, split.reads, PREFETCH_BYTES, PREFETCH_WAIT_MS)
-                  : new java.util.HashMap<>();
+                  : new HashMap<>();
         }
         List<ConsumerRecord<byte[], ByteBuffer>> head = prefetched.remove(read.partition);
         if (head != null) {

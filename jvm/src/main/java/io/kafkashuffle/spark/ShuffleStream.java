@@ -62,9 +62,9 @@ final class ShuffleStream
   private Read last; // the last commit-log read, reused to plan the batch it admitted
   private List<CommitLog.Commit> planned = List.of();
   private static final Logger LOG = LoggerFactory.getLogger(ShuffleStream.class);
-  // Unreadable commit records in the range latestOffset last looked at (offset, key, reason),
-  // skipped as a batch read skips them; each is logged once by this stream.
-  private List<String[]> skipped = List.of();
+  // Unreadable commit records in the range latestOffset last looked at, skipped as a batch
+  // read skips them; each is logged once by this stream.
+  private List<CommitLog.BadRecord> skipped = List.of();
   private final Set<Long> warned = new HashSet<>();
   private long logEnd = -1;
 
@@ -300,27 +300,17 @@ final class ShuffleStream
 
   /**
    * The commit {@code r} holds, or null (a layout record, an expiry marker or a delete); a
-   * commit record that cannot be read is null too, and added to {@code skipped} as (offset,
-   * key, reason), as the Python reader's {@code stream_commits} skips it.
+   * commit record that cannot be read is null too, and added to {@code skipped}, as the Python
+   * reader's {@code stream_commits} skips it.
    */
-  private CommitLog.Commit commitOf(Record r, List<String[]> skipped) {
+  private static CommitLog.Commit commitOf(Record r, List<CommitLog.BadRecord> skipped) {
     if (r.value == null || r.key == null || !r.key.startsWith(CommitLog.COMMIT_PREFIX)) {
       return null;
     }
     try {
       return CommitLog.Commit.parse(r.value, r.key);
     } catch (ShuffleException e) {
-      String reason =
-          "commit log '"
-              + spec.topic
-              + ShuffleCatalog.COMMITS_SUFFIX
-              + "': record '"
-              + r.key
-              + "' at partition 0 offset "
-              + r.offset
-              + ": "
-              + e.getMessage();
-      skipped.add(new String[] {String.valueOf(r.offset), r.key, reason});
+      skipped.add(new CommitLog.BadRecord(r.offset, r.key, e.getMessage(), false, null));
       return null;
     }
   }
@@ -342,7 +332,7 @@ final class ShuffleStream
 
   /** The commits read from {@code start} up to offset {@code end} (exclusive), in log order. */
   private List<Object[]> streamCommits(
-      List<Record> records, Position start, Long end, List<String[]> skipped) {
+      List<Record> records, Position start, Long end, List<CommitLog.BadRecord> skipped) {
     Set<String> visible =
         start.log < start.snapshot ? visibleRuns(records, start.snapshot) : Set.of();
     List<Object[]> out = new ArrayList<>();
@@ -448,17 +438,14 @@ final class ShuffleStream
     logEnd = read.high;
     long high = target == null ? read.high : Math.min(read.high, target);
     boolean limited = !(limit instanceof ReadAllAvailable);
-    List<String[]> bad = new ArrayList<>();
+    List<CommitLog.BadRecord> bad = new ArrayList<>();
     List<Object[]> commits = streamCommits(read.records, begin, high, bad);
-    for (String[] b : bad) {
-      if (warned.add(Long.parseLong(b[0]))) {
+    for (CommitLog.BadRecord b : bad) {
+      if (warned.add(b.offset)) {
         LOG.warn(
-            "kafka-shuffle stream of '{}': skipped the unreadable record '{}' at partition 0 "
-                + "offset {} of its commit log ({}); its run is not read",
+            "kafka-shuffle stream of '{}': {}; its run is not read",
             spec.topic,
-            b[1],
-            b[0],
-            b[2]);
+            b.describe(spec.topic));
       }
     }
     skipped = bad;
@@ -492,8 +479,8 @@ final class ShuffleStream
     metrics.put("bytes", bytes);
     // Commit records skipped as unreadable in the batch's range, as batch reads report them.
     ArrayNode bad = metrics.putArray("skipped_records");
-    for (String[] b : skipped) {
-      bad.addObject().put("offset", Long.parseLong(b[0])).put("key", b[1]).put("reason", b[2]);
+    for (CommitLog.BadRecord b : skipped) {
+      bad.addObject().put("offset", b.offset).put("key", b.key).put("reason", b.reason);
     }
     ObjectNode out = Layout.JSON.createObjectNode();
     out.put("log", logEnd >= 0 ? logEnd : source.end());
