@@ -696,16 +696,16 @@ def quick_end_offsets(
 ) -> tuple[int, int] | None:
     """(low, high) offsets of one partition with ``c``, in one round trip; None when the
     topic is unknown, the partition has no leader yet (missing, or just created) or its
-    leader did not answer in time (a broker that just died), so the caller can find out
-    which with :meth:`KafkaClient.partition_count` and wait with
-    :meth:`KafkaClient.end_offsets`."""
+    leader did not answer (a broker that just died, or that the cluster just dropped while
+    ``c`` asked it), so the caller can find out which with
+    :meth:`KafkaClient.partition_count` and wait with :meth:`KafkaClient.end_offsets`."""
     try:
         tp = TopicPartition(topic, partition)
         return c.get_watermark_offsets(tp, timeout=CONNECT_TIMEOUT_S, cached=False)
     except KafkaException as exc:
         # A timeout too: the caller's partition_count tells a dead leader (the cluster still
         # answers) from a cluster out of reach (it raises, naming the servers).
-        if error_code(exc) in _TRANSIENT | _NOT_FOUND | {KafkaError._TIMED_OUT}:
+        if error_code(exc) in _TRANSIENT | _NOT_FOUND | _LEADER_GONE:
             return None
         what = f"reading the offsets of topic {topic!r} partition {partition}"
         raise translate(exc, what, kafka) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError
 
 from orchestration.shuffle.core.commitlog import (
     COMMIT_PREFIX,
@@ -63,28 +63,46 @@ def read_log_records(
 ) -> tuple[list[LogRecord], int]:
     """The commit log's records from ``offset`` on, with their offsets, and its end offset."""
     ctopic = commit_topic(topic)
-    with kafka.lent_consumer() as c:
-        # One consumer and one round trip for the offsets in the common case: a metadata
-        # request from a fresh client (what partition_count makes) took 2 ms or 53 ms at
-        # random here, which made a sensor tick 6 ms or 58 ms.
-        offsets = quick_end_offsets(c, ctopic, 0, kafka)
-        if offsets is None:
-            try:
-                kafka.partition_count(ctopic)
-            except ShuffleAuthorizationError as exc:
-                raise ShuffleAuthorizationError(f"shuffle {topic!r}: {exc}") from None
-            except ShuffleTopicNotFoundError:
-                raise ShuffleTopicNotFoundError(
-                    f"shuffle {topic!r} does not exist on {kafka.bootstrap_servers!r} "
-                    f"(no commit-log topic {ctopic!r})"
-                ) from None
-            ((low, high),) = kafka.end_offsets(ctopic, 1)  # exists: waits for its leader
-        else:
-            low, high = offsets
-        records = [
-            LogRecord(m.offset(), m.key(), m.value())
-            for m in read_range(c, ctopic, 0, max(offset, low), high)
-        ]
+    try:
+        with kafka.lent_consumer() as c:
+            # One consumer and one round trip for the offsets in the common case: a metadata
+            # request from a fresh client (what partition_count makes) took 2 ms or 53 ms at
+            # random here, which made a sensor tick 6 ms or 58 ms.
+            offsets = quick_end_offsets(c, ctopic, 0, kafka)
+            if offsets is None:
+                # Closed, not lent again: it may still know a node the cluster has dropped.
+                raise _AskedAgain
+            return _records(c, ctopic, offset, *offsets)
+    except _AskedAgain:
+        pass
+    try:
+        kafka.partition_count(ctopic)
+    except ShuffleAuthorizationError as exc:
+        raise ShuffleAuthorizationError(f"shuffle {topic!r}: {exc}") from None
+    except ShuffleTopicNotFoundError:
+        raise ShuffleTopicNotFoundError(
+            f"shuffle {topic!r} does not exist on {kafka.bootstrap_servers!r} "
+            f"(no commit-log topic {ctopic!r})"
+        ) from None
+    ((low, high),) = kafka.end_offsets(ctopic, 1)  # exists: waits for its leader
+    c = kafka.consumer()
+    try:
+        return _records(c, ctopic, offset, low, high)
+    finally:
+        c.close()
+
+
+class _AskedAgain(Exception):
+    """A lent consumer's quick ask of the commit log's offsets came back empty."""
+
+
+def _records(
+    c: Consumer, ctopic: str, offset: int, low: int, high: int
+) -> tuple[list[LogRecord], int]:
+    records = [
+        LogRecord(m.offset(), m.key(), m.value())
+        for m in read_range(c, ctopic, 0, max(offset, low), high)
+    ]
     return records, max(high, offset)
 
 
