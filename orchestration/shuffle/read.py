@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Unpack
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from orchestration.shuffle.core import aggregation as agg
@@ -199,20 +200,35 @@ class ShuffleRead:
     ) -> DataFrame:
         """Aggregates the rows per key (see :func:`aggregate_shuffle`).
 
-        ``engine="auto"`` or ``"python"``: the Python reader aggregates as it decodes;
-        without a ``parallelism`` asked for, that read runs as one task per core, each
-        aggregating whole Kafka partitions (see :func:`~orchestration.shuffle.core.planner.
+        ``engine="python"``: the Python reader aggregates as it decodes; without a
+        ``parallelism`` asked for, that read runs as one task per core, each aggregating
+        whole Kafka partitions (see :func:`~orchestration.shuffle.core.planner.
         balance_splits`): the output is one row per key, not keyed rows, so nothing needs a
         task per partition. ``engine="jvm"``: Spark's own ``groupBy(*key).agg(...)`` over
-        the keyed JVM read (no Exchange for a one-column key, no Python process).
+        the keyed JVM read, which the read runs itself when it can
+        (:func:`~orchestration.shuffle.core.aggregation.runs_whole_on_jvm`: one task per
+        core, no Exchange, no Python process), else Spark aggregates it. ``engine="auto"``:
+        the JVM when the session has the JVM path, no ``parallelism`` was asked for and the
+        read runs the aggregation itself; else the Python reader.
         """
         if engine not in ENGINES:
             raise ShuffleOptionError(f"engine must be one of {ENGINES}, got {engine!r}")
-        aggs = agg.parse(aggregations, output_schema(self.layout, False), self.layout.key)
+        schema = output_schema(self.layout, False)
+        aggs = agg.parse(aggregations, schema, self.layout.key)
         if engine == "jvm":
             catalog = choose_engine(self.spark, self._kafka, engine)
             assert catalog is not None  # "jvm" without the JVM path raises
             return self._aggregate_on_jvm(catalog, aggs)
+        if (
+            engine == "auto"
+            and self.parallelism in (None, AUTO)
+            and agg.runs_whole_on_jvm(aggs, schema, self.layout.key)
+        ):
+            # The JVM read aggregates itself: no Python process, so no new Python workers
+            # to wait for after an idle minute (docs/performance.md).
+            catalog = choose_engine(self.spark, self._kafka, engine)
+            if catalog is not None:
+                return self._aggregate_on_jvm(catalog, aggs)
         splits: Sequence[SplitPlan] = self.plan.splits
         slots = task_slots(self.spark)
         if self.parallelism in (None, AUTO) and slots:
@@ -236,16 +252,25 @@ class ShuffleRead:
         ).output_schema()
         types = {f.name: f.dataType for f in from_arrow_schema_ntz(arrow).fields}
         spark_function = {"count": F.count, "sum": F.sum, "min": F.min, "max": F.max}
+        schema = output_schema(self.layout, False)
         columns = []
         for a in aggs:
             if a.column == agg.ALL_ROWS:
                 column = F.count(F.lit(1))
+            elif a.function == "mean" and _numeric(schema.field(a.column).type):
+                # Spark's avg of any number but a decimal is of the values as doubles; taken
+                # as it is, a column the JVM read can aggregate itself (no cast in between).
+                column = F.avg(_column(a.column))
             elif a.function == "mean":
                 column = F.avg(_column(a.column).cast("double"))
             else:
                 column = spark_function[a.function](_column(a.column))
             columns.append(column.cast(types[a.name]).alias(a.name))
         return df.groupBy(*[_column(k) for k in self.layout.key]).agg(*columns)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
 
 
 def _column(name: str) -> Any:
@@ -354,9 +379,12 @@ def aggregate_shuffle(
     not the number of rows. Frames decode only the key and the aggregated columns. Without
     ``parallelism``, the read runs one task per core, each aggregating whole Kafka
     partitions balanced by their committed rows. With ``engine="jvm"`` it is Spark's own
-    ``groupBy(*key).agg(...)`` over the keyed JVM read instead (no Exchange for a one-column
-    key, no Python process; same schema), which is slower than the reader's aggregation
-    (see ``docs/performance.md``) but runs where Python workers cannot.
+    ``groupBy(*key).agg(...)`` over the keyed JVM read instead (same schema), which the JVM
+    read runs itself for the aggregations and key types
+    :func:`~orchestration.shuffle.core.aggregation.runs_whole_on_jvm` lists (no Exchange,
+    no Python process, one task per core) and Spark runs otherwise; ``engine="auto"`` takes
+    the JVM for those when the session has the JVM path and no ``parallelism`` is given
+    (see ``docs/guides/jvm.md``).
 
     Example::
 
@@ -366,8 +394,9 @@ def aggregate_shuffle(
     Args:
         aggregations: ``{output name: (column, function)}`` with functions ``count``,
             ``sum``, ``min``, ``max``, ``mean``; ``("*", "count")`` counts rows.
-        engine: ``"auto"`` and ``"python"`` aggregate in the reader, ``"jvm"`` with
-            Spark's ``groupBy`` over the JVM read; both return the same schema.
+        engine: ``"python"`` aggregates in the Python reader, ``"jvm"`` with Spark's
+            ``groupBy`` over the JVM read, ``"auto"`` as said above; all return the same
+            schema.
         Other arguments: as for :func:`read_shuffle`.
 
     Returns:

@@ -121,6 +121,11 @@ final class ShuffleBatchReader implements PartitionReader<ColumnarBatch> {
     return current;
   }
 
+  /** Which of the split's partition reads the current batch is of (their index). */
+  int readIndex() {
+    return readIndex;
+  }
+
   @Override
   public void close() throws IOException {
     release();

@@ -1,10 +1,14 @@
 package io.kafkashuffle.spark;
 
 import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalLong;
+import java.util.Set;
 import java.util.function.Supplier;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.Expressions;
@@ -60,6 +64,7 @@ final class ShuffleScan
   private boolean keyed;
   private List<String> ordered; // the sort columns whose order every split keeps
   private boolean merged; // some split merges sorted runs: the scan reads rows
+  private final PushedAggregation aggregation; // null: rows as they were written
 
   ShuffleScan(
       ReadSpec spec,
@@ -67,6 +72,18 @@ final class ShuffleScan
       StructType readSchema,
       Map<String, String> options,
       List<String> given) {
+    this(spec, planner, readSchema, options, given, null);
+  }
+
+  /** A read whose splits each run {@code aggregation} (see {@link PushedAggregation}). */
+  ShuffleScan(
+      ReadSpec spec,
+      Supplier<List<SplitPlan>> planner,
+      StructType readSchema,
+      Map<String, String> options,
+      List<String> given,
+      PushedAggregation aggregation) {
+    this.aggregation = aggregation;
     this.spec = spec;
     this.options = options;
     this.planner = planner;
@@ -78,7 +95,17 @@ final class ShuffleScan
     if (splits == null) {
       splits = planner.get();
       keyed = keyedSplits(splits, spec.layout().numPartitions);
-      ordered = keyed ? orderedColumns(splits, spec.layout(), readSchema) : List.of();
+      if (aggregation != null) {
+        // Each group's rows are in one whole partition: the splits may hold several, and one
+        // task per core aggregates them with the fewest tasks. What they output is one row
+        // per group, reported as nothing in particular.
+        splits = combined(splits, taskSlots(splits.size()));
+        keyed = false;
+      }
+      ordered =
+          keyed && aggregation == null
+              ? orderedColumns(splits, spec.layout(), readSchema)
+              : List.of();
       merged = !ordered.isEmpty() && runsWithRows(splits) > 1;
     }
     return splits;
@@ -155,6 +182,77 @@ final class ShuffleScan
     return keyed;
   }
 
+  /** Whether every split reads whole Kafka partitions, none of them read by two splits. */
+  static boolean wholePartitions(List<SplitPlan> splits) {
+    Set<Integer> seen = new HashSet<>();
+    for (SplitPlan s : splits) {
+      for (SplitPlan.PartitionRead r : s.reads) {
+        if (!r.full || !seen.add(r.partition)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  /**
+   * {@code splits} as at most {@code slots} splits, their partition reads balanced by the rows
+   * the commit records give them (by their offsets where a record has no row count), largest
+   * first, each to the split with the fewest so far.
+   */
+  static List<SplitPlan> combined(List<SplitPlan> splits, int slots) {
+    List<SplitPlan.PartitionRead> reads = new ArrayList<>();
+    for (SplitPlan s : splits) {
+      reads.addAll(s.reads);
+    }
+    int n = Math.max(1, Math.min(slots, reads.size()));
+    if (n >= splits.size()) {
+      return splits;
+    }
+    reads.sort(Comparator.comparingLong(ShuffleScan::weight).reversed());
+    List<List<SplitPlan.PartitionRead>> parts = new ArrayList<>();
+    long[] load = new long[n];
+    for (int i = 0; i < n; i++) {
+      parts.add(new ArrayList<>());
+    }
+    for (SplitPlan.PartitionRead r : reads) {
+      int least = 0;
+      for (int i = 1; i < n; i++) {
+        if (load[i] < load[least]) {
+          least = i;
+        }
+      }
+      parts.get(least).add(r);
+      load[least] += weight(r);
+    }
+    List<SplitPlan> out = new ArrayList<>();
+    for (int i = 0; i < n; i++) {
+      List<SplitPlan.PartitionRead> part = parts.get(i);
+      part.sort(Comparator.comparingInt(r -> r.partition));
+      out.add(new SplitPlan(i, List.copyOf(part)));
+    }
+    return out;
+  }
+
+  private static long weight(SplitPlan.PartitionRead r) {
+    long rows = 0;
+    long offsets = 0;
+    for (SplitPlan.Segment g : r.segments) {
+      rows += Math.max(0, g.rows);
+      offsets += g.last - g.first + 1;
+    }
+    return rows > 0 ? rows : offsets;
+  }
+
+  /** The cores the session's tasks run on (its default parallelism), else {@code fallback}. */
+  private static int taskSlots(int fallback) {
+    try {
+      return SparkSession.active().sparkContext().defaultParallelism();
+    } catch (RuntimeException e) {
+      return fallback;
+    }
+  }
+
   /** Whether split i reads exactly all of Kafka partition i, for every partition. */
   static boolean keyedSplits(List<SplitPlan> splits, int numPartitions) {
     if (splits.size() != numPartitions) {
@@ -188,7 +286,8 @@ final class ShuffleScan
             : " splits="
                 + planned.size()
                 + (keyed ? " keyed" : "")
-                + (ordered.isEmpty() ? "" : " ordered=" + ordered + (merged ? " merged" : "")))
+                + (ordered.isEmpty() ? "" : " ordered=" + ordered + (merged ? " merged" : ""))
+                + (aggregation == null ? "" : " aggregated=" + aggregation.description))
         + (spec.filtersEventTime()
             ? " event_time=[" + spec.eventTimeStart + ", " + spec.eventTimeEnd + ")"
             : "");
@@ -203,6 +302,9 @@ final class ShuffleScan
   /** A streaming read of the same table: micro-batches of the runs committed since the last. */
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    if (aggregation != null) {
+      throw new IllegalStateException("an aggregated read of a shuffle is a batch read");
+    }
     OptionTables.SHUFFLE_JVM.check(given, OptionCheck.STREAM);
     return new ShuffleStream(spec, options);
   }
@@ -227,6 +329,9 @@ final class ShuffleScan
     for (int i = 0; i < ordinals.length; i++) {
       ordinals[i] = readSchema.fieldIndex(ordered.get(i));
       types[i] = readSchema.fields()[ordinals[i]].dataType();
+    }
+    if (aggregation != null) {
+      return new ReaderFactory(spec, aggregation);
     }
     return new ReaderFactory(spec, !ordered.isEmpty(), merged ? ordinals : null, types);
   }
@@ -308,6 +413,7 @@ final class ShuffleScan
     private final boolean ordered;
     private final int[] mergeOrdinals; // null: no merge
     private final DataType[] mergeTypes;
+    private final PushedAggregation aggregation; // null: rows as they were written
 
     ReaderFactory(ReadSpec spec) {
       this(spec, false, null, new DataType[0]);
@@ -318,15 +424,28 @@ final class ShuffleScan
       this.ordered = ordered;
       this.mergeOrdinals = mergeOrdinals;
       this.mergeTypes = mergeTypes;
+      this.aggregation = null;
+    }
+
+    /** Rows of one group each: each split's batches aggregated ({@link AggregatingReader}). */
+    ReaderFactory(ReadSpec spec, PushedAggregation aggregation) {
+      this.spec = spec;
+      this.ordered = false;
+      this.mergeOrdinals = null;
+      this.mergeTypes = new DataType[0];
+      this.aggregation = aggregation;
     }
 
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
+      SplitPlan split = ((ShuffleInputPartition) partition).split;
+      if (aggregation != null) {
+        return new AggregatingReader(new ShuffleBatchReader(spec, split), aggregation);
+      }
       if (mergeOrdinals == null) {
         throw new UnsupportedOperationException("kafka-shuffle-jvm reads columnar batches only");
       }
-      return new SortedMergeReader(
-          spec, ((ShuffleInputPartition) partition).split, mergeOrdinals, mergeTypes);
+      return new SortedMergeReader(spec, split, mergeOrdinals, mergeTypes);
     }
 
     @Override
@@ -336,7 +455,7 @@ final class ShuffleScan
 
     @Override
     public boolean supportColumnarReads(InputPartition partition) {
-      return mergeOrdinals == null;
+      return mergeOrdinals == null && aggregation == null;
     }
   }
 }

@@ -8,9 +8,12 @@ import java.util.Set;
 import java.util.function.Supplier;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -110,9 +113,12 @@ final class ShuffleTable implements SupportsRead {
     return new Builder(options);
   }
 
-  private final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns {
+  private final class Builder
+      implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownAggregates {
     private final CaseInsensitiveStringMap options;
     private StructType required = schema;
+    private Planned planned; // what build() and an aggregation's check both need
+    private PushedAggregation aggregation;
 
     Builder(CaseInsensitiveStringMap options) {
       this.options = options;
@@ -123,8 +129,52 @@ final class ShuffleTable implements SupportsRead {
       this.required = requiredSchema;
     }
 
+    /**
+     * Taken whole or not at all: when every split reads whole Kafka partitions (the default
+     * parallelism, or less) and {@link PushedAggregation} can run the aggregation, which needs
+     * the groups to include the key. Spark asks this before {@link #pushAggregation}, with the
+     * same aggregation.
+     */
+    @Override
+    public boolean supportCompletePushDown(Aggregation a) {
+      return accept(a) != null;
+    }
+
+    @Override
+    public boolean pushAggregation(Aggregation a) {
+      aggregation = accept(a);
+      return aggregation != null;
+    }
+
+    private PushedAggregation accept(Aggregation a) {
+      boolean ansi = SQLConf.get().ansiEnabled();
+      PushedAggregation p = PushedAggregation.of(a, schema, layout.key, ansi);
+      if (p == null) {
+        return null;
+      }
+      Planned plan = planned();
+      return ShuffleScan.wholePartitions(plan.splits.get()) ? p : null;
+    }
+
     @Override
     public Scan build() {
+      Planned plan = planned();
+      StructType readSchema = aggregation == null ? required : aggregation.output;
+      String[] columns =
+          aggregation == null ? required.fieldNames() : aggregation.columns.clone();
+      ReadSpec spec =
+          new ReadSpec(layout.topic, plan.kafka, plan.layout, columns, plan.start, plan.end);
+      return new ShuffleScan(spec, plan.splits, readSchema, options, plan.given, aggregation);
+    }
+
+    private Planned planned() {
+      if (planned == null) {
+        planned = plan();
+      }
+      return planned;
+    }
+
+    private Planned plan() {
       List<String> given = new ArrayList<>(options.asCaseSensitiveMap().keySet());
       // Names first: a misspelled or unsupported option is refused before anything is
       // planned. Whether each applies to this kind of read, the scan checks once Spark asks
@@ -155,7 +205,7 @@ final class ShuffleTable implements SupportsRead {
         // a batch read plans: a stream plans each micro-batch itself.
         ReadPlanner.Selection selection = ReadPlanner.Selection.parse(options, OWNER);
         CommitLog read = log;
-        splits = () -> ReadPlanner.plan(read, selection);
+        splits = once(() -> ReadPlanner.plan(read, selection));
         start = selection.eventTimeStart;
         end = selection.eventTimeEnd;
       } else {
@@ -185,14 +235,31 @@ final class ShuffleTable implements SupportsRead {
         List<SplitPlan> handed = SplitPlan.parseAll(planText, "plan");
         splits = () -> handed;
       }
-      List<String> columns = new ArrayList<>();
-      for (StructField f : required.fields()) {
-        columns.add(f.name());
-      }
-      ReadSpec spec =
-          new ReadSpec(topic, kafka, planned, columns.toArray(new String[0]), start, end);
-      return new ShuffleScan(spec, splits, required, options, given);
+      return new Planned(given, kafka, planned, splits, start, end);
     }
+  }
+
+  /** The options of a read, checked, and its splits, planned when first asked for. */
+  private record Planned(
+      List<String> given,
+      Map<String, String> kafka,
+      Layout layout,
+      Supplier<List<SplitPlan>> splits,
+      Long start,
+      Long end) {}
+
+  private static <T> Supplier<T> once(Supplier<T> make) {
+    return new Supplier<>() {
+      private T value;
+
+      @Override
+      public synchronized T get() {
+        if (value == null) {
+          value = make.get();
+        }
+        return value;
+      }
+    };
   }
 
   boolean withMetadata() {
