@@ -35,3 +35,22 @@ def test_offsets_of_a_missing_topic_are_still_an_error_naming_it(kafka_conf, uni
     with pytest.raises(ShuffleError, match=missing):
         kafka.end_offsets(missing, 1)
     assert time.monotonic() - started < 30
+
+
+def test_an_idle_consumer_is_closed_when_it_expires_without_another_lend(
+    kafka_conf, unique, monkeypatch
+):
+    # Left idle, a consumer keeps its connections (and, once the cluster is gone, logs each
+    # reconnection): it is closed once it expires, with nothing else lent meanwhile.
+    from orchestration.shuffle.kafka import client
+
+    monkeypatch.setattr(client, "IDLE_CONSUMER_S", 0.4)
+    kafka = KafkaClient({**kafka_conf, "client.id": unique("lent-idle")})  # a pool of its own
+    with kafka.lent_consumer() as c:
+        c.list_topics(timeout=10)
+    # Expired after 0.4 s; closed within the reaper's next look (at most 5 s apart).
+    time.sleep(6)
+    with pytest.raises(RuntimeError, match="closed"):
+        c.list_topics(timeout=1)
+    with kafka.lent_consumer() as again:
+        assert again is not c

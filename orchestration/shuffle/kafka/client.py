@@ -101,6 +101,49 @@ def _close_idle_consumers() -> None:
             c.close()
 
 
+_REAPER: threading.Thread | None = None
+
+
+def _close_expired(now: float) -> list[Consumer]:
+    """Takes this process's lent consumers idle for more than :data:`IDLE_CONSUMER_S` out
+    of the pool (under the lock) and returns them, to be closed."""
+    pid = os.getpid()
+    expired: list[Consumer] = []
+    with _IDLE_LOCK:
+        for (p, _), idle in _IDLE.items():
+            if p == pid:
+                expired += [c for c, since in idle if now - since > IDLE_CONSUMER_S]
+                idle[:] = [(c, since) for c, since in idle if now - since <= IDLE_CONSUMER_S]
+    return expired
+
+
+def _reap_idle_consumers() -> None:
+    """Closes idle lent consumers once they expire, while any are idle: a consumer left idle
+    would otherwise keep its connections (and, when the cluster goes away, log every
+    reconnection) until the process exits."""
+    global _REAPER
+    while True:
+        time.sleep(min(IDLE_CONSUMER_S / 4, 5.0))
+        for c in _close_expired(time.monotonic()):
+            with contextlib.suppress(Exception):
+                c.close()
+        with _IDLE_LOCK:
+            if not any(idle for (p, _), idle in _IDLE.items() if p == os.getpid()):
+                _REAPER = None
+                return
+
+
+def _ensure_reaper() -> None:
+    """Starts the reaper of idle consumers of this process unless it runs (called under
+    ``_IDLE_LOCK``)."""
+    global _REAPER
+    if _REAPER is None or not _REAPER.is_alive():  # a forked child's copy is not alive
+        _REAPER = threading.Thread(
+            target=_reap_idle_consumers, name=f"idle-consumers-{os.getpid()}", daemon=True
+        )
+        _REAPER.start()
+
+
 class KafkaClient:
     """One Kafka cluster as the engine talks to it: its settings, checked and completed once,
     and every cluster-level operation the engine needs (metadata, topics, offsets, clients).
@@ -251,22 +294,16 @@ class KafkaClient:
 
         A new consumer's first request waits for a connection and the cluster's metadata
         (about 10 ms on the local broker), which was most of the time a small read spent
-        planning. A consumer idle for more than :data:`IDLE_CONSUMER_S` is closed the next
-        time one is lent."""
+        planning. A consumer idle for more than :data:`IDLE_CONSUMER_S` is closed, by a
+        thread of this process that runs while any are idle, or the next time one is lent."""
         key = (os.getpid(), self._pool_key())
         lent = None
-        expired: list[Consumer] = []
-        now = time.monotonic()
+        for c in _close_expired(time.monotonic()):
+            c.close()
         with _IDLE_LOCK:
-            for (pid, _), idle in _IDLE.items():
-                if pid == key[0]:
-                    expired += [c for c, since in idle if now - since > IDLE_CONSUMER_S]
-                    idle[:] = [(c, since) for c, since in idle if now - since <= IDLE_CONSUMER_S]
             mine = _IDLE.get(key)
             if mine:
                 lent = mine.pop()[0]
-        for c in expired:
-            c.close()
         c = lent if lent is not None else self.consumer()
         try:
             yield c
@@ -276,6 +313,7 @@ class KafkaClient:
             raise
         with _IDLE_LOCK:
             _IDLE.setdefault(key, []).append((c, time.monotonic()))
+            _ensure_reaper()
 
     def _pool_key(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, repr(v)) for k, v in self._rdkafka.items()))
