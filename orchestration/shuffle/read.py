@@ -200,35 +200,23 @@ class ShuffleRead:
     ) -> DataFrame:
         """Aggregates the rows per key (see :func:`aggregate_shuffle`).
 
-        ``engine="python"``: the Python reader aggregates as it decodes; without a
+        ``engine="auto"`` or ``"python"``: the Python reader aggregates as it decodes; without a
         ``parallelism`` asked for, that read runs as one task per core, each aggregating
         whole Kafka partitions (see :func:`~orchestration.shuffle.core.planner.
         balance_splits`): the output is one row per key, not keyed rows, so nothing needs a
         task per partition. ``engine="jvm"``: Spark's own ``groupBy(*key).agg(...)`` over
-        the keyed JVM read, which the read runs itself when it can
-        (:func:`~orchestration.shuffle.core.aggregation.runs_whole_on_jvm`: one task per
-        core, no Exchange, no Python process), else Spark aggregates it. ``engine="auto"``:
-        the JVM when the session has the JVM path, no ``parallelism`` was asked for and the
-        read runs the aggregation itself; else the Python reader.
+        the keyed JVM read, which the read runs itself when it can (one task per core, no
+        Exchange, no Python process; docs/guides/jvm.md), else Spark aggregates it. The
+        Python reader is the default: the JVM's code is compiled as it runs, so a session's
+        first reads aggregate faster there (docs/performance.md).
         """
         if engine not in ENGINES:
             raise ShuffleOptionError(f"engine must be one of {ENGINES}, got {engine!r}")
-        schema = output_schema(self.layout, False)
-        aggs = agg.parse(aggregations, schema, self.layout.key)
+        aggs = agg.parse(aggregations, output_schema(self.layout, False), self.layout.key)
         if engine == "jvm":
             catalog = choose_engine(self.spark, self._kafka, engine)
             assert catalog is not None  # "jvm" without the JVM path raises
             return self._aggregate_on_jvm(catalog, aggs)
-        if (
-            engine == "auto"
-            and self.parallelism in (None, AUTO)
-            and agg.runs_whole_on_jvm(aggs, schema, self.layout.key)
-        ):
-            # The JVM read aggregates itself: no Python process, so no new Python workers
-            # to wait for after an idle minute (docs/performance.md).
-            catalog = choose_engine(self.spark, self._kafka, engine)
-            if catalog is not None:
-                return self._aggregate_on_jvm(catalog, aggs)
         splits: Sequence[SplitPlan] = self.plan.splits
         slots = task_slots(self.spark)
         if self.parallelism in (None, AUTO) and slots:
@@ -380,11 +368,9 @@ def aggregate_shuffle(
     ``parallelism``, the read runs one task per core, each aggregating whole Kafka
     partitions balanced by their committed rows. With ``engine="jvm"`` it is Spark's own
     ``groupBy(*key).agg(...)`` over the keyed JVM read instead (same schema), which the JVM
-    read runs itself for the aggregations and key types
-    :func:`~orchestration.shuffle.core.aggregation.runs_whole_on_jvm` lists (no Exchange,
-    no Python process, one task per core) and Spark runs otherwise; ``engine="auto"`` takes
-    the JVM for those when the session has the JVM path and no ``parallelism`` is given
-    (see ``docs/guides/jvm.md``).
+    read runs itself for the aggregations and key types ``docs/guides/jvm.md`` lists (no
+    Exchange, no Python process, one task per core) and Spark runs otherwise: the same in
+    every state of the session's Python workers, slower in a session's first reads.
 
     Example::
 
@@ -394,9 +380,8 @@ def aggregate_shuffle(
     Args:
         aggregations: ``{output name: (column, function)}`` with functions ``count``,
             ``sum``, ``min``, ``max``, ``mean``; ``("*", "count")`` counts rows.
-        engine: ``"python"`` aggregates in the Python reader, ``"jvm"`` with Spark's
-            ``groupBy`` over the JVM read, ``"auto"`` as said above; all return the same
-            schema.
+        engine: ``"auto"`` and ``"python"`` aggregate in the Python reader, ``"jvm"``
+            with Spark's ``groupBy`` over the JVM read; both return the same schema.
         Other arguments: as for :func:`read_shuffle`.
 
     Returns:

@@ -192,38 +192,3 @@ def test_float_keys_and_max_follow_spark():
     assert str(rows[0]["k"]) == "0.0" and rows[1]["k"] == 2.0 and rows[2]["k"] != rows[2]["k"]
     assert rows[0]["hi"] != rows[0]["hi"] and rows[0]["lo"] == 1.0
     assert rows[2]["hi"] == 4.0 and rows[2]["lo"] == 3.0
-
-
-RUNS_WHOLE_SCHEMA = pa.schema(
-    [
-        ("k", pa.string()),
-        ("i", pa.int32()),
-        ("f", pa.float64()),
-        ("d", pa.date32()),
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("dec", pa.decimal128(10, 2)),
-        ("s", pa.string()),
-        ("u", pa.uint8()),
-    ]
-)
-
-
-@pytest.mark.parametrize(
-    ("key", "aggs", "whole"),
-    [
-        (("k",), {"n": ("*", "count"), "c": ("s", "count"), "t": ("i", "sum")}, True),
-        (("k", "i"), {"m": ("f", "mean"), "lo": ("d", "min"), "hi": ("ts", "max")}, True),
-        (("k",), {"c": ("dec", "count")}, True),
-        # Grouped by a floating-point column: Spark normalizes its zeros and NaNs first.
-        (("f",), {"n": ("*", "count")}, False),
-        (("k", "f"), {"n": ("*", "count")}, False),
-        # Sums and means of what is not a number, orders of what the read does not order.
-        (("k",), {"t": ("dec", "sum")}, False),
-        (("k",), {"m": ("dec", "mean")}, False),
-        (("k",), {"lo": ("s", "min")}, False),
-        (("k",), {"t": ("u", "sum")}, False),
-    ],
-)
-def test_which_aggregations_the_jvm_read_runs_whole(key, aggs, whole):
-    parsed = agg.parse(aggs, RUNS_WHOLE_SCHEMA, key)
-    assert agg.runs_whole_on_jvm(parsed, RUNS_WHOLE_SCHEMA, key) is whole

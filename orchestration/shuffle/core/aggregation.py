@@ -115,39 +115,6 @@ def parse(
     return tuple(out)
 
 
-def runs_whole_on_jvm(aggs: Sequence[Aggregation], schema: pa.Schema, key: Sequence[str]) -> bool:
-    """Whether the JVM read runs ``groupBy(*key).agg(...)`` of ``aggs`` itself (Spark's
-    aggregate push-down, taken whole; ``PushedAggregation`` in ``jvm/`` holds the same rules):
-    a key of columns that group by their bytes (not floating point), counts of anything,
-    sums and means of numbers, minimums and maximums of numbers, dates and timestamps."""
-    for k in key:
-        t = schema.field(k).type
-        if not (
-            pa.types.is_string(t)
-            or pa.types.is_large_string(t)
-            or pa.types.is_boolean(t)
-            or pa.types.is_signed_integer(t)
-            or pa.types.is_date32(t)
-            or pa.types.is_timestamp(t)
-            or pa.types.is_decimal(t)
-            or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t)
-        ):
-            return False
-    for a in aggs:
-        if a.column == ALL_ROWS or a.function == "count":
-            continue
-        t = schema.field(a.column).type
-        number = pa.types.is_signed_integer(t) or pa.types.is_floating(t)
-        if a.function in ("sum", "mean") and not number:
-            return False
-        if a.function in ("min", "max") and not (
-            number or pa.types.is_date32(t) or pa.types.is_timestamp(t)
-        ):
-            return False
-    return True
-
-
 def to_json(aggs: Sequence[Aggregation]) -> str:
     return json.dumps({a.name: [a.column, a.function] for a in aggs})
 
