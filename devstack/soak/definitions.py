@@ -19,6 +19,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -166,10 +167,25 @@ def _consumer_fails(name: str, day: str, run_id: str) -> None:
         raise RuntimeError(f"injected failure of {name} for {day} (once)")
 
 
-def _write(df: DataFrame, name: str, day: str) -> str:
-    path = str(out_dir() / "consumers" / name / f"day={day}")
-    df.write.mode("overwrite").parquet(path)
-    return path
+def _write(df: DataFrame, name: str, day: str, run_id: str) -> str:
+    """The day's output, replaced whole: written under a hidden name of this run, then
+    swapped in. Two runs of one day (a superseding run's consumer beside the first's) may
+    write at once; Spark's own overwrite of one folder by both left a mix of their files."""
+    final = out_dir() / "consumers" / name / f"day={day}"
+    staged = final.parent / f".day={day}.{run_id}"
+    df.write.mode("overwrite").parquet(str(staged))
+    for _ in range(100):
+        old = final.parent / f".day={day}.{run_id}.old.{time.monotonic_ns()}"
+        with contextlib.suppress(FileNotFoundError):
+            final.rename(old)
+        try:
+            staged.rename(final)
+        except OSError:  # another run's output came in between: take it out again
+            continue
+        finally:
+            shutil.rmtree(old, ignore_errors=True)
+        return str(final)
+    raise RuntimeError(f"could not put {name}'s output for {day} in place")
 
 
 @asset(partitions_def=daily)
@@ -177,7 +193,7 @@ def soak_rows(context: AssetExecutionContext, soak_events: DataFrame) -> Materia
     """Every row of the day, as read."""
     day = context.partition_key
     _consumer_fails("soak_rows", day, context.run_id)
-    path = _write(soak_events.select("id", "key", "day"), "soak_rows", day)
+    path = _write(soak_events.select("id", "key", "day"), "soak_rows", day, context.run_id)
     return MaterializeResult(metadata={"path": path})
 
 
@@ -198,7 +214,9 @@ def soak_per_key(context: AssetExecutionContext, soak_events: DataFrame) -> Mate
     day = context.partition_key
     _consumer_fails("soak_per_key", day, context.run_id)
     schema = "key long, n long, id_sum long, distinct_ids long"
-    path = _write(apply_per_key(soak_events, "key", per_key, schema), "soak_per_key", day)
+    path = _write(
+        apply_per_key(soak_events, "key", per_key, schema), "soak_per_key", day, context.run_id
+    )
     return MaterializeResult(metadata={"path": path})
 
 
@@ -210,7 +228,7 @@ def soak_totals(context: AssetExecutionContext, soak_events: DataFrame) -> Mater
     totals = soak_events.groupBy("key").agg(
         F.count(F.lit(1)).alias("n"), F.sum("id").alias("id_sum")
     )
-    path = _write(totals, "soak_totals", day)
+    path = _write(totals, "soak_totals", day, context.run_id)
     return MaterializeResult(metadata={"path": path})
 
 
