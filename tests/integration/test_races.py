@@ -7,6 +7,7 @@ nothing ties to the order of their commit records: the instance's pool limit,
 ``shuffle_pool`` in docs/guides/dagster.md, runs such writers one after the other.)"""
 
 import threading
+import time
 import uuid
 
 import pyarrow as pa
@@ -20,6 +21,14 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
     write_table,
+)
+from orchestration.shuffle.core.commitlog import commit_topic
+from orchestration.shuffle.errors import ShuffleTopicNotFoundError
+from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle.kafka.commitlog import (
+    COMMIT_TOPIC_CONFIG,
+    found_within,
+    read_log_records,
 )
 
 pytestmark = pytest.mark.integration
@@ -107,6 +116,32 @@ def test_first_writers_of_a_new_shuffle_at_once_all_commit(kafka_conf, attempt):
     got = read_table(topic, kafka=kafka_conf, windows=[DAY])
     assert set(got.column("n").to_pylist()) == {winner.rows}
     assert got.num_rows == winner.rows
+
+
+def test_a_commit_log_made_a_moment_later_is_found_within_the_grace(kafka_conf):
+    """A first writer told that the commit log exists (another first writer made it a moment
+    ago and still waits for its leader) reads it with a grace: the read is asked again while
+    the broker does not know the topic, instead of reporting the shuffle missing. A log that
+    never appears is still reported missing, naming it, once the grace is over."""
+    kafka = KafkaClient(kafka_conf)
+    topic = f"races.grace-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ShuffleTopicNotFoundError):
+        read_log_records(kafka, topic)  # not made yet: the plain read reports it at once
+
+    maker = threading.Timer(
+        0.5, lambda: kafka.ensure_topic(commit_topic(topic), 1, config=COMMIT_TOPIC_CONFIG)
+    )
+    maker.start()
+    try:
+        assert found_within(10.0, lambda: read_log_records(kafka, topic)) == ([], 0)
+    finally:
+        maker.join(30)
+
+    never = f"races.never-{uuid.uuid4().hex[:8]}"
+    start = time.monotonic()
+    with pytest.raises(ShuffleTopicNotFoundError, match=commit_topic(never)):
+        found_within(1.0, lambda: read_log_records(kafka, never))
+    assert 1.0 <= time.monotonic() - start < 10.0
 
 
 @pytest.mark.parametrize("attempt", range(4))

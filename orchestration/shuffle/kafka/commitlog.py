@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError
 
@@ -37,8 +39,31 @@ from orchestration.shuffle.kafka.client import (
 logger = logging.getLogger(__name__)
 
 # How long a topic missing from one broker's metadata is looked for again (see
-# check_partitions).
+# check_partitions and found_within).
 CREATE_GRACE_S = 3.0
+
+T = TypeVar("T")
+
+
+def found_within(grace_s: float, look: Callable[[], T]) -> T:
+    """``look()``, asked again for up to ``grace_s`` seconds while it raises
+    :class:`ShuffleTopicNotFoundError`: for a topic known to exist (its creation was just
+    refused as done, or this client made it) that the broker asked does not know yet. Another
+    writer creating the topic at the same moment is still waiting for its leader; on a
+    cluster, the broker asked next may not have the new topic in its metadata yet.
+
+    Raises:
+        ShuffleTopicNotFoundError: The topic is still missing after ``grace_s`` seconds.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            return look()
+        except ShuffleTopicNotFoundError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
 
 # The data topic keeps every frame until the user says otherwise: a shuffle is a
 # persisted intermediate, and its commit log points into it.
@@ -183,7 +208,8 @@ def create_or_check(
         # Just created, so empty; and on a cluster, the broker asked next may not know it yet.
         log = ShuffleLog.from_records(topic, [])
     else:
-        log, records = _read_log(kafka, topic)
+        # It exists, though perhaps only just: made by a first writer racing this one.
+        log, records = found_within(CREATE_GRACE_S, lambda: _read_log(kafka, topic))
     if log.layout is None:
         if not kafka.ensure_topic(
             topic, layout.num_partitions, config=DATA_TOPIC_CONFIG, replication_factor=rf
@@ -246,7 +272,7 @@ def _first_layout(kafka: KafkaClient, ours: Layout) -> Layout:
         ShuffleLayoutError: Another writer created the shuffle at the same moment with a
             layout that differs from ``ours``.
     """
-    records, _ = read_log_records(kafka, ours.topic)
+    records, _ = found_within(CREATE_GRACE_S, lambda: read_log_records(kafka, ours.topic))
     winner = _winning_layout(kafka, records, ours)
     diffs = winner.differences(ours)
     if diffs:
@@ -293,18 +319,12 @@ def check_partitions(kafka: KafkaClient, layout: Layout, grace_s: float = CREATE
             (partitions were added behind the shuffle's back).
         ShuffleTopicNotFoundError: The data topic is missing.
     """
-    deadline = time.monotonic() + grace_s
-    while True:
-        try:
-            n = kafka.partition_count(layout.topic)
-            break
-        except ShuffleTopicNotFoundError:
-            if time.monotonic() < deadline:
-                time.sleep(0.25)
-                continue
-            raise ShuffleTopicNotFoundError(
-                f"the data topic {layout.topic!r} of the shuffle is missing (its commit log exists)"
-            ) from None
+    try:
+        n = found_within(grace_s, lambda: kafka.partition_count(layout.topic))
+    except ShuffleTopicNotFoundError:
+        raise ShuffleTopicNotFoundError(
+            f"the data topic {layout.topic!r} of the shuffle is missing (its commit log exists)"
+        ) from None
     if n != layout.num_partitions:
         raise ShuffleLayoutError(
             f"data topic {layout.topic!r} has {n} partitions but the shuffle was created with "
