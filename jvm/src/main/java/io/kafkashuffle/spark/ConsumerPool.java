@@ -26,9 +26,16 @@ import org.apache.kafka.common.serialization.ByteBufferDeserializer;
  * offsets (no group, no committed position), so a consumer carries nothing from one read to
  * the next once it is unassigned. A consumer idle for more than {@link #IDLE_MS} is closed the
  * next time the pool is used; a read that failed closes its consumer instead of returning it.
+ *
+ * <p>Five minutes by default: a pipeline's next step, a sensor's next run or a notebook's next
+ * cell often comes a minute or more after the last read, and with consumers kept for only a
+ * minute each of its tasks paid for a new one again. That is within the Kafka client's own
+ * idle limit for a connection ({@code connections.max.idle.ms}, 9 minutes by default). The
+ * JVM system property {@value #IDLE_PROPERTY} sets another time, in milliseconds.
  */
 final class ConsumerPool {
-  static final long IDLE_MS = 60_000;
+  static final String IDLE_PROPERTY = "kafkashuffle.consumer.idle.ms";
+  static final long IDLE_MS = Long.getLong(IDLE_PROPERTY, 300_000L);
 
   private static final class Idle {
     final KafkaConsumer<byte[], ByteBuffer> consumer;
