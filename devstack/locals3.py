@@ -43,6 +43,7 @@ from pathlib import Path
 
 from devstack import startlock
 from devstack.localstack import LocalStackError, resolve_jars
+from orchestration.testing.broker import port_open
 
 ROOT = Path(__file__).resolve().parents[1]
 POM = ROOT / "stack" / "s3a" / "pom.xml"
@@ -222,6 +223,17 @@ def _live(timeout: float = 1.0) -> bool:
         return False
 
 
+def refuse_a_foreign_server() -> None:
+    """Raises :class:`LocalS3Error` when a process this checkout did not start holds the
+    server's port: another checkout's server answers with credentials and data of its own,
+    and its bucket would be refused as ``ACCESS_DENIED`` far from the cause."""
+    if port_open(HOST, port()):
+        raise LocalS3Error(
+            f"port {port()} is taken by a process this checkout did not start (another "
+            "checkout's S3 server?); stop it, or set SHUFFLE_LOCAL_S3_PORT"
+        )
+
+
 def _create_bucket() -> None:
     import pyarrow.fs as pafs
 
@@ -249,6 +261,7 @@ def _start(timeout: float) -> str:
     if _pid() is not None and _live():
         _create_bucket()
         return endpoint()
+    refuse_a_foreign_server()
     exe = ensure_server()
     home = _home()
     (home / "data").mkdir(parents=True, exist_ok=True)
