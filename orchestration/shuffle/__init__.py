@@ -96,10 +96,13 @@ _EXPORTS = {
     "read_chunks": "kafka.client",
     "read_range": "kafka.client",
     "check_partitions": "kafka.commitlog",
+    "alter_shuffle": "evolve",
+    "LayoutVersion": "core.evolution",
 }
 
 if TYPE_CHECKING:
     from orchestration.shuffle.core.commitlog import BadRecord, Commit, Layout, ShuffleLog
+    from orchestration.shuffle.core.evolution import LayoutVersion
     from orchestration.shuffle.core.keygroups import key_group_of, key_group_range, partition_of
     from orchestration.shuffle.core.metrics import BatchMetrics, summarize_stream_metrics
     from orchestration.shuffle.core.queue import DeliveryPolicy, QueueCounts, QueueScale, QueueStop
@@ -120,6 +123,7 @@ if TYPE_CHECKING:
         ShuffleWindowNotFoundError,
         ShuffleWriteError,
     )
+    from orchestration.shuffle.evolve import alter_shuffle
     from orchestration.shuffle.kafka.access import grant_shuffle_access, shuffle_acls
     from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig, read_chunks, read_range
     from orchestration.shuffle.kafka.commitlog import check_partitions

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from orchestration.shuffle.core.commitlog import Commit, Layout, commit_topic, from_micros
+from orchestration.shuffle.core.evolution import check_schema_mode
 from orchestration.shuffle.core.keygroups import validate_layout
 from orchestration.shuffle.errors import ShuffleOptionError
 from orchestration.shuffle.kafka.client import KafkaClient
@@ -196,9 +197,14 @@ def check_window(spec: ShuffleSpec, window: object) -> None:
         )
 
 
-def created_layout(client: KafkaClient, spec: ShuffleSpec, schema: pa.Schema) -> Layout:
-    """The shuffle's layout: created with its topics on first write, else the recorded one
-    checked against ``spec`` and ``schema``."""
+def created_layout(
+    client: KafkaClient, spec: ShuffleSpec, schema: pa.Schema, schema_mode: str | None = None
+) -> Layout:
+    """The shuffle's layout: created with its topics on first write, else the latest version
+    checked against ``spec`` and ``schema`` in ``schema_mode`` (``"strict"``, the default, or
+    ``"merge"``, which records a new version first when ``schema`` adds or widens columns).
+    Its ``version`` is the one the run records."""
+    mode = check_schema_mode(schema_mode, f"shuffle {spec.topic!r}")
     layout, _ = create_or_check(
         client,
         Layout(
@@ -212,8 +218,16 @@ def created_layout(client: KafkaClient, spec: ShuffleSpec, schema: pa.Schema) ->
             sort_by=tuple(spec.sort_by),
         ),
         spec.replication_factor,
+        schema_mode=mode,
+        made_by=f"a write with schema_mode={mode!r}",
     )
     return layout
+
+
+def written_columns(layout: Layout, schema: pa.Schema) -> list[str]:
+    """The columns a run of ``schema`` writes, in the layout's order: all of the layout's,
+    or (a write with ``schema_mode="merge"``) those the run has; the others read as null."""
+    return [n for n in layout.schema.names if schema.get_field_index(n) >= 0]
 
 
 def run_options(

@@ -38,6 +38,7 @@ from orchestration.shuffle.spec import (
     check_window,
     created_layout,
     run_options,
+    written_columns,
 )
 
 # Arrow types Spark has no type for, turned into the narrowest Spark type that holds them.
@@ -204,6 +205,7 @@ def write_table(
     frame_rows: int | None = None,
     compression: str = "lz4",
     attrs: Mapping[str, str] | None = None,
+    schema_mode: str | None = None,
 ) -> WriteResult:
     """Writes ``rows`` (a ``pyarrow.Table`` or ``RecordBatch``, a pandas or a Polars
     DataFrame) as one producer run of the shuffle ``spec``, and commits it, in this
@@ -227,8 +229,8 @@ def write_table(
         rows: The rows. Key columns must not be null, and of a type hashed here (booleans,
             integers, floating point, dates, timestamps, strings, binary, decimals up to 18
             digits); for other key types use ``write_shuffle``.
-        spec, kafka, window, complete_until, frame_rows, compression, attrs: As for
-            ``write_shuffle``.
+        spec, kafka, window, complete_until, frame_rows, compression, attrs, schema_mode:
+            As for ``write_shuffle``.
 
     Returns:
         The committed run's :class:`~orchestration.shuffle.spec.WriteResult` (``path``
@@ -249,8 +251,8 @@ def write_table(
     table = _cast(table, schema)
     client = KafkaClient.of(kafka)
     client.check_reachable(commit_topic(spec.topic))
-    layout = created_layout(client, spec, schema)
-    table = table.select(layout.schema.names)
+    layout = created_layout(client, spec, schema, schema_mode)
+    table = table.select(written_columns(layout, schema))
     if layout.sort_by:
         # One producer writes every partition, so rows sorted as a whole are sorted within
         # each partition (routing keeps their order).
@@ -280,6 +282,7 @@ def write_table(
         [result],
         attrs,
         sort_by=layout.sort_by,
+        layout_version=layout.version,
     )
     return WriteResult.of(commit, spec.topic, TABLE_PATH)
 

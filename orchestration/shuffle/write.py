@@ -8,7 +8,7 @@ import datetime as dt
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -47,6 +47,7 @@ from orchestration.shuffle.spec import (
     check_window,
     created_layout,
     run_options,
+    written_columns,
 )
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ def write_shuffle(
     compression: str = "lz4",
     attrs: Mapping[str, str] | None = None,
     columnar: bool | None = None,
+    schema_mode: str | None = None,
 ) -> WriteResult:
     """Writes ``df`` as one producer run of the shuffle ``spec``, and commits it.
 
@@ -203,6 +205,11 @@ def write_shuffle(
         columnar: None (default): the columnar path when it applies, else the row path.
             False: always the row path. True: the columnar path, or a
             :class:`ShuffleOptionError` saying why it does not apply.
+        schema_mode: ``"strict"`` (None, the default): ``df``'s columns must be the
+            shuffle's latest schema's. ``"merge"``: new nullable columns are added and
+            columns that arrive wider (a type promotion) are widened, as a new schema
+            version recorded before anything is written; columns ``df`` lacks read as null
+            in this run (see the Evolution guide).
 
     Returns:
         The committed run's :class:`WriteResult`.
@@ -213,7 +220,8 @@ def write_shuffle(
         ShuffleOptionError: ``columnar=True`` and the columnar path does not apply, or
             ``window`` is not a string.
         ShuffleLayoutError: The shuffle exists with another key, partition count,
-            max_parallelism or schema.
+            max_parallelism, or a schema ``schema_mode`` does not take (naming each column
+            and rule); nothing is written.
         ShuffleConnectionError: Kafka is unreachable.
         ShuffleWriteError: The Spark job failed; nothing was committed.
     """
@@ -234,11 +242,17 @@ def write_shuffle(
                 f"shuffle {spec.topic!r}: {nulls} row(s) have a null in key column(s) "
                 f"{list(spec.key)}; nothing was written. Filter or fill them first."
             )
-    layout = created_layout(client, spec, schema)
+    layout = created_layout(client, spec, schema, schema_mode)
+    if layout.num_partitions != spec.num_partitions:
+        # A spec naming the count the shuffle had before it grew writes on the latest.
+        spec = replace(spec, num_partitions=layout.num_partitions)
+        if plan is not None and plan.owners:
+            plan = _columnar_plan(df, spec, schema, columnar)
+    names = written_columns(layout, schema)
     options = run_options(client, spec, layout, window, frame_rows, compression)
     run_id = options.run_id
     if plan is not None:
-        plan = plan.in_order(layout.schema.names)
+        plan = plan.in_order(names)
         task = ColumnarProducerTask(
             options,
             plan.scan,
@@ -252,7 +266,7 @@ def write_shuffle(
         job = tasks.mapInArrow(task, ColumnarProducerTask.RESULT_SCHEMA)
         path = COLUMNAR_PATH
     else:
-        keyed = df.select(*layout.schema.names).withColumn(
+        keyed = df.select(*names).withColumn(
             fr.KEY_GROUP_COLUMN,
             F.pmod(F.hash(*[F.col(c) for c in spec.key]), F.lit(layout.max_parallelism)).cast(
                 "int"
@@ -278,6 +292,7 @@ def write_shuffle(
         [TaskResult.from_json(r.task_result) for r in rows],
         attrs,
         sort_by=layout.sort_by,
+        layout_version=layout.version,
     )
     return WriteResult.of(commit, spec.topic, path)
 
@@ -441,6 +456,7 @@ def write_windows(
     compression: str = "lz4",
     attrs: Mapping[str, str] | None = None,
     on_window: Callable[[str, WriteResult | ShuffleError], None] | None = None,
+    schema_mode: str | None = None,
 ) -> WindowsResult:
     """Writes each of ``windows`` as its own run of the shuffle: the rows of ``df`` whose
     ``window_column`` (as a string) equals the window.
@@ -498,6 +514,7 @@ def write_windows(
                     complete_until=ends.get(key),
                     compression=compression,
                     attrs=attrs,
+                    schema_mode=schema_mode,
                 )
             except ShuffleError as exc:
                 # Any error of the engine fails this window alone (a broker refusing it, a

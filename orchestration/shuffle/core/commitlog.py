@@ -25,11 +25,17 @@ import datetime as dt
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar, overload
 
 import pyarrow as pa
 
+from orchestration.shuffle.core.evolution import (
+    CHANGE_PREFIX,
+    LayoutVersion,
+    Pinned,
+    version_of_key,
+)
 from orchestration.shuffle.errors import ShuffleFormatError, ShuffleLayoutError
 
 LAYOUT_KEY = "layout"
@@ -39,6 +45,9 @@ COMMIT_TOPIC_SUFFIX = "__commits"
 # The layout record's format_version: 1, whose shuffles hold frames of version 1 or 2, each
 # frame saying which (core/frames.py). A frame version readers of 1 cannot read would make it 2.
 LAYOUT_FORMAT_VERSION = 1
+# The highest format_version this engine reads: a layout record of a later one is refused by
+# name (as the JVM reader does), never read as if it were one of these.
+READABLE_FORMAT_VERSIONS = (1,)
 
 # A record's JSON as Kafka hands it over (bytes) or as text. Named so that the classes below,
 # whose ``bytes`` field shadows the built-in inside their bodies, can annotate it.
@@ -83,6 +92,44 @@ def schema_from_b64(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
+def version_to_json(v: LayoutVersion) -> str:
+    """A layout version as its ``change/<n>/<id>`` record's JSON."""
+    return json.dumps(
+        {
+            "type": "change",
+            "version": v.version,
+            "change_id": v.change_id,
+            "made_at": v.made_at,
+            "made_by": v.made_by,
+            "num_partitions": v.num_partitions,
+            "schema": schema_to_b64(v.schema),
+            "schema_text": [f"{f.name}: {f.type}" for f in v.schema],
+            "field_ids": list(v.field_ids),
+            "last_field_id": v.last_field_id,
+            "changes": list(v.changes),
+        },
+        sort_keys=True,
+    )
+
+
+def version_from_json(text: JsonText) -> LayoutVersion:
+    """A layout version from its record's JSON (:func:`version_to_json`)."""
+    d = json.loads(text)
+    if d.get("type") != "change":
+        raise ValueError(f"type is {d.get('type')!r}, not 'change'")
+    return LayoutVersion(
+        version=int(d["version"]),
+        schema=schema_from_b64(d["schema"]),
+        field_ids=tuple(int(i) for i in d["field_ids"]),
+        last_field_id=int(d["last_field_id"]),
+        num_partitions=int(d["num_partitions"]),
+        changes=tuple(d.get("changes") or ()),
+        made_at=d.get("made_at"),
+        made_by=d.get("made_by"),
+        change_id=d.get("change_id"),
+    )
+
+
 @dataclass(frozen=True)
 class Layout:
     """How a shuffle is laid out; fixed when it is created.
@@ -103,11 +150,67 @@ class Layout:
     max_out_of_orderness_us: int = 0
     format_version: int = LAYOUT_FORMAT_VERSION
     sort_by: tuple[str, ...] = ()
+    # The layout's versions, oldest first, when it has more than one (schema evolution,
+    # partitions grown): ``schema`` and ``num_partitions`` are then the latest's. Empty: the
+    # layout record alone, version 1.
+    versions: tuple[LayoutVersion, ...] = ()
+
+    @property
+    def version(self) -> int:
+        """The layout's latest version (1: never changed)."""
+        return self.versions[-1].version if self.versions else 1
+
+    @property
+    def pinned(self) -> Pinned:
+        """The columns no change may touch: key, ``sort_by``, event time."""
+        return Pinned(self.key, self.sort_by, self.event_time)
+
+    def layout_version(self, version: int = 0) -> LayoutVersion:
+        """Version ``version`` of the layout (0: the latest).
+
+        Raises:
+            ShuffleFormatError: The layout has no such version (a commit naming a version
+                whose change record is missing).
+        """
+        if not self.versions:
+            if version in (0, 1):
+                return LayoutVersion.first(self.schema, self.num_partitions)
+        else:
+            if version == 0:
+                return self.versions[-1]
+            for v in self.versions:
+                if v.version == version:
+                    return v
+        raise ShuffleFormatError(
+            f"shuffle {self.topic!r}: layout version {version} is not in its commit log "
+            f"{commit_topic(self.topic)!r} (versions 1 to {self.version}); a run written "
+            "under it cannot be read"
+        )
+
+    def evolved(self, version: LayoutVersion) -> Layout:
+        """This layout with ``version`` (the next) as its latest."""
+        history = self.versions or (LayoutVersion.first(self.schema, self.num_partitions),)
+        return replace(
+            self,
+            schema=version.schema,
+            num_partitions=version.num_partitions,
+            versions=(*history, version),
+        )
+
+    def first_record(self) -> Layout:
+        """The layout record this layout came from (version 1, as written at creation)."""
+        if not self.versions:
+            return self
+        v1 = self.versions[0]
+        return replace(self, schema=v1.schema, num_partitions=v1.num_partitions, versions=())
 
     def to_json(self) -> str:
         # sort_by is written only when there is one, so an unsorted shuffle's layout record
-        # is byte for byte what it was before sorting existed.
-        extra = {"sort_by": list(self.sort_by)} if self.sort_by else {}
+        # is byte for byte what it was before sorting existed; the same for versions (only
+        # a layout read from a log with change records has them: the one handed to tasks).
+        extra: dict = {"sort_by": list(self.sort_by)} if self.sort_by else {}
+        if self.versions:
+            extra["versions"] = [json.loads(version_to_json(v)) for v in self.versions]
         return json.dumps(
             {
                 **extra,
@@ -138,22 +241,47 @@ class Layout:
             max_out_of_orderness_us=int(d.get("max_out_of_orderness_us", 0)),
             format_version=int(d.get("format_version", 1)),
             sort_by=tuple(d.get("sort_by") or ()),
+            versions=tuple(version_from_json(json.dumps(v)) for v in d.get("versions") or ()),
         )
 
-    def differences(self, other: Layout) -> list[str]:
-        """What in ``other`` (a write's intended layout) is incompatible with this one."""
+    def differences(self, other: Layout, schema: bool = True) -> list[str]:
+        """What in ``other`` (a write's intended layout) is incompatible with this one: any
+        difference of key, partitions, key groups, event time, order, and (``schema``) of
+        columns (:func:`schema_differences`)."""
+        diffs = self.fixed_differences(other)
+        if self.num_partitions != other.num_partitions:
+            diffs.append(f"num_partitions is {self.num_partitions}, not {other.num_partitions}")
+        if schema:
+            diffs.extend(schema_differences(self.schema, other.schema))
+        return diffs
+
+    def partitions_problem(self, wanted: int) -> str | None:
+        """Why a writer naming ``wanted`` partitions cannot write on this layout's (None: it
+        names the latest count, or one the shuffle had before it grew, which then writes on
+        the latest count)."""
+        if wanted == self.num_partitions:
+            return None
+        earlier = sorted({v.num_partitions for v in self.versions})
+        if wanted in earlier:
+            return None
+        grown = f" (grown from {earlier[0]})" if len(earlier) > 1 else ""
+        return (
+            f"num_partitions is {self.num_partitions}{grown}, not {wanted}; partitions are "
+            "added only with alter_shuffle(num_partitions=...)"
+        )
+
+    def fixed_differences(self, other: Layout) -> list[str]:
+        """What in ``other`` differs from this layout among what no version changes: key,
+        key groups, event time, order."""
         diffs = []
         if self.key != other.key:
             diffs.append(f"key is {list(self.key)}, not {list(other.key)}")
-        if self.num_partitions != other.num_partitions:
-            diffs.append(f"num_partitions is {self.num_partitions}, not {other.num_partitions}")
         if self.max_parallelism != other.max_parallelism:
             diffs.append(f"max_parallelism is {self.max_parallelism}, not {other.max_parallelism}")
         if self.event_time != other.event_time:
             diffs.append(f"event_time is {self.event_time!r}, not {other.event_time!r}")
         if self.sort_by != other.sort_by:
             diffs.append(f"sort_by is {list(self.sort_by)}, not {list(other.sort_by)}")
-        diffs.extend(schema_differences(self.schema, other.schema))
         return diffs
 
 
@@ -232,6 +360,10 @@ class Commit:
     complete_until: int | None = None
     attrs: dict[str, str] = field(default_factory=dict)
     sort_by: tuple[str, ...] = ()
+    # The layout version the run was written under: its columns' names, types and field ids,
+    # and its partition count (Layout.layout_version). 1 for every run written before
+    # evolution existed.
+    layout_version: int = 1
 
     @property
     def effective_watermark(self) -> int | None:
@@ -260,7 +392,9 @@ class Commit:
         return frozenset(s for s, _ in self.tasks)
 
     def to_json(self) -> str:
-        extra = {"sort_by": list(self.sort_by)} if self.sort_by else {}
+        extra: dict = {"sort_by": list(self.sort_by)} if self.sort_by else {}
+        if self.layout_version != 1:
+            extra["layout_version"] = self.layout_version
         return json.dumps(
             {
                 **extra,
@@ -300,6 +434,7 @@ class Commit:
             complete_until=d.get("complete_until"),
             attrs=dict(d.get("attrs") or {}),
             sort_by=tuple(d.get("sort_by") or ()),
+            layout_version=int(d.get("layout_version", 1)),
         )
 
 
@@ -337,6 +472,7 @@ def build_commit(
     committed_at: dt.datetime | None = None,
     attrs: dict[str, str] | None = None,
     sort_by: Sequence[str] = (),
+    layout_version: int = 1,
 ) -> Commit:
     """Merges the results of a run's successful subtask attempts into its commit record.
     ``sort_by``: the order the run's rows were written in (see :attr:`Commit.sort_by`)."""
@@ -366,6 +502,7 @@ def build_commit(
         complete_until=complete_until,
         attrs=dict(attrs or {}),
         sort_by=tuple(sort_by),
+        layout_version=layout_version,
     )
 
 
@@ -517,6 +654,10 @@ class ShuffleLog:
     expired: dict[str, Expired] = field(default_factory=dict)
     bad_records: tuple[BadRecord, ...] = ()
     commit_offsets: dict[str, int] = field(default_factory=dict, repr=False)
+    # The layout record as written (version 1); ``layout`` is the latest version of it.
+    layout_record: Layout | None = field(default=None, repr=False)
+    # The commit-log key of each version's record (the first in the log of its version).
+    version_keys: dict[int, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_records(
@@ -541,6 +682,7 @@ class ShuffleLog:
         log = cls(topic)
         by_run: dict[str, int] = {}
         bad: dict[object, BadRecord] = {}
+        changes: dict[str, tuple[int, LayoutVersion]] = {}
         layout_error: str | None = None
         where = f"commit log {commit_topic(topic)!r}"
         positions = iter(offsets) if offsets is not None else None
@@ -576,6 +718,13 @@ class ShuffleLog:
                     by_run[run] = len(log.commits)
                     log.commits.append(commit)
                     log.commit_offsets[run] = offset
+            elif k.startswith(CHANGE_PREFIX) and version_of_key(k) is not None:
+                changes.pop(k, None)
+                if value is not None:
+                    try:
+                        changes[k] = (offset, version_from_json(value))
+                    except _PARSE_ERRORS as exc:
+                        bad[k] = BadRecord(offset, k, _unreadable(LayoutVersion, exc))
             elif k.startswith(EXPIRED_PREFIX):
                 run = k[len(EXPIRED_PREFIX) :]
                 if value is None:
@@ -590,9 +739,51 @@ class ShuffleLog:
                 bad[k] = BadRecord(offset, k, "a key the engine does not write")
         if layout_error is not None:
             raise ShuffleFormatError(layout_error)
+        if log.layout is not None:
+            if log.layout.format_version not in READABLE_FORMAT_VERSIONS:
+                raise ShuffleFormatError(
+                    f"{where}: the layout record has format_version "
+                    f"{log.layout.format_version}; this version of kafka-shuffle reads "
+                    f"{list(READABLE_FORMAT_VERSIONS)}: upgrade it to read shuffle {topic!r}"
+                )
+            log.layout_record = log.layout
+            log.layout = log._versions_applied(changes, bad)
         log.commits = [c for c in log.commits if c is not None]
         log.bad_records = tuple(sorted(bad.values(), key=lambda b: b.offset))
         return log
+
+    def _versions_applied(
+        self,
+        changes: dict[str, tuple[int, LayoutVersion]],
+        bad: dict[object, BadRecord],
+    ) -> Layout:
+        """The layout record with its change records applied: of the records of one
+        version, the first in the log is the version (a later one lost a race for it); the
+        versions follow one another from 2 up, and a record past a missing version is
+        reported, not applied."""
+        layout = self.layout
+        assert layout is not None
+        first: dict[int, tuple[int, str, LayoutVersion]] = {}
+        for key, (offset, v) in changes.items():
+            if v.version not in first or offset < first[v.version][0]:
+                first[v.version] = (offset, key, v)
+        losers = {k for k in changes} - {k for _, k, _ in first.values()}
+        n = 2
+        while n in first:
+            offset, key, v = first[n]
+            if v.version != version_of_key(key):
+                bad[key] = BadRecord(offset, key, f"its key names another version than {n}")
+                break
+            layout = layout.evolved(v)
+            self.version_keys[n] = key
+            n += 1
+        for version, (offset, key, _) in sorted(first.items()):
+            if version >= n:
+                bad[key] = BadRecord(
+                    offset, key, f"layout version {version} follows a missing version {n}"
+                )
+        del losers  # a change that lost its race is not a version; its writer was refused
+        return layout
 
     def require_readable(
         self, windows: Iterable[str] | None = None, runs: Iterable[str] | None = None
@@ -663,6 +854,10 @@ class ShuffleLog:
                         "commit that cannot be read nor its window told, and no commit of the "
                         "window comes after it"
                     )
+
+    def run_version(self, commit: Commit) -> LayoutVersion:
+        """The layout version ``commit``'s run was written under."""
+        return self.require_layout().layout_version(commit.layout_version)
 
     def require_layout(self) -> Layout:
         if self.layout is None:

@@ -50,6 +50,9 @@ class Segment:
     # The run's rows in this partition are one sequence in the layout's sort_by order,
     # written by one subtask: its commit's sort_by is the layout's (and not empty).
     sorted: bool = False
+    # The layout version the run was written under (Commit.layout_version): the names and
+    # types its frames have, resolved to the latest version's by the reader.
+    layout_version: int = 1
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,14 @@ class SplitPlan:
 
     def to_json(self) -> str:
         d = asdict(self)
-        # "sorted" only when true: the JSON of a read of unsorted runs is as it always was.
+        # "sorted" only when true, "layout_version" only past 1: the JSON of a read of
+        # unsorted runs of a shuffle never changed is as it always was.
         for r in d["reads"]:
             for seg in r["segments"]:
                 if not seg["sorted"]:
                     del seg["sorted"]
+                if seg["layout_version"] == 1:
+                    del seg["layout_version"]
         return json.dumps(d)
 
     @classmethod
@@ -97,6 +103,7 @@ class SplitPlan:
                             s.get("window"),
                             int(s.get("rows", 0)),
                             bool(s.get("sorted", False)),
+                            int(s.get("layout_version", 1)),
                         )
                         for s in r["segments"]
                     ),
@@ -131,7 +138,16 @@ def segments_by_partition(
                     f"commit of run {c.run_id} names partition {p}, outside [0, {num_partitions})"
                 )
             out[p].append(
-                Segment(c.run_id, rng.first, rng.last, c.tasks, c.window, rng.rows, ordered)
+                Segment(
+                    c.run_id,
+                    rng.first,
+                    rng.last,
+                    c.tasks,
+                    c.window,
+                    rng.rows,
+                    ordered,
+                    c.layout_version,
+                )
             )
     return out
 
@@ -163,11 +179,23 @@ def check_parallelism(parallelism: int | str | None) -> None:
 def plan_splits(
     layout: Layout, commits: Sequence[Commit], parallelism: int | str | None = None
 ) -> list[SplitPlan]:
-    """Splits a read of ``commits`` into ``parallelism`` Spark partitions (see module doc)."""
+    """Splits a read of ``commits`` into ``parallelism`` Spark partitions (see module doc).
+
+    Runs written before the shuffle's partitions grew (their layout version has fewer) are
+    read with the others, keyed: a Spark partition keeps the same key groups of them, read
+    from their own Kafka partitions with those key groups kept (:func:`earlier_reads`)."""
     check_parallelism(parallelism)
     n = layout.num_partitions
     m = layout.max_parallelism
-    segs = segments_by_partition(commits, n, layout.sort_by)
+    by_count: dict[int, list[Commit]] = {}
+    for c in commits:
+        count = layout.layout_version(c.layout_version).num_partitions
+        by_count.setdefault(count, []).append(c)
+    segs = segments_by_partition(by_count.pop(n, []), n, layout.sort_by)
+    earlier = {
+        count: segments_by_partition(cs, count, layout.sort_by)
+        for count, cs in sorted(by_count.items())
+    }
     if parallelism == AUTO:
         p = auto_parallelism(segs)
     else:
@@ -179,18 +207,48 @@ def plan_splits(
         return PartitionRead(j, g.start, g.stop, g == full, tuple(segs[j]))
 
     if p <= n:
-        return [
-            SplitPlan(i, tuple(read(j) for j in range(i * n // p, (i + 1) * n // p)))
-            for i in range(p)
-        ]
+        plans = []
+        for i in range(p):
+            own = range(i * n // p, (i + 1) * n // p)
+            reads = [read(j) for j in own]
+            if earlier and own:
+                groups = range(
+                    key_group_range(own[0], m, n).start, key_group_range(own[-1], m, n).stop
+                )
+                reads += earlier_reads(earlier, m, groups)
+            plans.append(SplitPlan(i, tuple(reads)))
+        return plans
     owners: dict[int, list[int]] = {}
     for i in range(p):
         owners.setdefault(i * n // p, []).append(i)
-    plans: list[SplitPlan] = []
+    plans = []
     for j in range(n):
         pieces = split_range(key_group_range(j, m, n), len(owners[j]))
-        plans.extend(SplitPlan(i, (read(j, g),)) for i, g in zip(owners[j], pieces, strict=True))
+        for i, g in zip(owners[j], pieces, strict=True):
+            plans.append(SplitPlan(i, (read(j, g), *earlier_reads(earlier, m, g))))
     return sorted(plans, key=lambda s: s.index)
+
+
+def earlier_reads(
+    earlier: dict[int, list[list[Segment]]], max_parallelism: int, groups: range
+) -> list[PartitionRead]:
+    """The reads of runs written under an earlier partition count that hold key groups
+    ``groups``: per count (``earlier[count]``: each partition's segments), each of its
+    partitions whose key groups meet ``groups``, keeping only those in both. Growing a
+    shuffle keeps its key groups, so a run of ``n`` partitions and one of ``2n`` nest: each
+    new partition's key groups lie in one old partition (any other count is served too, a
+    new partition's key groups then lying in one or two old ones)."""
+    out = []
+    for count, by_partition in earlier.items():
+        for q, seg in enumerate(by_partition):
+            if not seg:
+                continue
+            full = key_group_range(q, max_parallelism, count)
+            lo, hi = max(full.start, groups.start), min(full.stop, groups.stop)
+            if lo < hi:
+                whole = (lo, hi) == (full.start, full.stop)
+                out.append(PartitionRead(q, lo, hi, whole, tuple(seg)))
+    return out
 
 
 def split_passes(
@@ -212,8 +270,10 @@ def split_passes(
     passes = min(len(groups), max(1, -(-int(rows) // max_rows)))
     if passes <= 1:
         return [read]
+    # A piece is whole only when the read was and the piece is all of it: a read of a run
+    # written before the partitions grew holds another partition's range than ``full``.
     return [
-        PartitionRead(read.partition, g.start, g.stop, g == full, read.segments)
+        PartitionRead(read.partition, g.start, g.stop, read.full and g == groups, read.segments)
         for g in split_range(groups, passes)
     ]
 

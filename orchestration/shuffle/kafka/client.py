@@ -27,7 +27,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from orchestration.shuffle.core.kafka_config import CONSUMER_ONLY, librdkafka_config, redact
 from orchestration.shuffle.errors import (
@@ -35,6 +35,7 @@ from orchestration.shuffle.errors import (
     ShuffleConnectionError,
     ShuffleError,
     ShuffleFormatError,
+    ShuffleLayoutError,
     ShuffleOptionError,
     ShuffleTopicNotFoundError,
 )
@@ -513,6 +514,37 @@ class KafkaClient:
                 return False
             raise translate(exc, f"creating topic {topic!r}", self) from None
         _wait_for_leaders(admin, topic, timeout)
+        return True
+
+    def grow_topic(self, topic: str, partitions: int, *, timeout: float = 30.0) -> bool:
+        """Gives ``topic`` ``partitions`` partitions in all, unless it has them already (a
+        change retried after it added them). Returns True if this call added them.
+
+        Raises:
+            ShuffleLayoutError: The topic has more partitions than that already.
+        """
+        have = self.partition_count(topic)
+        if have == partitions:
+            return False
+        if have > partitions:
+            raise ShuffleLayoutError(
+                f"topic {topic!r} has {have} partitions already, more than {partitions}"
+            )
+        admin = self.admin()
+        fut = admin.create_partitions(
+            [NewPartitions(topic, partitions)],
+            operation_timeout=timeout,
+            request_timeout=timeout,
+        )[topic]
+        try:
+            fut.result(timeout=timeout)
+        except KafkaException as exc:
+            raise translate(exc, f"adding partitions to topic {topic!r}", self) from None
+        _wait_for_leaders(admin, topic, timeout)
+        # Every broker asked next must know the new partitions before a writer uses them.
+        deadline = time.monotonic() + timeout
+        while self.partition_count(topic) < partitions and time.monotonic() < deadline:
+            time.sleep(0.1)
         return True
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -21,6 +23,14 @@ from orchestration.shuffle.core.commitlog import (
     commit_topic,
     parse_record,
     recover_window,
+    version_to_json,
+)
+from orchestration.shuffle.core.evolution import (
+    STRICT,
+    LayoutVersion,
+    change_key,
+    former_names,
+    merge_schema,
 )
 from orchestration.shuffle.core.stream import LogRecord
 from orchestration.shuffle.errors import (
@@ -161,7 +171,7 @@ def _read_log(kafka: KafkaClient, topic: str) -> tuple[ShuffleLog, list[LogRecor
     return shuffle, records
 
 
-def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str) -> None:
+def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str | None) -> None:
     errors: list[KafkaError] = []
 
     def on_delivery(err, msg) -> None:
@@ -172,7 +182,8 @@ def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str) -> None:
     # is harmless) and its producer-id handshake costs a round trip; acks=all still does.
     with kafka.producer(**{"acks": "all", "linger.ms": 0}) as p:
         with kafka.errors(f"writing {key!r} to commit log {topic!r}"):
-            p.produce(topic, key=key.encode(), value=value.encode(), on_delivery=on_delivery)
+            data = None if value is None else value.encode()
+            p.produce(topic, key=key.encode(), value=data, on_delivery=on_delivery)
             remaining = p.flush(30)
     if remaining or errors:
         raise delivery_failure(f"writing {key!r} to commit log {topic!r}", errors, kafka)
@@ -184,20 +195,31 @@ def write_commit(kafka: KafkaClient, topic: str, commit: Commit) -> None:
 
 
 def create_or_check(
-    kafka: KafkaClient, layout: Layout, replication_factor: int | None = None
+    kafka: KafkaClient,
+    layout: Layout,
+    replication_factor: int | None = None,
+    schema_mode: str = STRICT,
+    made_by: str = "a write",
 ) -> tuple[Layout, bool]:
     """Creates the shuffle's topics and layout record, or checks an existing layout.
 
     New topics get ``replication_factor`` replicas (None: min(3, brokers)) and
     ``min.insync.replicas`` one less (at least 1).
 
+    An existing shuffle's latest layout version is checked against ``layout``'s schema
+    in ``schema_mode`` (:func:`~orchestration.shuffle.core.evolution.merge_schema`); with
+    ``"merge"``, a schema that adds or widens columns is recorded as a new version first
+    (``made_by`` says who made it). A ``layout`` naming a partition count the shuffle had
+    before it grew is written on the latest count.
+
     Returns:
-        The recorded layout and whether this call created the shuffle.
+        The layout in force for the write (its ``version`` is the one the run records) and
+        whether this call created the shuffle.
 
     Raises:
         ShuffleLayoutError: The shuffle exists with a different key, partition count,
-            max_parallelism, event-time column or an incompatible schema, or its data
-            topic's partition count changed behind its back.
+            max_parallelism, event-time column or a schema the mode does not take, or its
+            data topic has fewer partitions than its layout.
     """
     topic = layout.topic
     rf = kafka.replication_for(replication_factor)  # one look at the cluster for both topics
@@ -226,14 +248,97 @@ def create_or_check(
         if log.layout is None:
             _produce_one(kafka, commit_topic(topic), LAYOUT_KEY, layout.to_json())
             return _first_layout(kafka, layout), True
-    recorded = _winning_layout(kafka, records, log.layout)
-    diffs = recorded.differences(layout)
+    assert log.layout is not None and log.layout_record is not None
+    first = _winning_layout(kafka, records, log.layout_record)
+    recorded = log.layout if first is log.layout_record else first
+    diffs = recorded.fixed_differences(layout)
+    problem = recorded.partitions_problem(layout.num_partitions)
+    if problem:
+        diffs.insert(1 if recorded.key != layout.key else 0, problem)
     if diffs:
         raise ShuffleLayoutError(
             f"shuffle {topic!r} exists with a different layout: " + "; ".join(diffs)
         )
+    if layout.num_partitions != recorded.num_partitions:
+        logger.warning(
+            "shuffle %r: the write names %d partitions, the count before the shuffle grew; "
+            "it writes on the %d it has now",
+            topic,
+            layout.num_partitions,
+            recorded.num_partitions,
+        )
+
+    def merged(latest: Layout) -> LayoutVersion | None:
+        renamed = former_names(latest.versions)
+        return merge_schema(
+            topic, latest.layout_version(), layout.schema, latest.pinned, schema_mode, renamed
+        )
+
+    recorded = write_version(kafka, recorded, merged, made_by)
     check_partitions(kafka, recorded)
     return recorded, False
+
+
+# How often a change that lost its version to another one made at the same moment is
+# worked out again against the winner before the change is refused.
+VERSION_ATTEMPTS = 5
+
+
+def write_version(
+    kafka: KafkaClient,
+    layout: Layout,
+    make: Callable[[Layout], LayoutVersion | None],
+    made_by: str,
+) -> Layout:
+    """Records the version ``make`` makes of the latest layout (None: nothing to change),
+    and returns the layout with it as its latest.
+
+    Versions are numbered and the first record of a number in the log is the version: after
+    writing its record, the log is read again; a record that came second is deleted, and
+    the change is worked out again against the version that won (``make`` may then find
+    nothing to change, or refuse). So a write never runs under a version another change
+    replaced, and two changes at once are never both half applied.
+
+    Raises:
+        ShuffleLayoutError: ``make`` refused the change, or it lost its version
+            ``VERSION_ATTEMPTS`` times running.
+    """
+    topic = layout.topic
+    ctopic = commit_topic(topic)
+    for _ in range(VERSION_ATTEMPTS):
+        new = make(layout)
+        if new is None:
+            return layout
+        change_id = uuid.uuid4().hex
+        new = LayoutVersion(
+            layout.version + 1,
+            new.schema,
+            new.field_ids,
+            new.last_field_id,
+            new.num_partitions,
+            new.changes,
+            made_at=dt.datetime.now(dt.UTC).isoformat(),
+            made_by=made_by,
+            change_id=change_id,
+        )
+        key = change_key(new.version, change_id)
+        _produce_one(kafka, ctopic, key, version_to_json(new))
+        log = read_log(kafka, topic)
+        if log.version_keys.get(new.version) == key:
+            logger.info(
+                "shuffle %r: layout version %d recorded (%s): %s",
+                topic,
+                new.version,
+                made_by,
+                "; ".join(new.changes),
+            )
+            return layout.evolved(new)
+        _produce_one(kafka, ctopic, key, None)
+        layout = log.require_layout()
+    raise ShuffleLayoutError(
+        f"shuffle {topic!r}: a new layout version could not be recorded: other changes took "
+        f"its number {VERSION_ATTEMPTS} times running; try again"
+    )
 
 
 def _first_layout_record(records: list[LogRecord]) -> Layout | None:
@@ -329,7 +434,9 @@ def check_partitions(kafka: KafkaClient, layout: Layout, grace_s: float = CREATE
         raise ShuffleLayoutError(
             f"data topic {layout.topic!r} has {n} partitions but the shuffle was created with "
             f"{layout.num_partitions}; partitions were added behind its back, so key groups "
-            "would land in the wrong partitions. Create a new shuffle topic instead."
+            "would land in the wrong partitions. Record them with alter_shuffle(topic, "
+            f"num_partitions={n}) if they were meant to grow the shuffle, else create a new "
+            "shuffle topic."
         )
 
 

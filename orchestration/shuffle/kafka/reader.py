@@ -32,6 +32,7 @@ from confluent_kafka import Consumer
 
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core.commitlog import Layout
+from orchestration.shuffle.core.evolution import Resolution, resolve, resolved_column
 from orchestration.shuffle.core.planner import PartitionRead, ReadOptions, merged_intervals
 from orchestration.shuffle.core.watermarks import WatermarkMerger
 from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
@@ -132,6 +133,25 @@ class RowReader:
         self.columns: list[str] | None = None
         self._decoded: set[str] | None = None  # what frames decode: columns and key group
         self._layout_names = set(layout.schema.names)
+        self._resolutions: dict[int, tuple[Resolution, set[str] | None]] = {}
+
+    def _resolution(self, version: int) -> tuple[Resolution, set[str] | None]:
+        """How frames of a run of layout ``version`` are read as the latest version, and
+        which of their columns to decode (None: all)."""
+        got = self._resolutions.get(version)
+        if got is None:
+            layout = self.layout
+            res = resolve(layout.layout_version(version), layout.layout_version())
+            if res.identity:
+                got = (res, self._decoded)
+            else:
+                wanted = self.columns if self.columns is not None else layout.schema.names
+                names = set(wanted)
+                if layout.event_time:
+                    names.add(layout.event_time)
+                got = (res, {*res.frame_columns(names), fr.KEY_GROUP_COLUMN})
+            self._resolutions[version] = got
+        return got
 
     def use_columns(self, wanted: Iterable[str]) -> None:
         """Decodes only ``wanted`` of the layout's columns (and of the metadata columns, only
@@ -144,6 +164,7 @@ class RowReader:
         fields = [f for f in layout.schema if f.name in names]
         self.columns = [f.name for f in fields]
         self._decoded = {*self.columns, fr.KEY_GROUP_COLUMN}
+        self._resolutions.clear()
         meta = METADATA_FIELDS if self.options.with_metadata else []
         self.schema = pa.schema(fields + [f for f in meta if f.name in names])
 
@@ -177,6 +198,7 @@ class RowReader:
         topic = self.topic
         allowed = {s.run_id: set(s.tasks) for s in pr.segments}
         windows = {s.run_id: s.window for s in pr.segments}
+        versions = {s.run_id: self._resolution(s.layout_version) for s in pr.segments}
         mergers = {
             s.run_id: WatermarkMerger(
                 {t for t, _ in s.tasks},
@@ -195,10 +217,13 @@ class RowReader:
                 continue
             counts = seen.setdefault((h.run_id, h.subtask), [0, 0])
             if h.type is fr.FrameType.DATA:
-                batch = decoded_batch(frame, self._decoded, where)
+                resolution, decoded = versions[h.run_id]
+                batch = decoded_batch(frame, decoded, where)
                 counts[0] += batch.num_rows
                 counts[1] += 1
-                out = self.rows(batch, pr, h.run_id, windows[h.run_id], m.offset(), where)
+                out = self.rows(
+                    batch, pr, h.run_id, windows[h.run_id], m.offset(), where, resolution
+                )
                 if out is not None and out.num_rows:
                     yield out
             elif h.type is fr.FrameType.WATERMARK:
@@ -232,9 +257,13 @@ class RowReader:
         window: str | None,
         offset: int,
         where: str,
+        resolution: Resolution | None = None,
     ) -> pa.RecordBatch | None:
         """The rows of one DATA frame's ``batch`` that the read keeps (its key groups, its
-        event-time range), in :attr:`schema`."""
+        event-time range), in :attr:`schema`: the latest layout version's columns, read
+        through ``resolution`` when the run was written under another (by field id: nulls
+        for a column it lacks, widened where it was narrower). A column a run of the latest
+        version left out (a write with ``schema_mode="merge"``) is null too."""
         layout = self.layout
         try:
             kg = batch.column(fr.KEY_GROUP_COLUMN)
@@ -258,15 +287,18 @@ class RowReader:
         if mask is not None:
             batch = batch.filter(mask)
         columns = []
+        mapped = resolution is not None and not resolution.identity
         for f in self.schema:
             if f.name not in self._layout_names:
                 break  # the metadata columns come last
-            try:
-                col = batch.column(f.name)
-            except KeyError:
-                raise ShuffleFormatError(
-                    f"DATA frame at {where} has no column {f.name!r}"
-                ) from None
+            if mapped:
+                columns.append(resolved_column(batch, f.name, resolution.sources[f.name]))
+                continue
+            i = batch.schema.get_field_index(f.name)
+            if i < 0:
+                columns.append(pa.nulls(batch.num_rows, f.type))
+                continue
+            col = batch.column(i)
             columns.append(col if col.type.equals(f.type) else col.cast(f.type))
         if self.options.with_metadata:
             n = batch.num_rows

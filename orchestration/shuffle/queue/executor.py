@@ -37,6 +37,7 @@ from confluent_kafka import (
 
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core.commitlog import Commit, ShuffleLog, schema_from_b64
+from orchestration.shuffle.core.evolution import read_as
 from orchestration.shuffle.core.paths import atomic_write, open_filesystem, parse_location
 from orchestration.shuffle.core.queue import (
     DELIVERY_FIELD,
@@ -335,7 +336,10 @@ class ShuffleSource:
             or (h.subtask, h.attempt) not in set(commit.tasks)
         ):
             return None
-        rows = pa.Table.from_batches([frame.batch()]).select(self.names)
+        # The log may have been read again since (a later commit): the run's version from
+        # it, the queue's columns from the layout it started with.
+        run = self.log.require_layout().layout_version(commit.layout_version)
+        rows = read_as(frame.batch(), run, self.layout.layout_version())
         n = rows.num_rows
         return (
             rows.append_column(SOURCE_FIELDS[0], pa.array([topic] * n, pa.string()))

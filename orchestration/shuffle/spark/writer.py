@@ -475,13 +475,21 @@ def commit_run(
     results: list[TaskResult],
     attrs: Mapping[str, str] | None = None,
     sort_by: Sequence[str] = (),
+    layout_version: int = 1,
 ) -> Commit:
     """Makes a run visible: merges its task results and appends the commit record
-    (``sort_by``: the order its rows were written in, see ``Commit.sort_by``)."""
+    (``sort_by``: the order its rows were written in, see ``Commit.sort_by``;
+    ``layout_version``: the layout version it was written under)."""
     from orchestration.shuffle.kafka.commitlog import write_commit
 
     commit = build_commit(
-        run_id, window, results, complete_until_us, attrs=dict(attrs or {}), sort_by=sort_by
+        run_id,
+        window,
+        results,
+        complete_until_us,
+        attrs=dict(attrs or {}),
+        sort_by=sort_by,
+        layout_version=layout_version,
     )
     write_commit(kafka, topic, commit)
     return commit

@@ -1,0 +1,247 @@
+"""Schema and partition evolution on the real broker: writes with schema_mode="merge",
+alter_shuffle, and every read path reading runs of every version as the latest."""
+
+import datetime as dt
+import decimal
+import threading
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from orchestration.shuffle import (
+    ShuffleLayoutError,
+    ShuffleSpec,
+    alter_shuffle,
+    iter_keys,
+    read_batches,
+    read_shuffle,
+    read_table,
+    shuffle_log,
+    write_shuffle,
+    write_table,
+)
+from orchestration.shuffle.core.keygroups import key_group_of
+
+DAY = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+
+
+def spec(topic, n=4, **kw):
+    return ShuffleSpec(
+        topic=topic, key="k", num_partitions=n, max_parallelism=32, event_time="ts", **kw
+    )
+
+
+def frame(lo, hi, **extra):
+    ids = list(range(lo, hi))
+    data = {
+        "k": [f"k{i % 17}" for i in ids],
+        "ts": [DAY + dt.timedelta(seconds=i) for i in ids],
+        "n": pa.array([i if i % 7 else None for i in ids], pa.int32()),
+        "x": pa.array([i / 4 for i in ids], pa.float32()),
+    }
+    for name, fn in extra.items():
+        data[name] = fn(ids)
+    return pa.table(data)
+
+
+def by_id(table: pa.Table) -> list[dict]:
+    rows = table.to_pylist()
+    return sorted(rows, key=lambda r: (r["ts"], r["k"]))
+
+
+def spark_rows(df) -> list[dict]:
+    return sorted((r.asDict() for r in df.collect()), key=lambda r: (r["ts"], r["k"]))
+
+
+def test_merge_alter_and_every_python_read_path(spark, kafka_conf, unique):
+    topic = unique("evo")
+    write_table(frame(0, 50), spec(topic), kafka=kafka_conf, window="w1")
+    # Strict refuses a new column, naming it and the mode that takes it; nothing written.
+    extra = frame(50, 100, country=lambda ids: [f"c{i % 3}" for i in ids])
+    with pytest.raises(ShuffleLayoutError, match=r"column 'country'.*schema_mode='merge'"):
+        write_table(extra, spec(topic), kafka=kafka_conf, window="w2")
+    assert shuffle_log(topic, kafka=kafka_conf).layout.version == 1
+    # Merge: a new column and a widened one, as a version recorded before the frames.
+    wider = extra.set_column(2, "n", extra.column("n").cast(pa.int64()))
+    r2 = write_table(wider, spec(topic), kafka=kafka_conf, window="w2", schema_mode="merge")
+    assert r2.commit.layout_version == 2
+    # A run lacking a column writes nulls for it (merge); a narrower type reads widened.
+    r3 = write_table(
+        frame(100, 130), spec(topic), kafka=kafka_conf, window="w3", schema_mode="merge"
+    )
+    assert r3.commit.layout_version == 2
+    # Metadata-only changes: rename, drop, widen.
+    layout = alter_shuffle(
+        topic, kafka=kafka_conf, rename_columns={"x": "score"}, widen_columns={"score": "double"}
+    )
+    assert layout.version == 3
+    layout = alter_shuffle(topic, kafka=kafka_conf, drop_columns=["country"])
+    assert layout.version == 4
+    # Re-added under the same name: a new field id, never the old values.
+    layout = alter_shuffle(topic, kafka=kafka_conf, add_columns={"country": "string"})
+    assert layout.schema.names == ["k", "ts", "n", "score", "country"]
+    write_table(
+        frame(130, 160, country=lambda ids: ["new"] * len(ids))
+        .rename_columns(["k", "ts", "n", "score", "country"])
+        .set_column(3, "score", pa.array([i / 4 for i in range(130, 160)], pa.float64()))
+        .set_column(2, "n", pa.array([i if i % 7 else None for i in range(130, 160)], pa.int64())),
+        spec(topic),
+        kafka=kafka_conf,
+        window="w4",
+    )
+    log = shuffle_log(topic, kafka=kafka_conf)
+    assert [c.layout_version for c in log.visible()] == [1, 2, 2, 5]
+
+    expected = []
+    for i in range(160):
+        expected.append(
+            {
+                "k": f"k{i % 17}",
+                "ts": DAY + dt.timedelta(seconds=i),
+                "n": i if i % 7 else None,
+                "score": i / 4,
+                "country": "new" if i >= 130 else None,
+            }
+        )
+    expected.sort(key=lambda r: (r["ts"], r["k"]))
+    table = read_table(topic, kafka=kafka_conf)
+    assert table.schema.names == ["k", "ts", "n", "score", "country"]
+    assert table.schema.field("n").type == pa.int64()
+    assert table.schema.field("score").type == pa.float64()
+    assert by_id(table) == expected
+    assert by_id(pa.Table.from_batches(list(read_batches(topic, kafka=kafka_conf)))) == expected
+    # A column selection of a renamed column reads the old run's values through its id.
+    assert by_id(
+        read_table(topic, kafka=kafka_conf, windows=["w1"], columns=["k", "ts", "score"])
+    ) == [
+        {k: r[k] for k in ("k", "ts", "score")}
+        for r in expected
+        if r["ts"] < DAY + dt.timedelta(seconds=50)
+    ]
+    keyed = [t for _, t in iter_keys(topic, kafka=kafka_conf)]
+    assert by_id(pa.concat_tables(keyed)) == expected
+    df = read_shuffle(spark, topic, kafka=kafka_conf, engine="python")
+    assert [f.name for f in df.schema.fields] == ["k", "ts", "n", "score", "country"]
+    got = spark_rows(df)
+    for r in got:
+        r["ts"] = r["ts"].astimezone(dt.UTC)
+    assert got == expected
+    assert df.groupBy("k").agg(F.sum("score").alias("s")).count() == 17
+
+
+def test_growth_reads_old_and_new_runs_keyed(spark, kafka_conf, unique):
+    topic = unique("evo-grow")
+    write_table(frame(0, 400), spec(topic, n=4), kafka=kafka_conf, window="old")
+    layout = alter_shuffle(topic, kafka=kafka_conf, num_partitions=8)
+    assert layout.num_partitions == 8 and layout.version == 2
+    # A writer still naming 4 writes on 8 (the count it had before growth).
+    r = write_table(frame(400, 800), spec(topic, n=4), kafka=kafka_conf, window="new")
+    assert max(r.offsets) >= 4 and r.commit.layout_version == 2
+    # Any other count is refused, naming both.
+    with pytest.raises(ShuffleLayoutError, match="num_partitions is 8 .grown from 4., not 6"):
+        write_table(frame(0, 10), spec(topic, n=6), kafka=kafka_conf, window="x")
+    table = read_table(topic, kafka=kafka_conf, with_metadata=True)
+    assert table.num_rows == 800
+    assert sorted(table.column("ts").to_pylist()) == [
+        DAY + dt.timedelta(seconds=i) for i in range(800)
+    ]
+    # Each Spark partition of the Python read holds exactly its key groups of both runs.
+    df = read_shuffle(spark, topic, kafka=kafka_conf, engine="python", parallelism=8)
+    assert df.rdd.getNumPartitions() == 8
+    parts = df.rdd.mapPartitionsWithIndex(lambda i, rows: [(i, r["k"]) for r in rows]).collect()
+    assert len(parts) == 800
+    for i, k in parts:
+        assert key_group_of(k, 32) * 8 // 32 == i
+    # key_groups= and other parallelisms stay exact across both runs.
+    some = read_table(topic, kafka=kafka_conf, key_groups=(3, 11))
+    want = sum(1 for i in range(800) if 3 <= key_group_of(f"k{i % 17}", 32) < 11)
+    assert some.num_rows == want
+    for parallelism in (3, 16):
+        d = read_shuffle(spark, topic, kafka=kafka_conf, engine="python", parallelism=parallelism)
+        assert d.count() == 800
+        assert d.groupBy("k").count().count() == 17
+
+
+def test_spark_write_with_merge_and_a_refusal_before_any_frame(spark, kafka_conf, unique):
+    topic = unique("evo-spark")
+    base = spark.range(0, 300).selectExpr(
+        "concat('k', cast(id % 13 as string)) as k",
+        f"timestamp_seconds({int(DAY.timestamp())} + id) as ts",
+        "cast(id as int) as n",
+    )
+    write_shuffle(base, spec(topic), kafka=kafka_conf, window="a")
+    added = base.withColumn("price", (F.col("n") / 3).cast("decimal(10,2)")).withColumn(
+        "n", F.col("n").cast("long")
+    )
+    r = write_shuffle(added, spec(topic), kafka=kafka_conf, window="b", schema_mode="merge")
+    assert r.commit.layout_version == 2
+    # No mode allows a type that is not a promotion: refused before a frame is written.
+    ends = shuffle_log(topic, kafka=kafka_conf)
+    bad = base.withColumn("n", F.col("n").cast("string"))
+    with pytest.raises(ShuffleLayoutError, match=r"any schema mode: column 'n' has type string"):
+        write_shuffle(bad, spec(topic), kafka=kafka_conf, window="c", schema_mode="merge")
+    after = shuffle_log(topic, kafka=kafka_conf)
+    assert len(after.commits) == len(ends.commits) and after.layout.version == 2
+    df = read_shuffle(spark, topic, kafka=kafka_conf, engine="python")
+    rows = {(r["k"], r["n"], r["price"]) for r in df.collect()}
+    assert len(rows) == 600
+    assert ("k0", 0, None) in rows and ("k0", 0, decimal.Decimal("0.00")) in rows
+    assert dict(df.dtypes)["n"] == "bigint" and dict(df.dtypes)["price"] == "decimal(10,2)"
+
+
+def test_concurrent_merge_writes_and_alter_never_leave_a_run_under_a_wrong_version(
+    kafka_conf, unique
+):
+    topic = unique("evo-race")
+    write_table(frame(0, 10), spec(topic), kafka=kafka_conf, window="w0")
+    errors: list[BaseException] = []
+    results = {}
+
+    def writer(i):
+        try:
+            extra = {f"c{i}": (lambda ids, i=i: [f"v{i}"] * len(ids))}
+            results[i] = write_table(
+                frame(100 * i, 100 * i + 20, **extra),
+                spec(topic),
+                kafka=kafka_conf,
+                window=f"w{i}",
+                schema_mode="merge",
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    def changer():
+        try:
+            alter_shuffle(topic, kafka=kafka_conf, rename_columns={"x": "score"})
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(1, 4)]
+    threads.append(threading.Thread(target=changer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    # A writer that read the schema before the rename wrote "x" under a version that has
+    # it (read as "score"); one after is refused before writing, naming the rename.
+    for exc in errors:
+        assert isinstance(exc, ShuffleLayoutError), exc
+        assert "column 'x' was renamed to 'score'" in str(exc)
+    log = shuffle_log(topic, kafka=kafka_conf)
+    assert "x" not in log.layout.schema.names and "score" in log.layout.schema.names
+    assert log.layout.version == 2 + len(results)
+    table = read_table(topic, kafka=kafka_conf)
+    for i in results:
+        mine = table.filter(pa.compute.equal(table.column(f"c{i}"), f"v{i}"))
+        assert mine.num_rows == 20
+        assert sorted(mine.column("score").to_pylist()) == [
+            j / 4 for j in range(100 * i, 100 * i + 20)
+        ]
+    assert table.num_rows == 10 + 20 * len(results)
+    assert pd.isna(table.to_pandas()["score"]).sum() == 0
+    # Once the writers know the new name, every one writes.
+    extra = {"c9": lambda ids: ["v9"] * len(ids)}
+    t = frame(900, 920, **extra).rename_columns(["k", "ts", "n", "score", "c9"])
+    write_table(t, spec(topic), kafka=kafka_conf, window="w9", schema_mode="merge")
