@@ -4,6 +4,7 @@ alter_shuffle, and every read path reading runs of every version as the latest."
 import datetime as dt
 import decimal
 import threading
+import time
 
 import pandas as pd
 import pyarrow as pa
@@ -17,6 +18,7 @@ from orchestration.shuffle import (
     iter_keys,
     read_batches,
     read_shuffle,
+    read_shuffle_stream,
     read_table,
     shuffle_log,
     write_shuffle,
@@ -245,3 +247,41 @@ def test_concurrent_merge_writes_and_alter_never_leave_a_run_under_a_wrong_versi
     extra = {"c9": lambda ids: ["v9"] * len(ids)}
     t = frame(900, 920, **extra).rename_columns(["k", "ts", "n", "score", "c9"])
     write_table(t, spec(topic), kafka=kafka_conf, window="w9", schema_mode="merge")
+
+
+def test_a_stream_stops_at_a_later_version_and_a_restart_reads_it(
+    spark, kafka_conf, unique, tmp_path
+):
+    topic = unique("evo-stream")
+    write_table(frame(0, 30), spec(topic), kafka=kafka_conf, window="a")
+    got: list[dict] = []
+
+    def start(trigger):
+        stream = read_shuffle_stream(spark, topic, kafka=kafka_conf, engine="python")
+        return (
+            stream.writeStream.foreachBatch(
+                lambda df, _: got.extend(r.asDict() for r in df.collect())
+            )
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(**trigger)
+            .start()
+        )
+
+    query = start({"processingTime": "1 second"})
+    deadline = time.monotonic() + 120
+    while len(got) < 30 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(got) == 30 and "country" not in got[0]
+    extra = frame(30, 60, country=lambda ids: ["fr"] * len(ids))
+    write_table(extra, spec(topic), kafka=kafka_conf, window="b", schema_mode="merge")
+    # The running query keeps the schema it started with: it stops, saying to restart.
+    with pytest.raises(Exception, match="restart it") as caught:
+        query.awaitTermination(120)
+    assert "written under layout version 2, after this stream started with version 1" in str(
+        caught.value
+    )
+    assert len(got) == 30
+    query = start({"availableNow": True})
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert len(got) == 60 and {r["country"] for r in got[30:]} == {"fr"}

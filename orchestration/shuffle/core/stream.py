@@ -25,13 +25,14 @@ from orchestration.shuffle.core.commitlog import (
     COMMIT_PREFIX,
     BadRecord,
     Commit,
+    Layout,
     ShuffleLog,
     commit_topic,
     parse_record,
     recover_window,
 )
 from orchestration.shuffle.core.options import Options
-from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
+from orchestration.shuffle.errors import ShuffleFormatError, ShuffleLayoutError, ShuffleOptionError
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -176,6 +177,26 @@ def stream_commits(
             continue  # superseded before the query's history ended
         out.append((r.offset, commit))
     return out
+
+
+def check_versions(layout: Layout, commits: Sequence[Commit]) -> None:
+    """Refuses a micro-batch holding a run written under a later layout version than the
+    stream started with: a streaming query's schema is fixed when it starts, so it stops,
+    saying what changed and to start it again (it then reads every run as the new version,
+    from its checkpoint on).
+
+    Raises:
+        ShuffleLayoutError: Naming the run, both versions and the changes.
+    """
+    for c in commits:
+        if c.layout_version > layout.version:
+            raise ShuffleLayoutError(
+                f"shuffle {layout.topic!r}: run {c.run_id} (window {c.window!r}) was written "
+                f"under layout version {c.layout_version}, after this stream started with "
+                f"version {layout.version}; a streaming query keeps the schema it started "
+                "with: restart it (from its checkpoint) to read this run and those after it "
+                "as the new version"
+            )
 
 
 def admit(

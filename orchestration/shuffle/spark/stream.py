@@ -23,6 +23,7 @@ from orchestration.shuffle.core.stream import (
     LogRecord,
     StreamOffset,
     admit,
+    check_versions,
     starting_offset,
     stream_commits,
 )
@@ -184,6 +185,7 @@ class ShuffleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ]
         if not commits:
             return []
+        check_versions(self.opts.layout, commits)
         plans = plan_splits(self.opts.layout, commits, self.opts.read.parallelism)
         return [InputPartition(p.to_json()) for p in plans]
 
