@@ -61,7 +61,13 @@ from dagster import (
     asset_check,
 )
 
-from orchestration.definition import DAGSTER_RUN_ATTR, asset_io_manager_key, asset_shuffle
+from orchestration.definition import (
+    DAGSTER_RUN_ATTR,
+    asset_io_manager_key,
+    asset_shuffle,
+    declaration_differences,
+    declared_metadata,
+)
 from orchestration.shuffle.core.commitlog import Commit, Expired, ShuffleLog, commit_topic
 from orchestration.shuffle.core.frames import FrameType, decode
 from orchestration.shuffle.errors import ShuffleError, ShuffleFormatError
@@ -358,9 +364,23 @@ def shuffle_asset_checks(
             )
         expected = (tuple(spec.key), spec.num_partitions, spec.max_parallelism, spec.event_time)
         actual = (layout.key, layout.num_partitions, layout.max_parallelism, layout.event_time)
+        differences = declaration_differences(
+            shuffle.under(getattr(context.resources, io_key).kafka),
+            layout,
+            declared_metadata(asset),
+        )
+        metadata: dict[str, Any] = {
+            "expected": str(expected),
+            "actual": str(actual),
+            "topic": spec.topic,
+            "schema_version": layout.version,
+        }
+        if differences:
+            metadata["differences"] = MetadataValue.json(differences)
         return AssetCheckResult(
-            passed=expected == actual,
-            metadata={"expected": str(expected), "actual": str(actual), "topic": spec.topic},
+            passed=not differences,
+            description="; ".join(differences) or None,
+            metadata=metadata,
         )
 
     how = "every row read back" if full_read else "counted from the frame headers"

@@ -91,6 +91,13 @@ class ShuffleLayout(Resolvable, Model):
         description="The column whose value is the partition key; lets one run write a range.",
     )
     replication_factor: int | None = None
+    schema_mode: str | None = Field(
+        default=None,
+        description=(
+            "strict (default) or merge: merge lets a run add nullable columns and widen types, "
+            "as a new schema version."
+        ),
+    )
 
 
 class KafkaModel(Resolvable, Model):
@@ -257,6 +264,7 @@ class KafkaShuffle(Component, Resolvable, Model):
             topic=layout.topic,
             window_column=layout.window_column,
             replication_factor=layout.replication_factor,
+            schema_mode=layout.schema_mode,
         )
         spec = self.asset.merge_attributes(metadata=metadata).with_io_manager_key(io_key)
         takes_context = bool(inspect.signature(body).parameters)

@@ -22,7 +22,9 @@ Keys (all under ``shuffle/``): ``key`` (a column or a list), ``num_partitions`` 
 default the asset key path joined with "."; the Kafka resource's ``topic_prefix`` goes before
 it, see :meth:`ShuffleAsset.under`), ``window_column`` (optional: the column whose
 value is the partition key, needed to write a range of partitions in one run),
-``replication_factor`` (optional int; default min(3, brokers)).
+``replication_factor`` (optional int; default min(3, brokers)), ``schema_mode`` (optional:
+``"strict"`` or ``"merge"``, how a run whose columns differ from the shuffle's is written;
+default the IO manager's ``schema_mode``).
 
 It imports no other module of the integration, so that every one of them may import it.
 """
@@ -42,6 +44,8 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
+from orchestration.shuffle.core.commitlog import Layout
+from orchestration.shuffle.core.evolution import check_schema_mode, type_name
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleWriteError
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import read_log
@@ -58,6 +62,7 @@ KEYS = (
     "topic",
     "window_column",
     "replication_factor",
+    "schema_mode",
 )
 
 # --- run tags ---------------------------------------------------------------------------
@@ -104,9 +109,12 @@ def shuffle_metadata(
     topic: str | None = None,
     window_column: str | None = None,
     replication_factor: int | None = None,
+    schema_mode: str | None = None,
 ) -> dict[str, Any]:
     """The definition metadata that makes an asset stored by ``KafkaShuffleIOManager`` a
-    shuffle (a typo-proof way to write the ``shuffle/*`` keys)."""
+    shuffle (a typo-proof way to write the ``shuffle/*`` keys). ``schema_mode``: ``"merge"``
+    lets a run add nullable columns and widen types (see the Evolution guide); None: the IO
+    manager's."""
     md: dict[str, Any] = {
         f"{PREFIX}key": key if isinstance(key, str) else list(key),
         f"{PREFIX}num_partitions": num_partitions,
@@ -117,6 +125,7 @@ def shuffle_metadata(
         "topic": topic,
         "window_column": window_column,
         "replication_factor": replication_factor,
+        "schema_mode": schema_mode,
     }
     md.update({f"{PREFIX}{k}": v for k, v in optional.items() if v is not None})
     return md
@@ -136,6 +145,8 @@ class ShuffleAsset:
 
     spec: ShuffleSpec
     window_column: str | None
+    # How a run whose columns differ from the shuffle's is written (None: the IO manager's).
+    schema_mode: str | None = None
 
     @property
     def topic(self) -> str:
@@ -154,6 +165,61 @@ class ShuffleAsset:
             return self
         # Rebuilt, not edited, so ShuffleSpec checks the longer name as it checks any topic.
         return replace(self, spec=replace(self.spec, topic=kafka.topic_prefix + self.spec.topic))
+
+
+def declaration_differences(
+    asset: ShuffleAsset, layout: Layout, metadata: Mapping[str, Any] | None = None
+) -> list[str]:
+    """How an asset's declaration of a shuffle differs from its commit log's latest layout,
+    each difference named: key, partitions (a declaration still naming a count the shuffle
+    grew from says so), key groups, event time, and the columns of a declared
+    ``dagster/column_schema`` (``metadata``: the asset's definition metadata), which a
+    consumer's ``AssetSpec`` may have copied before the producer's schema evolved."""
+    spec = asset.spec
+    out = []
+    if tuple(spec.key) != layout.key:
+        out.append(f"key: declared {list(spec.key)}, the shuffle's is {list(layout.key)}")
+    if spec.num_partitions != layout.num_partitions:
+        counts = sorted({v.num_partitions for v in layout.versions})
+        grown = (
+            f" since layout version {layout.version} (grown from {spec.num_partitions})"
+            if spec.num_partitions in counts
+            else ""
+        )
+        out.append(
+            f"num_partitions: declared {spec.num_partitions}, the shuffle has "
+            f"{layout.num_partitions}{grown}"
+        )
+    if spec.max_parallelism != layout.max_parallelism:
+        out.append(
+            f"max_parallelism: declared {spec.max_parallelism}, the shuffle's is "
+            f"{layout.max_parallelism}"
+        )
+    if spec.event_time != layout.event_time:
+        out.append(
+            f"event_time: declared {spec.event_time!r}, the shuffle's is {layout.event_time!r}"
+        )
+    declared = _value((metadata or {}).get(COLUMN_SCHEMA))
+    columns = getattr(declared, "columns", None)
+    if columns is not None:
+        have = {f.name: type_name(f.type) for f in layout.schema}
+        told = {c.name: c.type for c in columns}
+        for name, t in told.items():
+            if name not in have:
+                out.append(
+                    f"column {name!r}: declared, not in the shuffle's schema (version "
+                    f"{layout.version})"
+                )
+            elif have[name] != t:
+                out.append(f"column {name!r}: declared {t}, the shuffle's is {have[name]}")
+        for name, t in have.items():
+            if name not in told:
+                out.append(f"column {name!r} ({t}): in the shuffle's schema, not declared")
+    return out
+
+
+# Dagster's standard key of an asset's columns.
+COLUMN_SCHEMA = "dagster/column_schema"
 
 
 def _value(raw: Any) -> Any:
@@ -226,9 +292,12 @@ def shuffle_asset(asset: str, path: Sequence[str], metadata: Mapping[str, Any]) 
                 integer("replication_factor") if md.get("replication_factor") is not None else None
             ),
         )
+        mode = md.get("schema_mode")
+        if mode is not None:
+            check_schema_mode(mode, "metadata 'shuffle/schema_mode'")
     except ShuffleOptionError as exc:
         raise ShuffleOptionError(f"asset {asset}: {exc}") from None
-    return ShuffleAsset(spec, column("window_column"))
+    return ShuffleAsset(spec, column("window_column"), mode)
 
 
 # What Dagster's AssetSpec.with_io_manager_key sets.
@@ -240,8 +309,14 @@ def asset_shuffle(asset: AssetsDefinition | AssetSpec) -> ShuffleAsset:
     ``KafkaShuffleIOManager``), or an ``AssetSpec`` by which another code location declares
     it (with ``shuffle_metadata`` and the shuffle IO manager's key)."""
     key = asset.key
-    metadata = asset.metadata if isinstance(asset, AssetSpec) else asset.specs_by_key[key].metadata
-    return shuffle_asset(key.to_user_string(), key.path, metadata)
+    return shuffle_asset(key.to_user_string(), key.path, declared_metadata(asset))
+
+
+def declared_metadata(asset: AssetsDefinition | AssetSpec) -> Mapping[str, Any]:
+    """The definition metadata of a shuffle asset, or of the ``AssetSpec`` declaring it."""
+    if isinstance(asset, AssetSpec):
+        return asset.metadata
+    return asset.specs_by_key[asset.key].metadata
 
 
 def asset_io_manager_key(asset: AssetsDefinition | AssetSpec) -> str:

@@ -65,6 +65,7 @@ from orchestration.definition import (
     DAGSTER_RUN_ATTR,
     FAILED_WINDOWS_TAG,
     ShuffleAsset,
+    declaration_differences,
     shuffle_asset,
     window_ends,
     windows_failure,
@@ -99,6 +100,8 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         spark: Optional; without it the active SparkSession is used, else one is created
             with ``SparkSession.builder``.
         compression: Of the frames written: ``lz4`` (default), ``zstd`` or ``none``.
+        schema_mode: ``strict`` (default) or ``merge``: see the Evolution guide; an asset's
+            ``shuffle/schema_mode`` metadata takes precedence.
     """
 
     kafka: KafkaResource
@@ -108,6 +111,14 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
     compression: str = Field(
         default="lz4",
         description="Compression of the frames written: lz4, zstd (fewer bytes, more CPU) or none.",
+    )
+    schema_mode: str = Field(
+        default="strict",
+        description=(
+            "How a run whose columns differ from its shuffle's is written: strict (refused) or "
+            "merge (new nullable columns added, wider types widened, as a new schema version); "
+            "an asset's 'shuffle/schema_mode' metadata takes precedence."
+        ),
     )
 
     # Set up per run: the Dagster instance the run records into (None outside a run).
@@ -177,6 +188,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
             complete_until=complete_until,
             compression=self.compression,
             attrs={DAGSTER_RUN_ATTR: context.run_id},
+            schema_mode=asset.schema_mode or self.schema_mode,
         )
         context.log.info(
             f"{asset.topic}: window {window!r} committed as run {result.run_id} "
@@ -286,6 +298,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 complete_until=window_ends(context.asset_partitions_def, keys),
                 compression=self.compression,
                 attrs={DAGSTER_RUN_ATTR: context.run_id},
+                schema_mode=asset.schema_mode or self.schema_mode,
                 on_window=report,
             )
         except ShuffleOptionError as exc:
@@ -326,6 +339,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                     complete_until=ends.get(key),
                     compression=self.compression,
                     attrs={DAGSTER_RUN_ATTR: context.run_id},
+                    schema_mode=asset.schema_mode or self.schema_mode,
                 )
             except ShuffleError as exc:
                 outcome = exc
@@ -345,6 +359,14 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         asset = shuffle_asset(name, key.path, md).under(self.kafka)
         kafka = self.kafka.client()
         log = shuffle_log(asset.topic, kafka=kafka)
+        if log.layout is not None:
+            # A declaration (another code location's AssetSpec, say) that no longer matches
+            # the log is said where it is read; the read itself follows the log.
+            for difference in declaration_differences(asset, log.layout, md):
+                context.log.warning(
+                    f"asset {name}: its declaration differs from shuffle {asset.topic!r}: "
+                    f"{difference}"
+                )
         windows = runs = None
         if context.has_asset_partitions:
             windows = list(context.asset_partition_keys)

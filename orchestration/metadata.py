@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from dagster import MetadataValue, TableColumn, TableColumnConstraints, TableSchema
 
-from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.core.evolution import type_name
+from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
 
 if TYPE_CHECKING:
     from orchestration.resources import KafkaResource
     from orchestration.shuffle.core.commitlog import Commit, Layout
+    from orchestration.shuffle.core.evolution import LayoutVersion
 
 
 def commit_metadata(
@@ -34,8 +36,10 @@ def commit_metadata(
     Dagster's standard keys, which fill the UI's row count, columns and location:
     ``dagster/row_count`` (the run's rows), ``dagster/partition_row_count`` (the same, for a
     run of a window, i.e. a partition), ``dagster/column_schema`` (from the layout's Arrow
-    schema; absent if ``layout`` is None) and ``dagster/uri``
-    (``kafka://<bootstrap servers>/<topic>?window=<window>``). Then the shuffle's own:
+    schema of the layout version the run was written under; absent if ``layout`` is None) and
+    ``dagster/uri`` (``kafka://<bootstrap servers>/<topic>?window=<window>``). Then the
+    shuffle's own: ``shuffle/schema_version`` (that version's number, with a layout) and
+    ``shuffle/schema_changes`` (what that version changed, when it is not the first),
     ``shuffle/topic``, ``shuffle/run_id``, ``shuffle/window`` ("" for a run without one),
     ``shuffle/committed_at``, ``shuffle/watermark`` (if the run declares one),
     ``shuffle/write_path`` (if given), ``rows``, ``bytes``, ``frames`` and ``offsets``
@@ -64,7 +68,20 @@ def commit_metadata(
     if commit.window is not None:
         md["dagster/partition_row_count"] = commit.rows
     if layout is not None:
-        md["dagster/column_schema"] = MetadataValue.table_schema(column_schema(layout))
+        # The run's own columns: those of the layout version it was written under.
+        version = _run_version(layout, commit)
+        md["dagster/column_schema"] = MetadataValue.table_schema(
+            column_schema(layout, version.schema)
+        )
+        md["shuffle/schema_version"] = version.version
+        if version.changes:
+            md["shuffle/schema_changes"] = MetadataValue.md(
+                f"Layout version {version.version}"
+                + (f", made by {version.made_by}" if version.made_by else "")
+                + (f" at {version.made_at}" if version.made_at else "")
+                + ":\n\n"
+                + "\n".join(f"- {c}" for c in version.changes)
+            )
     # A path value: the UI shows it as text to copy, where a link to kafka:// would lead nowhere.
     md["dagster/uri"] = MetadataValue.path(shuffle_uri(kafka, name, commit.window))
     md.update(
@@ -112,9 +129,19 @@ def shuffle_uri(kafka: KafkaResource | Mapping[str, Any], topic: str, window: st
     return uri if window is None else f"{uri}?window={window}"
 
 
-def column_schema(layout: Layout) -> TableSchema:
-    """The layout's Arrow schema as Dagster's table schema, with Spark SQL type names (the
-    names a user of the DataFrame sees); key and event-time columns say so."""
+def _run_version(layout: Layout, commit: Commit) -> LayoutVersion:
+    """The layout version ``commit`` was written under (the latest, if the layout given is
+    older than the run: a caller that read the log before the run committed)."""
+    try:
+        return layout.layout_version(commit.layout_version)
+    except ShuffleFormatError:
+        return layout.layout_version()
+
+
+def column_schema(layout: Layout, schema: pa.Schema | None = None) -> TableSchema:
+    """The layout's Arrow schema (or ``schema``, one of its versions') as Dagster's table
+    schema, with Spark SQL type names (the names a user of the DataFrame sees); key and
+    event-time columns say so."""
     roles = {name: "shuffle key" for name in layout.key}
     if layout.event_time is not None:
         roles[layout.event_time] = "event time" + (
@@ -128,48 +155,6 @@ def column_schema(layout: Layout) -> TableSchema:
                 description=roles.get(f.name),
                 constraints=TableColumnConstraints(nullable=f.nullable),
             )
-            for f in layout.schema
+            for f in (layout.schema if schema is None else schema)
         ]
     )
-
-
-_SIMPLE_TYPES = {
-    pa.bool_(): "boolean",
-    pa.int8(): "tinyint",
-    pa.int16(): "smallint",
-    pa.int32(): "int",
-    pa.int64(): "bigint",
-    pa.float32(): "float",
-    pa.float64(): "double",
-    pa.string(): "string",
-    pa.large_string(): "string",
-    pa.binary(): "binary",
-    pa.large_binary(): "binary",
-    pa.date32(): "date",
-    pa.date64(): "date",
-    pa.null(): "void",
-}
-
-
-def type_name(t: pa.DataType) -> str:
-    """A readable name of an Arrow type: Spark SQL's where Spark has one
-    (``bigint``, ``timestamp``, ``decimal(10,2)``, ``array<string>``), else Arrow's."""
-    if t in _SIMPLE_TYPES:
-        return _SIMPLE_TYPES[t]
-    if pa.types.is_timestamp(t):
-        # Spark's two kinds: an instant (with a zone) or a wall-clock time (without).
-        return "timestamp" if t.tz is not None else "timestamp_ntz"
-    if pa.types.is_decimal(t):
-        return f"decimal({t.precision},{t.scale})"
-    if pa.types.is_map(t):
-        return f"map<{type_name(t.key_type)},{type_name(t.item_type)}>"
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return f"array<{type_name(t.value_type)}>"
-    if pa.types.is_struct(t):
-        fields = ",".join(
-            f"{t.field(i).name}:{type_name(t.field(i).type)}" for i in range(t.num_fields)
-        )
-        return f"struct<{fields}>"
-    if pa.types.is_dictionary(t):
-        return type_name(t.value_type)
-    return str(t)

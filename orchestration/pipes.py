@@ -73,6 +73,7 @@ def shuffle_pipes_extras(
         "complete_until": {k: v.isoformat() for k, v in ends.items()},
         "kafka": public_kafka_settings(kafka.config()),
         "compression": compression,
+        "schema_mode": asset.schema_mode,
         "run_id": context.run.run_id,
     }
 

@@ -115,6 +115,7 @@ def pipes_write_shuffle(
     kafka: Mapping[str, Any] | None = None,
     compression: str | None = None,
     raise_on_failure: bool = False,
+    schema_mode: str | None = None,
 ) -> WindowsResult:
     """Writes ``df`` as the shuffle the launching asset declares, one run per window of the
     Dagster run, and reports each window back through Pipes.
@@ -138,6 +139,8 @@ def pipes_write_shuffle(
             (``failed_region_sensor``). A failed application may be re-run whole by its
             platform (YARN re-attempts one), which would write every window again; and the
             Pipes report of an application that fails may not reach Dagster.
+        schema_mode: ``"strict"`` or ``"merge"`` (see ``write_shuffle``); default the
+            asset's ``shuffle/schema_mode`` metadata, else strict.
 
     Returns:
         The windows committed and failed.
@@ -152,6 +155,7 @@ def pipes_write_shuffle(
     spec = spec_from_json(ask["spec"])
     conf = {**ask.get("kafka", {}), **(kafka or {})}
     codec = compression or ask.get("compression", "lz4")
+    mode = schema_mode or ask.get("schema_mode")
     attrs = {RUN_ATTR: str(ask.get("run_id") or pipes.run_id)}
     windows: list[str] | None = ask.get("windows")
     ends = {k: dt.datetime.fromisoformat(v) for k, v in (ask.get("complete_until") or {}).items()}
@@ -183,6 +187,7 @@ def pipes_write_shuffle(
             compression=codec,
             attrs=attrs,
             on_window=report,
+            schema_mode=mode,
         )
         done: list[tuple[str | None, WriteResult]] = list(result.committed.items())
         failed: dict[str | None, str] = {w: e for w, e in result.failed.items()}
@@ -198,6 +203,7 @@ def pipes_write_shuffle(
                 complete_until=ends.get(window) if window is not None else None,
                 compression=codec,
                 attrs=attrs,
+                schema_mode=mode,
             )
             done.append((window, written))
             report(window, written)

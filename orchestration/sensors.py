@@ -201,7 +201,10 @@ def shuffle_commit_sensor(
                     f"partition 0 offset {bad.offset} of its commit log ({bad.reason}); no "
                     "consumer is launched for its run"
                 )
-            if commits and shuffle.topic not in layouts:
+            known = layouts.get(shuffle.topic)
+            newest = max((c.layout_version for c in commits), default=1)
+            # Read again when a run was written under a version the cached layout lacks.
+            if commits and (known is None or newest > known.version):
                 layout = shuffle_log(shuffle.topic, kafka=kafka).layout
                 if layout is not None:
                     layouts[shuffle.topic] = layout

@@ -24,6 +24,7 @@ SAMPLES = {
     "topic": "flights.by_plane",
     "window_column": "day",
     "replication_factor": 2,
+    "schema_mode": "merge",
 }
 
 MISSING = object()

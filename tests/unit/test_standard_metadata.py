@@ -9,7 +9,7 @@ import pytest
 from dagster import AssetMaterialization, MetadataValue, TableSchema
 
 from orchestration import KafkaResource
-from orchestration.metadata import column_schema, commit_metadata, shuffle_uri, type_name
+from orchestration.metadata import column_schema, commit_metadata, shuffle_uri
 from orchestration.shuffle import (
     Commit,
     Layout,
@@ -18,6 +18,7 @@ from orchestration.shuffle import (
     ShuffleWindowNotFoundError,
 )
 from orchestration.shuffle.core.commitlog import PartitionRange, to_micros
+from orchestration.shuffle.core.evolution import type_name
 from orchestration.shuffle.core.planner import plan_read
 from orchestration.shuffle.core.retention import marker, plan_expiry
 

@@ -31,7 +31,9 @@ from orchestration.shuffle.core.commitlog import (
     LAYOUT_KEY,
     Expired,
     PartitionRange,
+    version_to_json,
 )
+from orchestration.shuffle.core.evolution import LayoutVersion, change_key
 from orchestration.shuffle.core.options import Options
 from orchestration.shuffle.core.planner import ReadOptions
 
@@ -65,6 +67,7 @@ def commit(
     *,
     tasks: tuple[tuple[int, int], ...] = ((0, 0), (1, 0)),
     day: int | None = 0,
+    version: int = 1,
 ) -> Record:
     """A commit of ``run``: per partition (first offset, last offset, rows)."""
     ranges = {p: PartitionRange(a, b, rows, 1) for p, (a, b, rows) in parts.items()}
@@ -81,8 +84,24 @@ def commit(
         event_time_min=None if day is None else T0 + day * DAY,
         event_time_max=None if day is None else T0 + day * DAY + DAY - 1,
         watermark=None if day is None else T0 + day * DAY + DAY - 1,
+        layout_version=version,
     )
     return (COMMIT_PREFIX + run, c.to_json())
+
+
+def grown(partitions: int, version: int = 2) -> Record:
+    """A change record growing the layout() shuffle to ``partitions`` (schema unchanged)."""
+    first = Layout.from_json(layout()[1] or "")
+    v = LayoutVersion(
+        version,
+        first.schema,
+        tuple(range(1, len(first.schema) + 1)),
+        len(first.schema),
+        partitions,
+        (f"grew the partitions to {partitions}",),
+        change_id=f"grow{partitions}",
+    )
+    return (change_key(version, f"grow{partitions}"), version_to_json(v))
 
 
 def expired(run: str, window: str | None, parts: dict[int, tuple[int, int]]) -> Record:
@@ -232,8 +251,56 @@ def cases() -> list[dict[str, Any]]:
             "records": [layout(), delete(LAYOUT_KEY), HISTORY[1]],
             "options": {},
         },
+        *growth_cases(w),
     ]
     return out
+
+
+def growth_cases(w: Any) -> list[dict[str, Any]]:
+    """Runs written before and after the partitions grew (4 to 8, and 4 to 6), read
+    together and keyed: each split keeps its key groups of the older runs' partitions."""
+    doubled = [
+        layout(),
+        commit(
+            "old", "2013-01-01", {0: (0, 1, 100), 1: (2, 3, 100), 2: (4, 5, 100), 3: (6, 7, 100)}
+        ),
+        grown(8),
+        commit(
+            "new",
+            "2013-01-02",
+            {p: (10 + 2 * p, 11 + 2 * p, 50) for p in range(8)},
+            day=1,
+            version=2,
+        ),
+    ]
+    uneven = [
+        layout(),
+        commit(
+            "old", "2013-01-01", {0: (0, 1, 100), 1: (2, 3, 100), 2: (4, 5, 100), 3: (6, 7, 100)}
+        ),
+        grown(6),
+        commit("new", "2013-01-02", {p: (10 + p, 10 + p, 60) for p in range(6)}, day=1, version=2),
+    ]
+    return [
+        {"name": "grown 4 to 8, both runs", "records": doubled, "options": {}},
+        {
+            "name": "grown 4 to 8, the old window alone",
+            "records": doubled,
+            "options": {"windows": w(["2013-01-01"])},
+        },
+        {
+            "name": "grown 4 to 8, parallelism 3",
+            "records": doubled,
+            "options": {"parallelism": "3"},
+        },
+        {
+            "name": "grown 4 to 8, parallelism 16",
+            "records": doubled,
+            "options": {"parallelism": "16"},
+        },
+        {"name": "grown 4 to 6, both runs", "records": uneven, "options": {}},
+        {"name": "grown 4 to 6, parallelism 4", "records": uneven, "options": {"parallelism": "4"}},
+    ]
 
 
 # Commit records that cannot be read, each appended to HISTORY (offsets 13 on).

@@ -525,6 +525,48 @@ def read_as(batch: pa.RecordBatch, run: LayoutVersion, target: LayoutVersion) ->
     return pa.Table.from_arrays(columns, schema=pa.schema(list(target.schema)))
 
 
+_SIMPLE_TYPES = {
+    pa.bool_(): "boolean",
+    pa.int8(): "tinyint",
+    pa.int16(): "smallint",
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+    pa.float32(): "float",
+    pa.float64(): "double",
+    pa.string(): "string",
+    pa.large_string(): "string",
+    pa.binary(): "binary",
+    pa.large_binary(): "binary",
+    pa.date32(): "date",
+    pa.date64(): "date",
+    pa.null(): "void",
+}
+
+
+def type_name(t: pa.DataType) -> str:
+    """A readable name of an Arrow type: Spark SQL's where Spark has one
+    (``bigint``, ``timestamp``, ``decimal(10,2)``, ``array<string>``), else Arrow's."""
+    if t in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[t]
+    if pa.types.is_timestamp(t):
+        # Spark's two kinds: an instant (with a zone) or a wall-clock time (without).
+        return "timestamp" if t.tz is not None else "timestamp_ntz"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_map(t):
+        return f"map<{type_name(t.key_type)},{type_name(t.item_type)}>"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return f"array<{type_name(t.value_type)}>"
+    if pa.types.is_struct(t):
+        fields = ",".join(
+            f"{t.field(i).name}:{type_name(t.field(i).type)}" for i in range(t.num_fields)
+        )
+        return f"struct<{fields}>"
+    if pa.types.is_dictionary(t):
+        return type_name(t.value_type)
+    return str(t)
+
+
 _SQL_TYPES = {
     "boolean": pa.bool_(),
     "tinyint": pa.int8(),

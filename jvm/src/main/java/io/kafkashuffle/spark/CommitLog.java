@@ -18,12 +18,17 @@ import java.util.regex.Pattern;
  * retention markers and the records it skipped. The same rules as {@code
  * ShuffleLog.from_records}, {@code ShuffleLog.visible} and {@code ShuffleLog.require_readable}
  * in {@code orchestration/shuffle/core/commitlog.py} (whose docstrings give the reasons); both
- * are checked against the vectors in {@code tests/vectors/read_plans.json}.
+ * are checked against the vectors in {@code tests/vectors/read_plans.json}, and the layout's
+ * versions (its change records) against {@code tests/vectors/schema_versions.json}.
  */
 public final class CommitLog {
   static final String LAYOUT_KEY = "layout";
   static final String COMMIT_PREFIX = "commit/";
   static final String EXPIRED_PREFIX = "expired/";
+  static final String CHANGE_PREFIX = "change/";
+  // evolution.py's version_of_key: the version a change record's key names.
+  private static final Pattern CHANGE_KEY =
+      Pattern.compile("change/([1-9][0-9]{0,8})/[A-Za-z0-9_.-]+");
 
   /** One committed producer run: the fields a read plan needs. */
   static final class Commit {
@@ -37,6 +42,7 @@ public final class CommitLog {
     final Long eventTimeMin;
     final Long eventTimeMax;
     final List<String> sortBy; // the order the run was written in; empty: none
+    final long layoutVersion; // the layout version the run was written under
 
     /** The commit a record of the commit log holds ({@code key} names it in errors). */
     static Commit parse(String value, String key) {
@@ -86,7 +92,45 @@ public final class CommitLog {
       List<String> s = new ArrayList<>();
       d.path("sort_by").forEach(n -> s.add(n.asText()));
       sortBy = List.copyOf(s);
+      // Absent in every commit written before layouts had versions: version 1.
+      JsonNode v = d.get("layout_version");
+      layoutVersion = v == null ? 1 : LayoutVersion.integer(v);
     }
+  }
+
+  /** A readable change record: where it is in the log, and the version it holds. */
+  private static final class Change {
+    final long offset;
+    final String key;
+    final LayoutVersion version;
+
+    Change(long offset, String key, LayoutVersion version) {
+      this.offset = offset;
+      this.key = key;
+      this.version = version;
+    }
+  }
+
+  /**
+   * The layout record with the change records applied, and the change records that are no
+   * version (reported among the bad records); null layout: the log has no readable one.
+   */
+  private static final class Versions {
+    final Layout layout;
+    final ShuffleException error; // the layout record could not be read
+    final Map<String, BadRecord> bad;
+
+    Versions(Layout layout, ShuffleException error, Map<String, BadRecord> bad) {
+      this.layout = layout;
+      this.error = error;
+      this.bad = bad;
+    }
+  }
+
+  /** The version a {@code change/<n>/<id>} key names; null: not such a key. */
+  static Integer versionOfKey(String key) {
+    Matcher m = CHANGE_KEY.matcher(key);
+    return m.matches() ? Integer.valueOf(m.group(1)) : null;
   }
 
   /** A run that retention removed. */
@@ -197,6 +241,9 @@ public final class CommitLog {
   private final Map<Object, BadRecord> bad = new LinkedHashMap<>();
   private String layoutError;
   private long applied;
+  // The readable change records, by key: a later record of a key replaces the earlier.
+  private final LinkedHashMap<String, Change> changes = new LinkedHashMap<>();
+  private Versions versions; // computed when first asked for after the last record applied
 
   CommitLog(String topic) {
     this.topic = topic;
@@ -212,6 +259,7 @@ public final class CommitLog {
     c.bad.putAll(bad);
     c.layoutError = layoutError;
     c.applied = applied;
+    c.changes.putAll(changes);
     return c;
   }
 
@@ -232,6 +280,7 @@ public final class CommitLog {
    */
   void apply(String key, String value, long offset) {
     applied++;
+    versions = null;
     if (key == null) {
       bad.put(offset, new BadRecord(offset, null, "a record without a key", false, null));
       return;
@@ -276,6 +325,22 @@ public final class CommitLog {
         commits.put(run, c);
         commitOffsets.put(run, offset);
       }
+    } else if (key.startsWith(CHANGE_PREFIX) && versionOfKey(key) != null) {
+      changes.remove(key);
+      if (value != null) {
+        try {
+          changes.put(key, new Change(offset, key, LayoutVersion.parse(value)));
+        } catch (RuntimeException e) {
+          bad.put(
+              key,
+              new BadRecord(
+                  offset,
+                  key,
+                  "not a readable layoutversion record (" + e.getMessage() + ")",
+                  false,
+                  null));
+        }
+      }
     } else if (key.startsWith(EXPIRED_PREFIX)) {
       String run = key.substring(EXPIRED_PREFIX.length());
       expired.remove(run);
@@ -296,6 +361,7 @@ public final class CommitLog {
   /** The records skipped, in log order. */
   List<BadRecord> badRecords() {
     List<BadRecord> out = new ArrayList<>(bad.values());
+    out.addAll(versions().bad.values());
     out.sort((a, b) -> Long.compare(a.offset, b.offset));
     return out;
   }
@@ -389,6 +455,85 @@ public final class CommitLog {
       throw ShuffleException.format(layoutError);
     }
     return layout;
+  }
+
+  /**
+   * The layout in force: the layout record with its change records applied (its latest
+   * version's schema and partitions, every version listed); null when the log has no layout
+   * record. Refuses a layout record that cannot be read.
+   */
+  Layout layout() {
+    if (layoutJson() == null) {
+      return null;
+    }
+    Versions v = versions();
+    if (v.error != null) {
+      throw v.error;
+    }
+    return v.layout;
+  }
+
+  private String layoutWhere() {
+    return "shuffle " + ReadPlanner.repr(topic) + " layout";
+  }
+
+  /**
+   * The change records applied to the layout record, as {@code ShuffleLog._versions_applied}
+   * in commitlog.py applies them: of the records of one version, the first in the log is the
+   * version (a later one lost a race for it and its writer was refused); versions follow one
+   * another from 2 up, and a record past a missing version is reported, not applied.
+   */
+  private Versions versions() {
+    if (versions != null) {
+      return versions;
+    }
+    Map<String, BadRecord> skipped = new LinkedHashMap<>();
+    if (layout == null || layoutError != null) {
+      return versions = new Versions(null, null, skipped);
+    }
+    Layout record;
+    try {
+      record = Layout.parse(layout, layoutWhere());
+    } catch (ShuffleException e) {
+      return versions = new Versions(null, e, skipped);
+    }
+    TreeMap<Long, Change> first = new TreeMap<>();
+    for (Change c : changes.values()) {
+      Change had = first.get(c.version.version);
+      if (had == null || c.offset < had.offset) {
+        first.put(c.version.version, c);
+      }
+    }
+    List<LayoutVersion> later = new ArrayList<>();
+    long n = 2;
+    while (first.containsKey(n)) {
+      Change c = first.get(n);
+      if (c.version.version != versionOfKey(c.key)) {
+        skipped.put(
+            c.key,
+            new BadRecord(c.offset, c.key, "its key names another version than " + n, false, null));
+        break;
+      }
+      later.add(c.version);
+      n++;
+    }
+    for (Change c : first.values()) {
+      if (c.version.version >= n) {
+        skipped.put(
+            c.key,
+            new BadRecord(
+                c.offset,
+                c.key,
+                "layout version " + c.version.version + " follows a missing version " + n,
+                false,
+                null));
+      }
+    }
+    try {
+      return versions = new Versions(record.evolved(later, layoutWhere()), null, skipped);
+    } catch (ShuffleException e) {
+      return versions = new Versions(null, e, skipped);
+    }
   }
 
   /** The commits in log order. */

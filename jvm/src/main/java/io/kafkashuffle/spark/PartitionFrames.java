@@ -14,7 +14,6 @@ import org.apache.arrow.vector.TimeStampVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
-import org.apache.arrow.vector.util.TransferPair;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.types.DataTypes;
@@ -27,6 +26,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * the segments' runs and committed (subtask, attempt) pairs, merges the producers'
  * watermarks, and at the end checks each committed attempt's END frame against what was read.
  * What a batch holds goes into {@code live}, which the reader releases with the batch.
+ *
+ * <p>Each run's frames are read by the layout version it was written under and output as the
+ * latest version's columns ({@link SchemaResolution}).
  */
 final class PartitionFrames {
   private final ReadSpec spec;
@@ -43,8 +45,10 @@ final class PartitionFrames {
   private final Map<String, long[]> seen = new HashMap<>();
   private final Map<String, long[]> ended = new HashMap<>();
   private final Map<String, Integer> writers = new HashMap<>(); // sorted run -> its one subtask
-  // The frame columns this read decompresses: its output's, and those its filters read.
-  private final Set<String> needed = new HashSet<>();
+  // Per run: how its frames read as the latest version, and the frame columns this read
+  // decompresses of them (its output's, and those its filters read).
+  private final Map<String, SchemaResolution> resolutions = new HashMap<>();
+  private final Map<String, Set<String>> needed = new HashMap<>();
 
   PartitionFrames(
       ReadSpec spec,
@@ -59,7 +63,29 @@ final class PartitionFrames {
     this.allocator = allocator;
     this.live = live;
     this.quotedTopic = "'" + spec.topic + "'";
+    Map<String, Long> versions = new java.util.LinkedHashMap<>();
     for (SplitPlan.Segment s : read.segments) {
+      versions.putIfAbsent(s.runId, s.layoutVersion);
+    }
+    // Checked by the planner too; a plan handed over by another must not read wrong rows here.
+    SchemaResolution.requireLatestPartitions(layout, versions);
+    Set<String> wanted = new HashSet<>();
+    for (String c : spec.columns) {
+      wanted.add(c);
+    }
+    if (spec.filtersEventTime() && layout.eventTime != null) {
+      wanted.add(layout.eventTime);
+    }
+    Map<Long, SchemaResolution> byVersion = new HashMap<>();
+    for (SplitPlan.Segment s : read.segments) {
+      SchemaResolution r =
+          byVersion.computeIfAbsent(s.layoutVersion, v -> SchemaResolution.of(layout, v));
+      resolutions.put(s.runId, r);
+      Set<String> columns = r.frameColumns(wanted);
+      if (!read.full || wanted.contains(Frames.KEY_GROUP_COLUMN)) {
+        columns.add(Frames.KEY_GROUP_COLUMN);
+      }
+      needed.put(s.runId, columns);
       Set<String> tasks = new HashSet<>();
       Set<Integer> subtasks = new HashSet<>();
       for (int[] t : s.tasks) {
@@ -73,15 +99,6 @@ final class PartitionFrames {
           new WatermarkMerger(
               subtasks,
               "topic " + quotedTopic + " partition " + read.partition + " run " + s.runId));
-    }
-    for (String c : spec.columns) {
-      needed.add(c);
-    }
-    if (!read.full) {
-      needed.add(Frames.KEY_GROUP_COLUMN);
-    }
-    if (spec.filtersEventTime() && layout.eventTime != null) {
-      needed.add(layout.eventTime);
     }
   }
 
@@ -180,14 +197,15 @@ final class PartitionFrames {
 
   private ColumnarBatch data(
       ByteBuffer value, String runId, long offset, String where, long[] counts) {
-    VectorSchemaRoot root = DataPayload.load(value, where, needed, allocator);
+    SchemaResolution resolution = resolutions.get(runId);
+    VectorSchemaRoot root = DataPayload.load(value, where, needed.get(runId), allocator);
     boolean keep = false;
     try {
       int rows = root.getRowCount();
       counts[0] += rows;
       counts[1] += 1;
       FieldVector kg = root.getVector(Frames.KEY_GROUP_COLUMN); // null when not loaded
-      int[] selected = select(root, kg, rows, where);
+      int[] selected = select(root, kg, rows, resolution, where);
       int n = selected == null ? rows : selected.length;
       if (n == 0) {
         return null;
@@ -212,14 +230,15 @@ final class PartitionFrames {
             out[i] = o;
             break;
           case "_key_group":
-            out[i] = DirectColumnVector.of(rowsOf(kg, selected, n));
+            out[i] =
+                DirectColumnVector.of(SchemaResolution.rowsOf(kg, selected, n, allocator, live));
             break;
           default:
-            out[i] = DirectColumnVector.of(rowsOf(column(root, name, where), selected, n));
+            out[i] = resolution.column(root, name, selected, n, allocator, live, where);
         }
       }
       if (selected == null) {
-        keep = true; // the batch wraps the frame's own vectors
+        keep = true; // the batch may wrap the frame's own vectors
       }
       return new ColumnarBatch(out, n);
     } finally {
@@ -232,12 +251,19 @@ final class PartitionFrames {
   }
 
 
-  private FieldVector column(VectorSchemaRoot root, String name, String where) {
-    FieldVector v = root.getVector(name);
+  /**
+   * The event-time column of a frame: the event-time column is the same column in every layout
+   * version (no change may touch it), and every run has it.
+   */
+  private FieldVector eventTimeColumn(
+      VectorSchemaRoot root, SchemaResolution resolution, String where) {
+    String name = resolution.frameName(layout.eventTime);
+    FieldVector v = name == null ? null : root.getVector(name);
     if (v == null) {
-      throw ShuffleException.format("DATA frame at " + where + " has no column '" + name + "'");
+      throw ShuffleException.format(
+          "DATA frame at " + where + " has no column '" + layout.eventTime + "'");
     }
-    Field want = layout.schema.findField(name);
+    Field want = layout.schema.findField(layout.eventTime);
     if (!sameValues(v.getField().getType(), want.getType())) {
       throw ShuffleException.format(
           "DATA frame at "
@@ -266,14 +292,19 @@ final class PartitionFrames {
   }
 
   /** The rows to keep (null: all): the read's key groups and the event-time range. */
-  private int[] select(VectorSchemaRoot root, FieldVector kgVector, int rows, String where) {
+  private int[] select(
+      VectorSchemaRoot root,
+      FieldVector kgVector,
+      int rows,
+      SchemaResolution resolution,
+      String where) {
     IntVector kg = (IntVector) kgVector;
     boolean byGroup = !read.full;
     boolean byTime = spec.filtersEventTime() && layout.eventTime != null;
     if (!byGroup && !byTime) {
       return null;
     }
-    FieldVector et = byTime ? column(root, layout.eventTime, where) : null;
+    FieldVector et = byTime ? eventTimeColumn(root, resolution, where) : null;
     int[] keep = new int[rows];
     int n = 0;
     for (int i = 0; i < rows; i++) {
@@ -324,23 +355,6 @@ final class PartitionFrames {
             + "' has type "
             + v.getField().getType()
             + ", not a timestamp or integer");
-  }
-
-  /** {@code v} itself (all rows), or a copy of its selected rows. */
-  private FieldVector rowsOf(FieldVector v, int[] selected, int n) {
-    if (selected == null) {
-      return v;
-    }
-    FieldVector copy = v.getField().createVector(allocator);
-    live.add(copy);
-    copy.setInitialCapacity(n);
-    copy.allocateNew();
-    TransferPair tp = v.makeTransferPair(copy);
-    for (int j = 0; j < n; j++) {
-      tp.copyValueSafe(selected[j], j);
-    }
-    copy.setValueCount(n);
-    return copy;
   }
 
   private ColumnVector constantInt(int n, int value) {

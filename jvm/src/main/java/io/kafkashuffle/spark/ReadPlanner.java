@@ -156,7 +156,8 @@ public final class ReadPlanner {
   /** The splits of the read {@code selection} makes of {@code log}, one per Spark partition. */
   static List<SplitPlan> plan(CommitLog log, Selection selection) {
     String topic = log.topic;
-    if (log.layoutJson() == null) {
+    Layout layout = log.layout();
+    if (layout == null) {
       throw new ShuffleException(
           ShuffleException.Kind.LAYOUT,
           "shuffle "
@@ -164,7 +165,6 @@ public final class ReadPlanner {
               + " has no layout record in "
               + repr(topic + ShuffleCatalog.COMMITS_SUFFIX));
     }
-    Layout layout = Layout.parse(log.layoutJson(), "shuffle " + repr(topic) + " layout");
     checkPartitions(log, layout);
     Set<String> windows = selection.windows == null ? null : new LinkedHashSet<>(selection.windows);
     Set<String> runs = selection.runs == null ? null : new LinkedHashSet<>(selection.runs);
@@ -257,7 +257,9 @@ public final class ReadPlanner {
             + " partitions but the shuffle was created with "
             + layout.numPartitions
             + "; partitions were added behind its back, so key groups would land in the wrong "
-            + "partitions. Create a new shuffle topic instead.");
+            + "partitions. Record them with alter_shuffle(topic, num_partitions="
+            + n
+            + ") if they were meant to grow the shuffle, else create a new shuffle topic.");
   }
 
   /** Why {@code windows} have no visible run: expired by retention, or never committed. */
@@ -339,6 +341,11 @@ public final class ReadPlanner {
       throw ShuffleException.option(
           "parallelism must be a positive integer or 'auto', got " + parallelism);
     }
+    Map<String, Long> versions = new java.util.LinkedHashMap<>();
+    for (CommitLog.Commit c : commits) {
+      versions.put(c.runId, c.layoutVersion);
+    }
+    SchemaResolution.requireLatestPartitions(layout, versions);
     int n = layout.numPartitions;
     int m = layout.maxParallelism;
     List<List<SplitPlan.Segment>> segs = new ArrayList<>();
@@ -355,7 +362,9 @@ public final class ReadPlanner {
         }
         long[] r = e.getValue();
         segs.get(p)
-            .add(new SplitPlan.Segment(c.runId, r[0], r[1], c.tasks, c.window, r[2], sorted));
+            .add(
+                new SplitPlan.Segment(
+                    c.runId, r[0], r[1], c.tasks, c.window, r[2], sorted, c.layoutVersion));
       }
     }
     int p;

@@ -133,14 +133,11 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
       throw new NoSuchTableException(ident);
     }
     CommitLog log = readLog(ident.name());
-    if (log == null || log.layoutJson() == null) {
+    Layout layout = log == null ? null : log.layout();
+    if (layout == null) {
       throw new NoSuchTableException(ident);
     }
-    return new ShuffleTable(
-        Layout.parse(log.layoutJson(), "shuffle '" + ident.name() + "' layout"),
-        kafka(),
-        withMetadata,
-        log);
+    return new ShuffleTable(layout, kafka(), withMetadata, log);
   }
 
   /**

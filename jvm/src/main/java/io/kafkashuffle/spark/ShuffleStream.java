@@ -503,7 +503,24 @@ final class ShuffleStream
     if (commits.isEmpty()) {
       return new InputPartition[0];
     }
-    List<SplitPlan> splits = ReadPlanner.planSplits(spec.layout(), commits, parallelism);
+    Layout layout = spec.layout();
+    for (CommitLog.Commit c : commits) {
+      if (c.layoutVersion > layout.version()) {
+        // A stream's schema is fixed when its query starts.
+        throw new ShuffleException(
+            ShuffleException.Kind.LAYOUT,
+            "shuffle "
+                + ReadPlanner.repr(spec.topic)
+                + ": run "
+                + ReadPlanner.repr(c.runId)
+                + " was written under layout version "
+                + c.layoutVersion
+                + ", recorded after this stream started with version "
+                + layout.version()
+                + "; restart the query to read the shuffle's new schema");
+      }
+    }
+    List<SplitPlan> splits = ReadPlanner.planSplits(layout, commits, parallelism);
     InputPartition[] out = new InputPartition[splits.size()];
     for (int i = 0; i < out.length; i++) {
       out[i] = new ShuffleInputPartition(splits.get(i));

@@ -213,7 +213,8 @@ final class ShuffleTable implements SupportsRead {
         if (layoutText != null && !layoutText.isEmpty()) {
           planned = Layout.parse(layoutText, OWNER + ": option 'layout'");
           if (!planned.topic.equals(topic)
-              || planned.numPartitions != layout.numPartitions
+              || (planned.version() == layout.version()
+                  && planned.numPartitions != layout.numPartitions)
               || planned.maxParallelism != layout.maxParallelism
               || !planned.key.equals(layout.key)) {
             throw new ShuffleException(
@@ -225,6 +226,23 @@ final class ShuffleTable implements SupportsRead {
                     + topic
                     + "'");
           }
+          if (planned.version() > layout.version()) {
+            throw new ShuffleException(
+                ShuffleException.Kind.LAYOUT,
+                OWNER
+                    + ": the plan of shuffle '"
+                    + topic
+                    + "' was made with its layout version "
+                    + planned.version()
+                    + ", and the table's schema is of version "
+                    + layout.version()
+                    + ": the layout changed while the read was planned; read it again");
+          }
+          if (planned.version() < layout.version()) {
+            // A change recorded since the plan was made: the table's schema is the newer
+            // version's, and its layout holds every version the plan's runs were written under.
+            planned = layout;
+          }
         }
         start = ReadPlanner.Selection.millisAsMicros(options, "event_time_start_ms", OWNER);
         end = ReadPlanner.Selection.millisAsMicros(options, "event_time_end_ms", OWNER);
@@ -233,6 +251,7 @@ final class ShuffleTable implements SupportsRead {
               "shuffle '" + topic + "' has no event_time column; an event-time range cannot apply");
         }
         List<SplitPlan> handed = SplitPlan.parseAll(planText, "plan");
+        SchemaResolution.requireLatestPartitions(planned, handed);
         splits = () -> handed;
       }
       return new Planned(given, kafka, planned, splits, start, end);

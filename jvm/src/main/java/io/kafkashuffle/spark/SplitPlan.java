@@ -29,6 +29,8 @@ final class SplitPlan implements Serializable {
     final long rows; // the run's rows in this partition (commit record); 0: not recorded
     // The run's rows here are one sequence in the layout's sort_by order, by one subtask.
     final boolean sorted;
+    // The layout version the run was written under: the names and types its frames have.
+    final long layoutVersion;
 
     Segment(
         String runId,
@@ -38,6 +40,19 @@ final class SplitPlan implements Serializable {
         String window,
         long rows,
         boolean sorted) {
+      this(runId, first, last, tasks, window, rows, sorted, 1);
+    }
+
+    Segment(
+        String runId,
+        long first,
+        long last,
+        int[][] tasks,
+        String window,
+        long rows,
+        boolean sorted,
+        long layoutVersion) {
+      this.layoutVersion = layoutVersion;
       this.runId = runId;
       this.sorted = sorted;
       this.first = first;
@@ -120,6 +135,9 @@ final class SplitPlan implements Serializable {
         if (s.sorted) {
           so.put("sorted", true); // as Python writes it: only when true
         }
+        if (s.layoutVersion != 1) {
+          so.put("layout_version", s.layoutVersion); // as Python writes it: only when not 1
+        }
       }
     }
     return d;
@@ -162,6 +180,7 @@ final class SplitPlan implements Serializable {
         JsonNode w = s.get("window");
         JsonNode rows = s.get("rows");
         JsonNode sorted = s.get("sorted");
+        JsonNode version = s.get("layout_version");
         segs.add(
             new Segment(
                 s.get("run_id").asText(),
@@ -170,7 +189,8 @@ final class SplitPlan implements Serializable {
                 pairs,
                 w == null || w.isNull() ? null : w.asText(),
                 rows == null || rows.isNull() ? 0 : rows.asLong(),
-                sorted != null && sorted.asBoolean()));
+                sorted != null && sorted.asBoolean(),
+                version == null || version.isNull() ? 1 : LayoutVersion.integer(version)));
       }
       reads.add(
           new PartitionRead(
