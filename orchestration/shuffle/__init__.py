@@ -97,6 +97,8 @@ _EXPORTS = {
     "read_range": "kafka.client",
     "check_partitions": "kafka.commitlog",
     "alter_shuffle": "evolve",
+    "rewrite_shuffle": "evolve",
+    "RewriteResult": "evolve",
     "LayoutVersion": "core.evolution",
 }
 
@@ -123,7 +125,7 @@ if TYPE_CHECKING:
         ShuffleWindowNotFoundError,
         ShuffleWriteError,
     )
-    from orchestration.shuffle.evolve import alter_shuffle
+    from orchestration.shuffle.evolve import RewriteResult, alter_shuffle, rewrite_shuffle
     from orchestration.shuffle.kafka.access import grant_shuffle_access, shuffle_acls
     from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig, read_chunks, read_range
     from orchestration.shuffle.kafka.commitlog import check_partitions

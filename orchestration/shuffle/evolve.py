@@ -1,5 +1,7 @@
 """Changing a shuffle after it was created: :func:`alter_shuffle` (columns added, dropped,
-renamed or widened; Kafka partitions added), as metadata only, in its commit log. No Spark.
+renamed or widened; Kafka partitions added), as metadata only, in its commit log; and
+:func:`rewrite_shuffle`, which copies a shuffle into one of another layout (a new key, more
+key groups) when a change is not metadata. Neither needs Spark.
 
 Each change is a new layout version (``change/<n>/<id>`` in the commit log, see
 :mod:`orchestration.shuffle.core.evolution`); runs already written keep the version they
@@ -8,13 +10,16 @@ were written under and are read as the latest by every reader.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from orchestration.shuffle.core.commitlog import Layout
+from orchestration.shuffle.core.commitlog import Commit, Layout, from_micros
 from orchestration.shuffle.core.evolution import Alteration, LayoutVersion, alter, column_type
-from orchestration.shuffle.errors import ShuffleOptionError
+from orchestration.shuffle.errors import ShuffleError, ShuffleOptionError
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
 from orchestration.shuffle.kafka.commitlog import check_partitions, read_log, write_version
 
@@ -104,4 +109,158 @@ def alter_shuffle(
     return layout
 
 
-__all__ = ["alter_shuffle"]
+# A rewritten run's commit attributes: the shuffle and run it was copied from, and when that
+# run was committed. A rewrite that is run again skips the runs already copied.
+REWRITTEN_FROM_TOPIC = "rewritten_from_topic"
+REWRITTEN_FROM_RUN = "rewritten_from_run"
+REWRITTEN_FROM_COMMITTED_AT = "rewritten_from_committed_at"
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from orchestration.shuffle.spec import ShuffleSpec, WriteResult
+
+
+@dataclass
+class RewriteResult:
+    """What :func:`rewrite_shuffle` did: the runs it copied (by source run id), those it
+    found copied already (a rewrite run again), and those that failed, with why."""
+
+    copied: dict[str, WriteResult] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def rewrite_shuffle(
+    source: str,
+    target: ShuffleSpec,
+    *,
+    kafka: KafkaConfig,
+    spark: SparkSession | None = None,
+    windows: Sequence[str] | None = None,
+    on_run: Callable[[Commit, WriteResult | ShuffleError | None], None] | None = None,
+) -> RewriteResult:
+    """Copies every visible run of the shuffle ``source`` into the shuffle ``target`` (of
+    another layout: a new key, more key groups, another topic), one run for each, in the
+    source's commit order.
+
+    Each copy keeps its run's window, the event time it declared complete
+    (``complete_until``) and its attributes, and records where it came from
+    (``rewritten_from_topic``, ``rewritten_from_run``, ``rewritten_from_committed_at``); its
+    rows are the run's, read as the source's latest schema version. Resumable: a run whose
+    copy is already the target's visible run of its window (or, for a run without a window,
+    any copy of it) is skipped, so a rewrite stopped half-way is run again to finish it, and
+    run again later to copy the windows written since. A run that fails to copy does not
+    stop the others.
+
+    Without ``spark``, each run is read and written in this process (``read_table``,
+    ``write_table``: the run must fit in memory, and its key of a type hashed in Arrow);
+    with a session, through Spark (``read_shuffle``, ``write_shuffle``).
+
+    Switching consumers: once the rewrite has copied every window (and the producer writes
+    to ``target``), point the consumers at the target's topic (``shuffle/topic`` in their
+    ``shuffle_metadata``, or ``read_shuffle(..., topic)``); the source stays readable until
+    it is deleted, so the asset's earlier materializations keep their meaning. See the
+    Evolution guide.
+
+    Example::
+
+        spec = ShuffleSpec("events.by_user.v2", key="user_id", num_partitions=16,
+                           max_parallelism=512, event_time="ts")
+        result = rewrite_shuffle("events.by_user", spec, kafka=conf)
+        assert not result.failed
+
+    Args:
+        source: The shuffle to copy.
+        target: The new shuffle; created by the first copy, or checked against its layout.
+        kafka: The cluster both live on.
+        spark: A session to copy through Spark; None: without Spark.
+        windows: Copy only these windows (default: every visible run).
+        on_run: Called after each run with its commit and the copy's result, its error, or
+            None when it was copied already (e.g. to log progress).
+
+    Returns:
+        The runs copied, skipped and failed.
+
+    Raises:
+        ShuffleOptionError: ``target`` is ``source``.
+        ShuffleTopicNotFoundError: No shuffle ``source``.
+    """
+    from orchestration.shuffle.table_read import read_table
+    from orchestration.shuffle.table_write import write_table
+
+    if target.topic == source:
+        raise ShuffleOptionError(
+            f"shuffle {source!r}: rewrite_shuffle needs another topic to copy it into"
+        )
+    client = KafkaClient.of(kafka)
+    src = read_log(client, source)
+    src.require_layout()
+    src.require_readable(windows)
+    try:
+        done = read_log(client, target.topic)
+    except ShuffleError:
+        done = None
+    copied_runs = set()
+    if done is not None:
+        latest = done.latest_by_window()
+        for c in done.commits:
+            run = c.attrs.get(REWRITTEN_FROM_RUN)
+            if c.attrs.get(REWRITTEN_FROM_TOPIC) != source or run is None:
+                continue
+            # A window's copy counts only while it is the target's visible run of it.
+            if c.window is None or latest.get(c.window) is c:
+                copied_runs.add(run)
+    result = RewriteResult()
+    for commit in src.visible(windows):
+        if commit.run_id in copied_runs:
+            result.skipped.append(commit.run_id)
+            if on_run is not None:
+                on_run(commit, None)
+            continue
+        attrs = {
+            **commit.attrs,
+            REWRITTEN_FROM_TOPIC: source,
+            REWRITTEN_FROM_RUN: commit.run_id,
+            REWRITTEN_FROM_COMMITTED_AT: commit.committed_at,
+        }
+        complete = from_micros(commit.complete_until)
+        outcome: WriteResult | ShuffleError
+        try:
+            if spark is None:
+                rows = read_table(source, kafka=client, runs=[commit.run_id], log=src)
+                outcome = write_table(
+                    rows, target, kafka=client, window=commit.window,
+                    complete_until=complete, attrs=attrs,
+                )  # fmt: skip
+            else:
+                from orchestration.shuffle.read import read_shuffle
+                from orchestration.shuffle.write import write_shuffle
+
+                df = read_shuffle(spark, source, kafka=client, runs=[commit.run_id], log=src)
+                outcome = write_shuffle(
+                    df, target, kafka=client, window=commit.window,
+                    complete_until=complete, attrs=attrs,
+                )  # fmt: skip
+        except ShuffleError as exc:
+            outcome = exc
+            result.failed[commit.run_id] = str(exc)
+            log.warning(
+                "shuffle %r: run %s (window %r) was not copied into %r: %s",
+                source, commit.run_id, commit.window, target.topic, exc,
+            )  # fmt: skip
+        else:
+            result.copied[commit.run_id] = outcome
+            log.info(
+                "shuffle %r: run %s (window %r) copied into %r as run %s (%d rows)",
+                source, commit.run_id, commit.window, target.topic, outcome.run_id,
+                outcome.rows,
+            )  # fmt: skip
+        if on_run is not None:
+            on_run(commit, outcome)
+    return result
+
+
+__all__ = ["RewriteResult", "alter_shuffle", "rewrite_shuffle"]

@@ -20,6 +20,7 @@ from orchestration.shuffle import (
     read_shuffle,
     read_shuffle_stream,
     read_table,
+    rewrite_shuffle,
     shuffle_log,
     write_shuffle,
     write_table,
@@ -285,3 +286,54 @@ def test_a_stream_stops_at_a_later_version_and_a_restart_reads_it(
     query.awaitTermination(120)
     assert query.exception() is None
     assert len(got) == 60 and {r["country"] for r in got[30:]} == {"fr"}
+
+
+def test_rewrite_into_a_new_key_and_more_key_groups_is_resumable(spark, kafka_conf, unique):
+    source = unique("evo-src")
+    for day in range(3):
+        write_table(
+            frame(100 * day, 100 * day + 60),
+            spec(source),
+            kafka=kafka_conf,
+            window=f"d{day}",
+            complete_until=DAY + dt.timedelta(days=day + 1),
+        )
+    alter_shuffle(source, kafka=kafka_conf, rename_columns={"x": "score"})
+    target = ShuffleSpec(
+        topic=unique("evo-dst"), key="n", num_partitions=6, max_parallelism=96, event_time="ts"
+    )
+    # The new key must have no nulls: rows of n null are refused, that run fails alone.
+    first = rewrite_shuffle(source, target, kafka=kafka_conf, windows=["d0", "d1"])
+    assert set(first.failed) and not first.copied  # every window holds a null n
+    fixed = unique("evo-src2")
+    for day in range(3):
+        write_table(
+            frame(100 * day, 100 * day + 60).set_column(
+                2, "n", pa.array(list(range(100 * day, 100 * day + 60)), pa.int32())
+            ),
+            spec(fixed),
+            kafka=kafka_conf,
+            window=f"d{day}",
+            complete_until=DAY + dt.timedelta(days=day + 1),
+        )
+    seen = []
+    part = rewrite_shuffle(fixed, target, kafka=kafka_conf, windows=["d0"])
+    assert len(part.copied) == 1 and not part.failed
+    rest = rewrite_shuffle(fixed, target, kafka=kafka_conf, spark=spark,
+                           on_run=lambda c, r: seen.append((c.window, r)))  # fmt: skip
+    assert len(rest.skipped) == 1 and len(rest.copied) == 2
+    assert [w for w, _ in seen] == ["d0", "d1", "d2"] and seen[0][1] is None
+    src_log, dst_log = (shuffle_log(t, kafka=kafka_conf) for t in (fixed, target.topic))
+    for w, c in src_log.latest_by_window().items():
+        copy = dst_log.latest_by_window()[w]
+        assert copy.attrs["rewritten_from_run"] == c.run_id
+        assert copy.complete_until == c.complete_until
+        assert (copy.event_time_min, copy.event_time_max) == (c.event_time_min, c.event_time_max)
+        assert copy.rows == c.rows
+    assert dst_log.layout.key == ("n",) and dst_log.layout.max_parallelism == 96
+    assert by_id(read_table(target.topic, kafka=kafka_conf)) == by_id(
+        read_table(fixed, kafka=kafka_conf)
+    )
+    # Run again: nothing left to copy.
+    again = rewrite_shuffle(fixed, target, kafka=kafka_conf)
+    assert not again.copied and len(again.skipped) == 3
