@@ -17,9 +17,16 @@ versions and column resolutions out.
 - ``casts``: per type pair, :func:`promotion_problem`'s answer, and for a promotion, values of
   the narrower type and what :func:`resolved_column` reads them as (decimals as strings, dates
   as days, timestamps as integers of their unit).
+- ``alters``: per case, a layout version (its change record's JSON), the pinned columns and a
+  change (renames ``[old, new]``, drops, widenings ``[column, type]`` and additions
+  ``[column, type, nullable]``, types as Spark SQL names, :func:`column_type`), and what
+  :func:`alter` makes of them: the next version's change record (made by ``ALTER TABLE``, at
+  a fixed time and change id) or the refusal. ALTER TABLE on the JVM catalog
+  (``TableAlteration.java``) must write the same record, and refuse with the same message.
 
 ``jvm/src/test/java/io/kafkashuffle/spark/SchemaVersionsTest.java`` checks the JVM's commit
-log (``CommitLog.java``) and resolution (``SchemaResolution.java``) against the file.
+log (``CommitLog.java``) and resolution (``SchemaResolution.java``) against the file, and
+``TableAlterationTest.java`` its alterations.
 
 After a deliberate change of the rules, write the file again and review its diff::
 
@@ -52,6 +59,7 @@ from orchestration.shuffle.core.evolution import (
     Pinned,
     alter,
     change_key,
+    column_type,
     promotion_problem,
     resolve,
     resolved_column,
@@ -386,6 +394,142 @@ def cast_vectors() -> list[dict[str, Any]]:
     return out
 
 
+# What the JVM catalog stamps a version it records with, fixed here to compare records.
+ALTER_MADE = {
+    "made_at": "2013-03-01T00:00:00+00:00",
+    "made_by": "ALTER TABLE",
+    "change_id": "alter",
+}
+SORTED = Pinned(KEY, ("k", "a"), "ts")
+
+
+def alter_cases() -> list[tuple[str, LayoutVersion, Pinned, dict[str, Any]]]:
+    """Alterations of history's versions: (name, current version, pinned, change)."""
+    v = history()
+    every_type = [
+        [name, t, True]
+        for name, t in [
+            ("f_bool", "boolean"),
+            ("f_byte", "tinyint"),
+            ("f_short", "smallint"),
+            ("f_int", "int"),
+            ("f_long", "bigint"),
+            ("f_float", "float"),
+            ("f_double", "double"),
+            ("f_dec", "decimal(12,2)"),
+            ("f_string", "string"),
+            ("f_binary", "binary"),
+            ("f_date", "date"),
+            ("f_ts", "timestamp"),
+            ("f_ntz", "timestamp_ntz"),
+        ]
+    ]
+    return [
+        ("add a nullable column", v[0], PINNED, {"add": [["country", "string", True]]}),
+        ("add a column of each type", v[0], PINNED, {"add": every_type}),
+        ("rename a column", v[0], PINNED, {"rename": [["d", "label"]]}),
+        ("swap two names", v[0], PINNED, {"rename": [["a", "b"], ["b", "a"]]}),
+        ("drop a column", v[0], PINNED, {"drop": ["x"]}),
+        (
+            "widen columns",
+            v[0],
+            PINNED,
+            {
+                "widen": [
+                    ["a", "bigint"],
+                    ["b", "double"],
+                    ["c", "decimal(12,2)"],
+                    ["e", "timestamp_ntz"],
+                    ["x", "int"],
+                ]
+            },
+        ),
+        ("widen to the same type changes nothing", v[0], PINNED, {"widen": [["a", "int"]]}),
+        (
+            "a rename, a drop, a widening and an addition at once",
+            v[1],
+            PINNED,
+            {
+                "rename": [["label", "name"]],
+                "drop": ["x"],
+                "widen": [["a", "bigint"]],
+                "add": [["x", "string", True]],
+            },
+        ),
+        ("a dropped name added again is a new column", v[3], PINNED, {"add": [["x", "bigint", True]]}),
+        ("an altered version altered again", v[5], PINNED, {"rename": [["note", "remark"]]}),
+        ("rename the key", v[0], PINNED, {"rename": [["k", "key"]]}),
+        ("drop the event-time column", v[0], PINNED, {"drop": ["ts"]}),
+        ("widen the event-time column", v[0], PINNED, {"widen": [["ts", "timestamp_ntz"]]}),
+        ("widen a sort_by column", v[0], SORTED, {"widen": [["a", "bigint"]]}),
+        ("rename a sort_by column", v[0], SORTED, {"rename": [["a", "amount"]]}),
+        (
+            "columns that do not exist",
+            v[0],
+            PINNED,
+            {"rename": [["zz", "y"]], "drop": ["qq"], "widen": [["nope", "bigint"]]},
+        ),
+        (
+            "types that are no promotion",
+            v[0],
+            PINNED,
+            {"widen": [["a", "smallint"], ["b", "int"], ["d", "bigint"], ["c", "decimal(10,3)"]]},
+        ),
+        ("add a column that is not nullable", v[0], PINNED, {"add": [["n", "bigint", False]]}),
+        ("add a name taken", v[0], PINNED, {"add": [["a", "int", True]]}),
+        ("add a name twice", v[0], PINNED, {"add": [["y", "int", True], ["y", "string", True]]}),
+        ("add a name of the metadata columns", v[0], PINNED, {"add": [["_y", "int", True]]}),
+        ("rename to a name taken", v[0], PINNED, {"rename": [["a", "b"]]}),
+        ("rename to a name of the metadata columns", v[0], PINNED, {"rename": [["a", "_a"]]}),
+        ("rename two columns to one name", v[0], PINNED, {"rename": [["a", "z"], ["b", "z"]]}),
+        (
+            "several refusals at once",
+            v[0],
+            PINNED,
+            {"rename": [["k", "key"]], "drop": ["ts"], "add": [["a", "int", True]]},
+        ),
+        ("nothing to change", v[0], PINNED, {}),
+    ]
+
+
+def alteration(change: dict[str, Any]) -> Alteration:
+    """A case's change as :func:`alter` takes it."""
+    return Alteration(
+        rename=dict(change.get("rename", [])),
+        drop=tuple(change.get("drop", [])),
+        widen={c: column_type(t, "widen") for c, t in change.get("widen", [])},
+        add=tuple(
+            pa.field(c, column_type(t, "add"), nullable=n) for c, t, n in change.get("add", [])
+        ),
+    )
+
+
+def alter_vectors() -> list[dict[str, Any]]:
+    out = []
+    for name, current, pinned, change in alter_cases():
+        try:
+            new = alter(TOPIC, current, alteration(change), pinned, MAX_PARALLELISM)
+        except ShuffleError as exc:
+            expect: dict[str, Any] = {"error": {"kind": type(exc).__name__, "message": str(exc)}}
+        else:
+            expect = {"record": json.loads(version_to_json(replace(new, **ALTER_MADE)))}
+        out.append(
+            {
+                "name": name,
+                "topic": TOPIC,
+                "current": json.loads(version_to_json(current)),
+                "pinned": {
+                    "key": list(pinned.key),
+                    "sort_by": list(pinned.sort_by),
+                    "event_time": pinned.event_time,
+                },
+                "change": change,
+                "expected": expect,
+            }
+        )
+    return out
+
+
 def vectors() -> dict[str, Any]:
     return {
         "logs": [
@@ -398,6 +542,7 @@ def vectors() -> dict[str, Any]:
             for c in cases()
         ],
         "casts": cast_vectors(),
+        "alters": alter_vectors(),
     }
 
 
@@ -407,7 +552,10 @@ def main(argv: list[str]) -> int:
         return 2
     data = vectors()
     FILE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {FILE} ({len(data['logs'])} logs, {len(data['casts'])} casts)")
+    print(
+        f"wrote {FILE} ({len(data['logs'])} logs, {len(data['casts'])} casts, "
+        f"{len(data['alters'])} alterations)"
+    )
     return 0
 
 

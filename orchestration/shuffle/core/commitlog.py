@@ -658,6 +658,8 @@ class ShuffleLog:
     layout_record: Layout | None = field(default=None, repr=False)
     # The commit-log key of each version's record (the first in the log of its version).
     version_keys: dict[int, str] = field(default_factory=dict, repr=False)
+    # Each window's visible commit, as the log was read (None: worked out from commits).
+    windows: dict[str, Commit] | None = field(default=None, repr=False)
 
     @classmethod
     def from_records(
@@ -679,111 +681,9 @@ class ShuffleLog:
             ShuffleFormatError: The layout record in effect cannot be read (nothing can be
                 read without it), naming the commit log, its key and offset.
         """
-        log = cls(topic)
-        by_run: dict[str, int] = {}
-        bad: dict[object, BadRecord] = {}
-        changes: dict[str, tuple[int, LayoutVersion]] = {}
-        layout_error: str | None = None
-        where = f"commit log {commit_topic(topic)!r}"
-        positions = iter(offsets) if offsets is not None else None
-        for index, (key, value) in enumerate(records):
-            offset = next(positions, index) if positions is not None else index
-            k = key.decode(errors="replace") if isinstance(key, bytes) else key
-            if k is None:
-                bad[("no key", offset)] = BadRecord(offset, None, "a record without a key")
-                continue
-            bad.pop(k, None)
-            if k == LAYOUT_KEY:
-                if value is not None:
-                    try:
-                        log.layout = Layout.from_json(value)
-                        layout_error = None
-                    except _PARSE_ERRORS as exc:
-                        layout_error = (
-                            f"{where}: record {k!r} at partition 0 offset {offset} is "
-                            f"{_unreadable(Layout, exc)}"
-                        )
-            elif k.startswith(COMMIT_PREFIX):
-                run = k[len(COMMIT_PREFIX) :]
-                if run in by_run:
-                    log.commits[by_run.pop(run)] = None  # type: ignore[call-overload]
-                    log.commit_offsets.pop(run, None)
-                if value is not None:
-                    try:
-                        commit = Commit.from_json(value)
-                    except _PARSE_ERRORS as exc:
-                        known, window = recover_window(value)
-                        bad[k] = BadRecord(offset, k, _unreadable(Commit, exc), window, known)
-                        continue
-                    by_run[run] = len(log.commits)
-                    log.commits.append(commit)
-                    log.commit_offsets[run] = offset
-            elif k.startswith(CHANGE_PREFIX) and version_of_key(k) is not None:
-                changes.pop(k, None)
-                if value is not None:
-                    try:
-                        changes[k] = (offset, version_from_json(value))
-                    except _PARSE_ERRORS as exc:
-                        bad[k] = BadRecord(offset, k, _unreadable(LayoutVersion, exc))
-            elif k.startswith(EXPIRED_PREFIX):
-                run = k[len(EXPIRED_PREFIX) :]
-                if value is None:
-                    log.expired.pop(run, None)
-                else:
-                    try:
-                        log.expired[run] = Expired.from_json(value)
-                    except _PARSE_ERRORS as exc:
-                        log.expired.pop(run, None)
-                        bad[k] = BadRecord(offset, k, _unreadable(Expired, exc))
-            elif value is not None:
-                bad[k] = BadRecord(offset, k, "a key the engine does not write")
-        if layout_error is not None:
-            raise ShuffleFormatError(layout_error)
-        if log.layout is not None:
-            if log.layout.format_version not in READABLE_FORMAT_VERSIONS:
-                raise ShuffleFormatError(
-                    f"{where}: the layout record has format_version "
-                    f"{log.layout.format_version}; this version of kafka-shuffle reads "
-                    f"{list(READABLE_FORMAT_VERSIONS)}: upgrade it to read shuffle {topic!r}"
-                )
-            log.layout_record = log.layout
-            log.layout = log._versions_applied(changes, bad)
-        log.commits = [c for c in log.commits if c is not None]
-        log.bad_records = tuple(sorted(bad.values(), key=lambda b: b.offset))
-        return log
-
-    def _versions_applied(
-        self,
-        changes: dict[str, tuple[int, LayoutVersion]],
-        bad: dict[object, BadRecord],
-    ) -> Layout:
-        """The layout record with its change records applied: of the records of one
-        version, the first in the log is the version (a later one lost a race for it); the
-        versions follow one another from 2 up, and a record past a missing version is
-        reported, not applied."""
-        layout = self.layout
-        assert layout is not None
-        first: dict[int, tuple[int, str, LayoutVersion]] = {}
-        for key, (offset, v) in changes.items():
-            if v.version not in first or offset < first[v.version][0]:
-                first[v.version] = (offset, key, v)
-        losers = {k for k in changes} - {k for _, k, _ in first.values()}
-        n = 2
-        while n in first:
-            offset, key, v = first[n]
-            if v.version != version_of_key(key):
-                bad[key] = BadRecord(offset, key, f"its key names another version than {n}")
-                break
-            layout = layout.evolved(v)
-            self.version_keys[n] = key
-            n += 1
-        for version, (offset, key, _) in sorted(first.items()):
-            if version >= n:
-                bad[key] = BadRecord(
-                    offset, key, f"layout version {version} follows a missing version {n}"
-                )
-        del losers  # a change that lost its race is not a version; its writer was refused
-        return layout
+        fold = LogFold(topic)
+        fold.add(records, offsets)
+        return fold.log()
 
     def require_readable(
         self, windows: Iterable[str] | None = None, runs: Iterable[str] | None = None
@@ -886,6 +786,10 @@ class ShuffleLog:
         """
         wanted_windows = set(windows) if windows is not None else None
         wanted_runs = set(runs) if runs is not None else None
+        if wanted_windows is not None and wanted_runs is None and self.windows is not None:
+            # A read of some windows looks up each one, whatever the log's length.
+            picked = [self.windows[w] for w in wanted_windows if w in self.windows]
+            return sorted(picked, key=lambda c: self.commit_offsets.get(c.run_id, -1))
         latest = {c.run_id for c in self.latest_by_window().values()}
         out = []
         for c in self.commits:
@@ -923,3 +827,184 @@ class ShuffleLog:
         """
         marks = [m for m in (c.effective_watermark for c in self.visible()) if m is not None]
         return max(marks) if marks else None
+
+
+def versions_applied(
+    layout: Layout,
+    changes: dict[str, tuple[int, LayoutVersion]],
+    bad: dict[object, BadRecord],
+) -> tuple[Layout, dict[int, str]]:
+    """The layout record ``layout`` with its change records (by key: offset and version)
+    applied, and each version's key. Of the records of one version, the first in the log is
+    the version (a later one lost a race for it and its writer was refused); the versions
+    follow one another from 2 up, and a record past a missing version is reported in
+    ``bad``, not applied."""
+    first: dict[int, tuple[int, str, LayoutVersion]] = {}
+    for key, (offset, v) in changes.items():
+        if v.version not in first or offset < first[v.version][0]:
+            first[v.version] = (offset, key, v)
+    keys: dict[int, str] = {}
+    n = 2
+    while n in first:
+        offset, key, v = first[n]
+        if v.version != version_of_key(key):
+            bad[key] = BadRecord(offset, key, f"its key names another version than {n}")
+            break
+        layout = layout.evolved(v)
+        keys[n] = key
+        n += 1
+    for version, (offset, key, _) in sorted(first.items()):
+        if version >= n:
+            bad[key] = BadRecord(
+                offset, key, f"layout version {version} follows a missing version {n}"
+            )
+    return layout, keys
+
+
+class LogFold:
+    """A commit log read so far: its records folded in offset order, from which a
+    :class:`ShuffleLog` is made at any point (:meth:`log`). More records are folded in as
+    they come (:meth:`add`), so a log read again costs what is new, not its whole length.
+
+    The rules are :meth:`ShuffleLog.from_records`'s; this is its one implementation.
+
+    Example::
+
+        fold = LogFold("events")
+        fold.add(records, offsets)
+        fold.log().visible(["2024-01-01"])
+    """
+
+    def __init__(self, topic: str):
+        self.topic = topic
+        self.layout: Layout | None = None
+        self.layout_error: str | None = None
+        # The first layout record's value seen (create_or_check settles races by it).
+        self.first_layout: bytes | str | None = None
+        self.commits: list[Commit | None] = []
+        self.holes = 0
+        self.by_run: dict[str, int] = {}
+        self.commit_offsets: dict[str, int] = {}
+        self.expired: dict[str, Expired] = {}
+        self.bad: dict[object, BadRecord] = {}
+        self.changes: dict[str, tuple[int, LayoutVersion]] = {}
+        # Each window's commits (indices into commits) and its latest commit.
+        self.window_runs: dict[str, list[int]] = {}
+        self.latest: dict[str, Commit] = {}
+        self.records = 0
+
+    def _drop(self, run: str) -> None:
+        i = self.by_run.pop(run)
+        c = self.commits[i]
+        self.commits[i] = None
+        self.holes += 1
+        self.commit_offsets.pop(run, None)
+        if c is not None and c.window is not None:
+            runs = self.window_runs[c.window]
+            runs.remove(i)
+            if runs:
+                self.latest[c.window] = self.commits[runs[-1]]  # type: ignore[assignment]
+            else:
+                del self.window_runs[c.window]
+                del self.latest[c.window]
+
+    def add(
+        self,
+        records: Iterable[tuple[bytes | str | None, bytes | None]],
+        offsets: Iterable[int] | None = None,
+    ) -> LogFold:
+        """Folds in ``records`` (key, value; None values are deletes), which follow those
+        folded so far; ``offsets``: theirs (default: their position in the whole log)."""
+        where = f"commit log {commit_topic(self.topic)!r}"
+        positions = iter(offsets) if offsets is not None else None
+        for key, value in records:
+            index = self.records
+            self.records += 1
+            offset = next(positions, index) if positions is not None else index
+            k = key.decode(errors="replace") if isinstance(key, bytes) else key
+            bad = self.bad
+            if k is None:
+                bad[("no key", offset)] = BadRecord(offset, None, "a record without a key")
+                continue
+            bad.pop(k, None)
+            if k.startswith(COMMIT_PREFIX):
+                run = k[len(COMMIT_PREFIX) :]
+                if run in self.by_run:
+                    self._drop(run)
+                if value is not None:
+                    try:
+                        commit = Commit.from_json(value)
+                    except _PARSE_ERRORS as exc:
+                        known, window = recover_window(value)
+                        bad[k] = BadRecord(offset, k, _unreadable(Commit, exc), window, known)
+                        continue
+                    i = len(self.commits)
+                    self.by_run[run] = i
+                    self.commits.append(commit)
+                    self.commit_offsets[run] = offset
+                    if commit.window is not None:
+                        self.window_runs.setdefault(commit.window, []).append(i)
+                        self.latest[commit.window] = commit
+            elif k == LAYOUT_KEY:
+                if value is not None:
+                    if self.first_layout is None:
+                        self.first_layout = value
+                    try:
+                        self.layout = Layout.from_json(value)
+                        self.layout_error = None
+                    except _PARSE_ERRORS as exc:
+                        self.layout_error = (
+                            f"{where}: record {k!r} at partition 0 offset {offset} is "
+                            f"{_unreadable(Layout, exc)}"
+                        )
+            elif k.startswith(CHANGE_PREFIX) and version_of_key(k) is not None:
+                self.changes.pop(k, None)
+                if value is not None:
+                    try:
+                        self.changes[k] = (offset, version_from_json(value))
+                    except _PARSE_ERRORS as exc:
+                        bad[k] = BadRecord(offset, k, _unreadable(LayoutVersion, exc))
+            elif k.startswith(EXPIRED_PREFIX):
+                run = k[len(EXPIRED_PREFIX) :]
+                if value is None:
+                    self.expired.pop(run, None)
+                else:
+                    try:
+                        self.expired[run] = Expired.from_json(value)
+                    except _PARSE_ERRORS as exc:
+                        self.expired.pop(run, None)
+                        bad[k] = BadRecord(offset, k, _unreadable(Expired, exc))
+            elif value is not None:
+                bad[k] = BadRecord(offset, k, "a key the engine does not write")
+        return self
+
+    def log(self) -> ShuffleLog:
+        """The log as read so far: a :class:`ShuffleLog` of its own (later records folded
+        in do not change it).
+
+        Raises:
+            ShuffleFormatError: The layout record in effect cannot be read, or is of a
+                format_version this engine does not read.
+        """
+        topic = self.topic
+        if self.layout_error is not None:
+            raise ShuffleFormatError(self.layout_error)
+        log = ShuffleLog(topic)
+        bad = dict(self.bad)
+        if self.layout is not None:
+            if self.layout.format_version not in READABLE_FORMAT_VERSIONS:
+                raise ShuffleFormatError(
+                    f"commit log {commit_topic(topic)!r}: the layout record has format_version "
+                    f"{self.layout.format_version}; this version of kafka-shuffle reads "
+                    f"{list(READABLE_FORMAT_VERSIONS)}: upgrade it to read shuffle {topic!r}"
+                )
+            log.layout_record = self.layout
+            log.layout, log.version_keys = versions_applied(self.layout, self.changes, bad)
+        log.commits = (
+            [c for c in self.commits if c is not None] if self.holes else list(self.commits)  # type: ignore[misc]
+        )
+        log.commit_offsets = dict(self.commit_offsets)
+        log.expired = dict(self.expired)
+        log.bad_records = tuple(sorted(bad.values(), key=lambda b: b.offset))
+        log.windows = dict(self.latest)
+        return log
