@@ -456,7 +456,12 @@ def alter_cases() -> list[tuple[str, LayoutVersion, Pinned, dict[str, Any]]]:
                 "add": [["x", "string", True]],
             },
         ),
-        ("a dropped name added again is a new column", v[3], PINNED, {"add": [["x", "bigint", True]]}),
+        (
+            "a dropped name added again is a new column",
+            v[3],
+            PINNED,
+            {"add": [["x", "bigint", True]]},
+        ),
         ("an altered version altered again", v[5], PINNED, {"rename": [["note", "remark"]]}),
         ("rename the key", v[0], PINNED, {"rename": [["k", "key"]]}),
         ("drop the event-time column", v[0], PINNED, {"drop": ["ts"]}),

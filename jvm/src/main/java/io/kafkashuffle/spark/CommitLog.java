@@ -119,11 +119,19 @@ public final class CommitLog {
     final Layout layout;
     final ShuffleException error; // the layout record could not be read
     final Map<String, BadRecord> bad;
+    // The key of each version applied (the first record of its number in the log).
+    final Map<Long, String> keys;
 
-    Versions(Layout layout, ShuffleException error, Map<String, BadRecord> bad) {
+    Versions(
+        Layout layout, ShuffleException error, Map<String, BadRecord> bad, Map<Long, String> keys) {
       this.layout = layout;
       this.error = error;
       this.bad = bad;
+      this.keys = keys;
+    }
+
+    Versions(Layout layout, ShuffleException error, Map<String, BadRecord> bad) {
+      this(layout, error, bad, Map.of());
     }
   }
 
@@ -505,6 +513,7 @@ public final class CommitLog {
       }
     }
     List<LayoutVersion> later = new ArrayList<>();
+    Map<Long, String> keys = new LinkedHashMap<>();
     long n = 2;
     while (first.containsKey(n)) {
       Change c = first.get(n);
@@ -515,6 +524,7 @@ public final class CommitLog {
         break;
       }
       later.add(c.version);
+      keys.put(n, c.key);
       n++;
     }
     for (Change c : first.values()) {
@@ -530,10 +540,18 @@ public final class CommitLog {
       }
     }
     try {
-      return versions = new Versions(record.evolved(later, layoutWhere()), null, skipped);
+      return versions = new Versions(record.evolved(later, layoutWhere()), null, skipped, keys);
     } catch (ShuffleException e) {
       return versions = new Versions(null, e, skipped);
     }
+  }
+
+  /**
+   * The key of the change record that is layout version {@code version} (the first record of
+   * its number in the log), as {@code ShuffleLog.version_keys}; null: no such version.
+   */
+  String versionKey(long version) {
+    return versions().keys.get(version);
   }
 
   /** The commits in log order. */

@@ -6,6 +6,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.producer.ProducerConfig;
 
 /**
  * The Java client's settings for the {@code kafka.*} options the Python side hands over (as
@@ -36,10 +37,19 @@ final class KafkaOptions {
 
   /** Java consumer properties for librdkafka settings {@code rd}; {@code owner} names errors. */
   static Properties consumer(Map<String, String> rd, String owner) {
+    return settings(rd, owner, ConsumerConfig.configNames());
+  }
+
+  /** Java producer properties for librdkafka settings {@code rd}; {@code owner} names errors. */
+  static Properties producer(Map<String, String> rd, String owner) {
+    return settings(rd, owner, ProducerConfig.configNames());
+  }
+
+  /** The Java client's properties of {@code rd}, {@code known} the client's own names. */
+  private static Properties settings(Map<String, String> rd, String owner, Set<String> known) {
     if (rd.get("bootstrap.servers") == null || rd.get("bootstrap.servers").isEmpty()) {
       throw ShuffleException.option(owner + ": option 'kafka.bootstrap.servers' is required");
     }
-    Set<String> known = ConsumerConfig.configNames();
     Properties p = new Properties();
     String mechanism = rd.getOrDefault("sasl.mechanism", rd.get("sasl.mechanisms"));
     for (Map.Entry<String, String> e : rd.entrySet()) {
@@ -71,7 +81,7 @@ final class KafkaOptions {
                 owner
                     + ": option 'kafka."
                     + k
-                    + "' has no equivalent in the Java Kafka client this reader uses");
+                    + "' has no equivalent in the Java Kafka client");
           }
       }
     }

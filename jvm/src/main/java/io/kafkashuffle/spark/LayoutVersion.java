@@ -4,7 +4,9 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.math.BigInteger;
 import java.nio.channels.Channels;
 import java.util.ArrayList;
@@ -12,7 +14,9 @@ import java.util.Base64;
 import java.util.Iterator;
 import java.util.List;
 import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.WriteChannel;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.Schema;
 
@@ -142,6 +146,108 @@ final class LayoutVersion {
         partitions,
         cid == null || cid.isNull() ? null : cid.asText(),
         ((ObjectNode) d).deepCopy());
+  }
+
+  /**
+   * A version a change makes, with its record's JSON as {@code version_to_json} writes it (keys
+   * in the order its {@code sort_keys} gives them): the schema as base64 Arrow IPC, and each
+   * column as "name: type" in pyarrow's words.
+   */
+  static LayoutVersion made(
+      long version,
+      Schema schema,
+      long[] fieldIds,
+      long lastFieldId,
+      long numPartitions,
+      List<String> changes,
+      String madeAt,
+      String madeBy,
+      String changeId) {
+    ObjectNode d = Layout.JSON.createObjectNode();
+    text(d, "change_id", changeId);
+    ArrayNode listed = d.putArray("changes");
+    changes.forEach(listed::add);
+    ArrayNode ids = d.putArray("field_ids");
+    for (long id : fieldIds) {
+      ids.add(id);
+    }
+    d.put("last_field_id", lastFieldId);
+    text(d, "made_at", madeAt);
+    text(d, "made_by", madeBy);
+    d.put("num_partitions", numPartitions);
+    d.put("schema", base64(schema));
+    ArrayNode columns = d.putArray("schema_text");
+    for (Field f : schema.getFields()) {
+      columns.add(f.getName() + ": " + typeText(f));
+    }
+    d.put("type", "change");
+    d.put("version", version);
+    return new LayoutVersion(
+        version, schema, fieldIds.clone(), lastFieldId, numPartitions, changeId, d);
+  }
+
+  /** This version recorded as version {@code version}: when, by whom, under which change id. */
+  LayoutVersion stamped(long version, String madeAt, String madeBy, String changeId) {
+    return made(
+        version, schema, fieldIds, lastFieldId, numPartitions, changes(), madeAt, madeBy, changeId);
+  }
+
+  /** What this version changed from the one before, in words (empty: version 1). */
+  List<String> changes() {
+    List<String> out = new ArrayList<>();
+    JsonNode listed = json.get("changes");
+    if (listed != null && listed.isArray()) {
+      listed.forEach(c -> out.add(c.asText()));
+    }
+    return out;
+  }
+
+  /** The JSON of this version's change record. */
+  String recordJson() {
+    return json.toString();
+  }
+
+  private static void text(ObjectNode d, String field, String value) {
+    if (value == null) {
+      d.putNull(field);
+    } else {
+      d.put(field, value);
+    }
+  }
+
+  /** {@code schema} as the base64 Arrow IPC message a layout record holds. */
+  static String base64(Schema schema) {
+    ByteArrayOutputStream out = new ByteArrayOutputStream();
+    try {
+      MessageSerializer.serialize(new WriteChannel(Channels.newChannel(out)), schema);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    return Base64.getEncoder().encodeToString(out.toByteArray());
+  }
+
+  /** A column's type as pyarrow writes it ({@code str(field.type)}), nested types included. */
+  static String typeText(Field f) {
+    ArrowType t = f.getType();
+    List<Field> children = f.getChildren();
+    if (t instanceof ArrowType.List || t instanceof ArrowType.LargeList) {
+      String kind = t instanceof ArrowType.List ? "list" : "large_list";
+      return kind + "<" + childText(children.get(0)) + ">";
+    } else if (t instanceof ArrowType.Struct) {
+      List<String> parts = new ArrayList<>();
+      children.forEach(c -> parts.add(childText(c)));
+      return "struct<" + String.join(", ", parts) + ">";
+    } else if (t instanceof ArrowType.Map && children.size() == 1) {
+      List<Field> entry = children.get(0).getChildren();
+      if (entry.size() == 2) {
+        return "map<" + typeText(entry.get(0)) + ", " + typeText(entry.get(1)) + ">";
+      }
+    }
+    return SchemaResolution.typeName(t);
+  }
+
+  private static String childText(Field c) {
+    return c.getName() + ": " + typeText(c) + (c.isNullable() ? "" : " not null");
   }
 
   /** The name of the column of {@code fieldId} in this version; null: none. */

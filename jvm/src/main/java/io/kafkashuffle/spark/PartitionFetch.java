@@ -75,14 +75,13 @@ final class PartitionFetch {
       long waitMs) {
     Map<TopicPartition, Long> ends = new HashMap<>();
     Map<TopicPartition, Long> starts = new HashMap<>();
-    for (SplitPlan.PartitionRead r : reads) {
-      List<long[]> ivs = r.mergedIntervals();
-      if (!ivs.isEmpty() && ivs.get(0)[0] <= ivs.get(0)[1]) {
-        TopicPartition tp = new TopicPartition(topic, r.partition);
-        starts.put(tp, ivs.get(0)[0]);
-        ends.put(tp, ivs.get(0)[1]);
-      }
-    }
+    firstIntervals(reads)
+        .forEach(
+            (p, iv) -> {
+              TopicPartition tp = new TopicPartition(topic, p);
+              starts.put(tp, iv[0]);
+              ends.put(tp, iv[1]);
+            });
     Map<Integer, List<ConsumerRecord<byte[], ByteBuffer>>> out = new HashMap<>();
     if (starts.size() < 2) {
       return out;
@@ -110,6 +109,31 @@ final class PartitionFetch {
       c.resume(c.paused());
       c.assign(List.of());
     }
+    return out;
+  }
+
+  /**
+   * The first interval of each partition {@code reads} read, by partition: those {@link
+   * #prefetch} fetches. A partition read twice (runs written before the shuffle grew, read
+   * beside later runs of the same partition number) is left out: the records of one position
+   * cannot be the start of both of its reads, and each read then fetches its own.
+   */
+  static Map<Integer, long[]> firstIntervals(List<SplitPlan.PartitionRead> reads) {
+    Map<Integer, long[]> out = new HashMap<>();
+    Map<Integer, Integer> times = new HashMap<>();
+    for (SplitPlan.PartitionRead r : reads) {
+      times.merge(r.partition, 1, Integer::sum);
+      List<long[]> ivs = r.mergedIntervals();
+      if (!ivs.isEmpty() && ivs.get(0)[0] <= ivs.get(0)[1]) {
+        out.put(r.partition, ivs.get(0));
+      }
+    }
+    times.forEach(
+        (p, n) -> {
+          if (n > 1) {
+            out.remove(p);
+          }
+        });
     return out;
   }
 

@@ -5,10 +5,12 @@ import java.io.IOException;
 import java.math.BigDecimal;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -333,6 +335,12 @@ public final class ReadPlanner {
     return out;
   }
 
+  /**
+   * Splits a read of {@code commits} into Spark partitions, as {@code plan_splits} does. Runs
+   * written before the shuffle's partitions grew (their layout version has fewer) are read with
+   * the others, keyed: a split keeps the same key groups of them, read from their own Kafka
+   * partitions with those key groups kept ({@link #earlierReads}).
+   */
   static List<SplitPlan> planSplits(
       Layout layout, List<CommitLog.Commit> commits, Object parallelism) {
     if (parallelism != null
@@ -341,31 +349,19 @@ public final class ReadPlanner {
       throw ShuffleException.option(
           "parallelism must be a positive integer or 'auto', got " + parallelism);
     }
-    Map<String, Long> versions = new java.util.LinkedHashMap<>();
-    for (CommitLog.Commit c : commits) {
-      versions.put(c.runId, c.layoutVersion);
-    }
-    SchemaResolution.requireLatestPartitions(layout, versions);
     int n = layout.numPartitions;
     int m = layout.maxParallelism;
-    List<List<SplitPlan.Segment>> segs = new ArrayList<>();
-    for (int j = 0; j < n; j++) {
-      segs.add(new ArrayList<>());
-    }
+    Map<Integer, List<CommitLog.Commit>> byCount = new LinkedHashMap<>();
     for (CommitLog.Commit c : commits) {
-      boolean sorted = !layout.sortBy.isEmpty() && layout.sortBy.equals(c.sortBy);
-      for (Map.Entry<Integer, long[]> e : c.partitions.entrySet()) {
-        int p = e.getKey();
-        if (p < 0 || p >= n) {
-          throw ShuffleException.option(
-              "commit of run " + c.runId + " names partition " + p + ", outside [0, " + n + ")");
-        }
-        long[] r = e.getValue();
-        segs.get(p)
-            .add(
-                new SplitPlan.Segment(
-                    c.runId, r[0], r[1], c.tasks, c.window, r[2], sorted, c.layoutVersion));
-      }
+      int count = (int) layout.layoutVersion(c.layoutVersion).numPartitions;
+      byCount.computeIfAbsent(count, k -> new ArrayList<>()).add(c);
+    }
+    List<CommitLog.Commit> latest = byCount.remove(n);
+    List<List<SplitPlan.Segment>> segs =
+        segmentsByPartition(latest == null ? List.of() : latest, n, layout.sortBy);
+    TreeMap<Integer, List<List<SplitPlan.Segment>>> earlier = new TreeMap<>();
+    for (Map.Entry<Integer, List<CommitLog.Commit>> e : new TreeMap<>(byCount).entrySet()) {
+      earlier.put(e.getKey(), segmentsByPartition(e.getValue(), e.getKey(), layout.sortBy));
     }
     int p;
     if (AUTO.equals(parallelism)) {
@@ -377,7 +373,10 @@ public final class ReadPlanner {
           rows += x.rows;
         }
       }
-      p = rows == 0 && any ? n : (int) Math.max(1, Math.min(n, -Math.floorDiv(-rows, AUTO_TASK_ROWS)));
+      p =
+          rows == 0 && any
+              ? n
+              : (int) Math.max(1, Math.min(n, -Math.floorDiv(-rows, AUTO_TASK_ROWS)));
     } else {
       p = parallelism == null ? n : (Integer) parallelism;
     }
@@ -385,9 +384,17 @@ public final class ReadPlanner {
     if (p <= n) {
       for (int i = 0; i < p; i++) {
         List<SplitPlan.PartitionRead> reads = new ArrayList<>();
-        for (int j = (int) ((long) i * n / p); j < (int) ((long) (i + 1) * n / p); j++) {
+        int first = (int) ((long) i * n / p);
+        int stop = (int) ((long) (i + 1) * n / p);
+        for (int j = first; j < stop; j++) {
           int[] full = keyGroupRange(j, m, n);
-          reads.add(new SplitPlan.PartitionRead(j, full[0], full[1], true, List.copyOf(segs.get(j))));
+          reads.add(
+              new SplitPlan.PartitionRead(j, full[0], full[1], true, List.copyOf(segs.get(j))));
+        }
+        if (!earlier.isEmpty() && first < stop) {
+          reads.addAll(
+              earlierReads(
+                  earlier, m, keyGroupRange(first, m, n)[0], keyGroupRange(stop - 1, m, n)[1]));
         }
         out.add(new SplitPlan(i, List.copyOf(reads)));
       }
@@ -405,13 +412,80 @@ public final class ReadPlanner {
       for (int k = 0; k < mine.size(); k++) {
         int[] g = pieces.get(k);
         boolean whole = g[0] == full[0] && g[1] == full[1];
-        byIndex[mine.get(k)] =
-            new SplitPlan(
-                mine.get(k),
-                List.of(new SplitPlan.PartitionRead(j, g[0], g[1], whole, List.copyOf(segs.get(j)))));
+        List<SplitPlan.PartitionRead> reads = new ArrayList<>();
+        reads.add(new SplitPlan.PartitionRead(j, g[0], g[1], whole, List.copyOf(segs.get(j))));
+        reads.addAll(earlierReads(earlier, m, g[0], g[1]));
+        byIndex[mine.get(k)] = new SplitPlan(mine.get(k), List.copyOf(reads));
       }
     }
     return List.of(byIndex);
+  }
+
+  /**
+   * Each partition's segments of {@code commits} (a shuffle of {@code numPartitions}), in commit
+   * order; a segment is sorted when its run was written in the layout's {@code sortBy} order.
+   */
+  private static List<List<SplitPlan.Segment>> segmentsByPartition(
+      List<CommitLog.Commit> commits, int numPartitions, List<String> sortBy) {
+    List<List<SplitPlan.Segment>> out = new ArrayList<>();
+    for (int j = 0; j < numPartitions; j++) {
+      out.add(new ArrayList<>());
+    }
+    for (CommitLog.Commit c : commits) {
+      boolean sorted = !sortBy.isEmpty() && sortBy.equals(c.sortBy);
+      for (Map.Entry<Integer, long[]> e : c.partitions.entrySet()) {
+        int p = e.getKey();
+        if (p < 0 || p >= numPartitions) {
+          throw ShuffleException.option(
+              "commit of run "
+                  + c.runId
+                  + " names partition "
+                  + p
+                  + ", outside [0, "
+                  + numPartitions
+                  + ")");
+        }
+        long[] r = e.getValue();
+        out.get(p)
+            .add(
+                new SplitPlan.Segment(
+                    c.runId, r[0], r[1], c.tasks, c.window, r[2], sorted, c.layoutVersion));
+      }
+    }
+    return out;
+  }
+
+  /**
+   * The reads of runs written under an earlier partition count that hold key groups {@code
+   * [start, end)}, as {@code earlier_reads}: per count (smallest first), each of its partitions
+   * with segments whose key groups meet the range, keeping only those in both. Growing keeps
+   * the key groups, so each partition's key groups of the latest count lie in one or two
+   * partitions of an earlier count.
+   */
+  static List<SplitPlan.PartitionRead> earlierReads(
+      Map<Integer, List<List<SplitPlan.Segment>>> earlier,
+      int maxParallelism,
+      int start,
+      int end) {
+    List<SplitPlan.PartitionRead> out = new ArrayList<>();
+    for (Map.Entry<Integer, List<List<SplitPlan.Segment>>> e : earlier.entrySet()) {
+      int count = e.getKey();
+      List<List<SplitPlan.Segment>> byPartition = e.getValue();
+      for (int q = 0; q < byPartition.size(); q++) {
+        List<SplitPlan.Segment> seg = byPartition.get(q);
+        if (seg.isEmpty()) {
+          continue;
+        }
+        int[] full = keyGroupRange(q, maxParallelism, count);
+        int lo = Math.max(full[0], start);
+        int hi = Math.min(full[1], end);
+        if (lo < hi) {
+          boolean whole = lo == full[0] && hi == full[1];
+          out.add(new SplitPlan.PartitionRead(q, lo, hi, whole, List.copyOf(seg)));
+        }
+      }
+    }
+    return out;
   }
 
   /** A string as Python's {@code repr} writes it (None for null). */

@@ -8,7 +8,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.TreeSet;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.DateDayVector;
@@ -383,63 +382,19 @@ final class SchemaResolution {
   }
 
   /**
-   * Refuses a JVM read of {@code runs} (run id to the layout version it was written under, in
-   * log order) that names a version the layout lacks, or includes runs written under another
-   * partition count than the latest: their key groups sit in other partitions than the latest
-   * count puts them in, and reading them keyed by the latest count would hand rows to the wrong
-   * splits. The Python reader reads across partition counts.
+   * Refuses a plan (made elsewhere) whose runs name a layout version {@code layout} lacks,
+   * before any task starts: such a run cannot be read.
    */
-  static void requireLatestPartitions(Layout layout, Map<String, Long> runs) {
-    LayoutVersion latest = layout.latest();
-    List<String> other = new ArrayList<>();
-    Set<Long> counts = new TreeSet<>();
-    for (Map.Entry<String, Long> e : runs.entrySet()) {
-      LayoutVersion v = layout.layoutVersion(e.getValue());
-      if (v.numPartitions != latest.numPartitions) {
-        counts.add(v.numPartitions);
-        other.add(
-            ReadPlanner.repr(e.getKey())
-                + " ("
-                + v.numPartitions
-                + " partitions, layout version "
-                + v.version
-                + ")");
-      }
-    }
-    if (other.isEmpty()) {
-      return;
-    }
-    int shown = Math.min(other.size(), 5);
-    String listed =
-        String.join(", ", other.subList(0, shown))
-            + (other.size() > shown ? " and " + (other.size() - shown) + " more" : "");
-    throw new ShuffleException(
-        ShuffleException.Kind.LAYOUT,
-        "shuffle "
-            + ReadPlanner.repr(layout.topic)
-            + ": the read includes runs written under "
-            + (counts.size() == 1 ? counts.iterator().next() : counts.toString())
-            + " partitions, and the shuffle has "
-            + latest.numPartitions
-            + " now (layout version "
-            + latest.version
-            + "): "
-            + listed
-            + ". The JVM reader reads only runs written under the latest partition count; the"
-            + " Python reader (spark.read.format(\"kafka-shuffle\")) reads them all, or select"
-            + " the windows or runs written since the partitions grew");
-  }
-
-  /** {@link #requireLatestPartitions} for the runs {@code splits} read. */
-  static void requireLatestPartitions(Layout layout, List<SplitPlan> splits) {
-    Map<String, Long> runs = new LinkedHashMap<>();
+  static void requireVersions(Layout layout, List<SplitPlan> splits) {
+    Set<Long> checked = new HashSet<>();
     for (SplitPlan s : splits) {
       for (SplitPlan.PartitionRead r : s.reads) {
         for (SplitPlan.Segment g : r.segments) {
-          runs.putIfAbsent(g.runId, g.layoutVersion);
+          if (checked.add(g.layoutVersion)) {
+            layout.layoutVersion(g.layoutVersion);
+          }
         }
       }
     }
-    requireLatestPartitions(layout, runs);
   }
 }

@@ -8,11 +8,17 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.spark.sql.catalyst.analysis.NoSuchFunctionException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
 import org.apache.spark.sql.connector.catalog.FunctionCatalog;
@@ -36,7 +42,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * {@code spark.sql.catalog.shuffle.kafka.bootstrap.servers=...} (and any other {@code kafka.*}
  * setting, librdkafka-style as the Python side takes them). {@code spark.table("shuffle.`t`")}
  * is the shuffle {@code t} (its layout read from the commit log {@code t__commits});
- * {@code shuffle.with_metadata.`t`} adds the metadata columns. Functions: {@code
+ * {@code shuffle.with_metadata.`t`} adds the metadata columns. {@code ALTER TABLE} adds, renames,
+ * drops and widens a shuffle's columns ({@link #alterTable}). Functions: {@code
  * partition_of_<max_parallelism>_<num_partitions>} (see {@link PartitionFunction}).
  */
 public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
@@ -284,9 +291,112 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
     throw readOnly(ident);
   }
 
+  /**
+   * ALTER TABLE of a shuffle: columns added (nullable), renamed, dropped or widened (ALTER
+   * COLUMN ... TYPE, a type promotion), recorded as a new layout version in its commit log
+   * ({@link TableAlteration}), as {@code alter_shuffle} records one; runs already written are
+   * read as the new version. Refused with {@code alter_shuffle}'s messages (a key, {@code
+   * sort_by} or event-time column touched, a column that does not exist or exists already, a
+   * type that is no promotion, a column added that is not nullable), and any other change with
+   * what is not changed here; nothing is written then. The catalog's Kafka settings must allow
+   * writing to the shuffle's commit log.
+   */
   @Override
-  public Table alterTable(Identifier ident, TableChange... changes) {
-    throw readOnly(ident);
+  public Table alterTable(Identifier ident, TableChange... changes) throws NoSuchTableException {
+    String[] ns = ident.namespace();
+    boolean withMetadata = ns.length == 1 && ns[0].equals(WITH_METADATA);
+    if (ns.length != 0 && !withMetadata) {
+      throw new NoSuchTableException(ident);
+    }
+    String topic = ident.name();
+    CommitLog log = readLog(topic);
+    Layout layout = log == null ? null : log.layout();
+    if (layout == null) {
+      throw new NoSuchTableException(ident);
+    }
+    TableAlteration change =
+        TableAlteration.of(
+            owner() + ": shuffle " + ReadPlanner.repr(topic), layout.latest(), changes);
+    if (change.isEmpty()) {
+      return new ShuffleTable(layout, kafka(), withMetadata, log); // DROP COLUMN IF EXISTS only
+    }
+    TableAlteration.Recorded done;
+    try (ChangeWriter writer = new ChangeWriter(topic)) {
+      done =
+          TableAlteration.record(
+              topic,
+              writer,
+              layout,
+              l -> change.apply(topic, l.latest(), TableAlteration.Pinned.of(l)),
+              TableAlteration.MADE_BY);
+    }
+    LOG.info(
+        "shuffle '{}': layout version {} recorded (ALTER TABLE): {}",
+        topic,
+        done.version().version,
+        String.join("; ", done.version().changes()));
+    return new ShuffleTable(done.log().layout(), kafka(), withMetadata, done.log());
+  }
+
+  /** Writes change records to a shuffle's commit log and reads the log back. */
+  private final class ChangeWriter implements TableAlteration.ChangeLog, AutoCloseable {
+    private final String topic;
+    private final String ctopic;
+    private KafkaProducer<String, String> producer;
+
+    ChangeWriter(String topic) {
+      this.topic = topic;
+      this.ctopic = topic + COMMITS_SUFFIX;
+    }
+
+    @Override
+    public void write(String key, String value) {
+      String what =
+          owner()
+              + ": writing "
+              + ReadPlanner.repr(key)
+              + " to commit log "
+              + ReadPlanner.repr(ctopic);
+      try {
+        if (producer == null) {
+          Properties p = KafkaOptions.producer(kafka(), owner());
+          p.setProperty("acks", "all");
+          p.setProperty("linger.ms", "0");
+          // One keyed record at a time: a retried duplicate is harmless, so idempotence (and
+          // the producer-id round trip and ACL it needs) buys nothing.
+          p.setProperty("enable.idempotence", "false");
+          p.setProperty("max.block.ms", "30000");
+          producer = new KafkaProducer<>(p, new StringSerializer(), new StringSerializer());
+        }
+        producer.send(new ProducerRecord<>(ctopic, 0, key, value)).get(30, TimeUnit.SECONDS);
+      } catch (ExecutionException e) {
+        throw new ShuffleException(
+            ShuffleException.Kind.CONNECTION, what + ": " + e.getCause(), e.getCause());
+      } catch (TimeoutException | KafkaException e) {
+        throw new ShuffleException(ShuffleException.Kind.CONNECTION, what + ": " + e, e);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new ShuffleException(ShuffleException.Kind.CONNECTION, what + ": interrupted", e);
+      }
+    }
+
+    @Override
+    public CommitLog read() {
+      CommitLog log = readLog(topic);
+      if (log == null) {
+        throw new ShuffleException(
+            ShuffleException.Kind.NOT_FOUND,
+            owner() + ": commit log " + ReadPlanner.repr(ctopic) + " is gone");
+      }
+      return log;
+    }
+
+    @Override
+    public void close() {
+      if (producer != null) {
+        producer.close(Duration.ofSeconds(30));
+      }
+    }
   }
 
   @Override
@@ -302,7 +412,8 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
   private UnsupportedOperationException readOnly(Identifier ident) {
     return new UnsupportedOperationException(
         owner()
-            + " is read-only: shuffle '"
+            + " does not create, drop or rename shuffles (ALTER TABLE changes their columns):"
+            + " shuffle '"
             + ident.name()
             + "' is written with orchestration.shuffle.write_shuffle and expired with "
             + "expire_shuffle");

@@ -12,6 +12,7 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.Expressions;
+import org.apache.spark.sql.connector.expressions.FieldReference;
 import org.apache.spark.sql.connector.expressions.NullOrdering;
 import org.apache.spark.sql.connector.expressions.SortDirection;
 import org.apache.spark.sql.connector.expressions.SortOrder;
@@ -36,15 +37,20 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * A planned read: one Spark partition per split of the plan. When each split is one whole
  * Kafka partition (the plan's default parallelism), the scan reports that its rows are grouped
  * by {@code partition_of_<m>_<n>(key columns)}, so Spark plans grouping, windows and joins by
- * the key with no Exchange; otherwise it reports nothing. It reports its rows (from the commit
- * records) and an estimate of their size, so Spark can choose to broadcast a small read.
+ * the key with no Exchange; otherwise it reports nothing. Runs written before the shuffle's
+ * partitions grew keep it keyed: split i reads of them only partition i's key groups, from the
+ * partitions they were written to ({@link ReadPlanner#earlierReads}). It reports its rows (from
+ * the commit records) and an estimate of their size, so Spark can choose to broadcast a small
+ * read.
  *
  * <p>A keyed read of a shuffle with {@code sort_by}, every one of whose runs was written sorted
  * (its commit says so), also reports that each partition's rows are in that order (the longest
  * prefix of {@code sort_by} the read outputs; ascending, nulls first): a split of one such run
- * is one sorted sequence, read as it is; a split of several is merged ({@link
- * SortedMergeReader}, rows instead of columnar batches), unless it has more than {@link
- * #MAX_MERGED_RUNS} runs with rows, when no order is reported and Spark sorts.
+ * is one sorted sequence, read as it is (a key-group sub-range of it too); a split of several
+ * (runs of earlier partition counts included, each partition read of each run a sequence of
+ * its own) is merged ({@link SortedMergeReader}, rows instead of columnar batches), unless it
+ * has more than {@link #MAX_MERGED_RUNS} such sequences with rows, when no order is reported
+ * and Spark sorts.
  */
 final class ShuffleScan
     implements Scan,
@@ -94,7 +100,7 @@ final class ShuffleScan
   private synchronized List<SplitPlan> splits() {
     if (splits == null) {
       splits = planner.get();
-      keyed = keyedSplits(splits, spec.layout().numPartitions);
+      keyed = keyedSplits(splits, spec.layout());
       if (aggregation != null) {
         // Each group's rows are in one whole partition: the splits may hold several, and one
         // task per core aggregates them with the fewest tasks. What they output is one row
@@ -143,20 +149,24 @@ final class ShuffleScan
     return out;
   }
 
-  /** The most runs with rows that one Kafka partition read of the splits holds. */
+  /**
+   * The most sorted sequences one split merges: its segments with rows, over all its partition
+   * reads (a keyed split reads, besides its own partition, the partitions of runs written
+   * before the shuffle grew, each a sequence of its own).
+   */
   static int runsWithRows(List<SplitPlan> splits) {
     int most = 0;
     for (SplitPlan s : splits) {
+      int n = 0;
       for (SplitPlan.PartitionRead r : s.reads) {
-        int n = 0;
         for (SplitPlan.Segment g : r.segments) {
           // A sorted run records its rows per partition: 0 is none, not "not recorded".
           if (g.rows > 0) {
             n++;
           }
         }
-        most = Math.max(most, n);
       }
+      most = Math.max(most, n);
     }
     return most;
   }
@@ -173,8 +183,9 @@ final class ShuffleScan
     return out;
   }
 
+  // The name taken whole (a column name may hold dots), with no SQL parsing.
   private static Expression column(String name) {
-    return Expressions.column("`" + name.replace("`", "``") + "`");
+    return FieldReference.column(name);
   }
 
   private boolean keyed() {
@@ -253,15 +264,72 @@ final class ShuffleScan
     }
   }
 
-  /** Whether split i reads exactly all of Kafka partition i, for every partition. */
-  static boolean keyedSplits(List<SplitPlan> splits, int numPartitions) {
-    if (splits.size() != numPartitions) {
+  /**
+   * Whether split i holds the rows of exactly the key groups of Kafka partition i (of the latest
+   * partition count), for every partition: all of partition i, and of runs written before the
+   * shuffle grew only reads of partition i's key groups from their own partitions. Every row of
+   * split i then has i as its value of the scan's partitioning function.
+   */
+  static boolean keyedSplits(List<SplitPlan> splits, Layout layout) {
+    int n = layout.numPartitions;
+    int m = layout.maxParallelism;
+    if (splits.size() != n) {
       return false;
     }
     for (int i = 0; i < splits.size(); i++) {
-      SplitPlan s = splits.get(i);
-      if (s.reads.size() != 1 || !s.reads.get(0).full || s.reads.get(0).partition != i) {
+      int[] own = ReadPlanner.keyGroupRange(i, m, n);
+      int latest = 0;
+      for (SplitPlan.PartitionRead r : splits.get(i).reads) {
+        int count = partitionCount(r, layout);
+        if (count == n) {
+          if (!r.full || r.partition != i || ++latest > 1) {
+            return false;
+          }
+        } else if (count < 0 || r.keyGroupStart < own[0] || r.keyGroupEnd > own[1]) {
+          return false;
+        } else if (r.full) {
+          // Read unfiltered: its rows are its whole partition's key groups.
+          int[] whole = ReadPlanner.keyGroupRange(r.partition, m, count);
+          if (whole[0] != r.keyGroupStart || whole[1] != r.keyGroupEnd) {
+            return false;
+          }
+        }
+      }
+      if (latest != 1) {
         return false;
+      }
+    }
+    return true;
+  }
+
+  /**
+   * The partition count {@code read}'s runs were written under (their layout versions'), the
+   * count its partition number and key groups are of; the latest when it has no segments;
+   * -1 when its segments disagree.
+   */
+  static int partitionCount(SplitPlan.PartitionRead read, Layout layout) {
+    int count = -1;
+    for (SplitPlan.Segment g : read.segments) {
+      int c = (int) layout.layoutVersion(g.layoutVersion).numPartitions;
+      if (count >= 0 && c != count) {
+        return -1;
+      }
+      count = c;
+    }
+    return count < 0 ? layout.numPartitions : count;
+  }
+
+  /**
+   * Whether every run {@code splits} read was written under the latest partition count: each
+   * key's rows are then in one Kafka partition. A run written before the shuffle grew holds a
+   * key's rows in another partition, read beside the latest one's.
+   */
+  static boolean latestPartitionCount(List<SplitPlan> splits, Layout layout) {
+    for (SplitPlan s : splits) {
+      for (SplitPlan.PartitionRead r : s.reads) {
+        if (partitionCount(r, layout) != layout.numPartitions) {
+          return false;
+        }
       }
     }
     return true;
@@ -364,14 +432,18 @@ final class ShuffleScan
           }
           partition += g.rows;
         }
-        // A key-group sub-range: its share of the partition's key groups.
+        // A key-group sub-range: its share of the partition's key groups (of the partition
+        // count the runs were written under).
+        int count = partitionCount(r, layout);
+        int[] whole =
+            ReadPlanner.keyGroupRange(
+                r.partition, layout.maxParallelism, count < 0 ? layout.numPartitions : count);
         rows +=
             r.full
                 ? partition
                 : partition
                     * (double) (r.keyGroupEnd - r.keyGroupStart)
-                    * layout.numPartitions
-                    / layout.maxParallelism;
+                    / Math.max(1, whole[1] - whole[0]);
       }
     }
     long n = (long) Math.ceil(rows);

@@ -131,8 +131,10 @@ final class ShuffleTable implements SupportsRead {
 
     /**
      * Taken whole or not at all: when every split reads whole Kafka partitions (the default
-     * parallelism, or less) and {@link PushedAggregation} can run the aggregation, which needs
-     * the groups to include the key. Spark asks this before {@link #pushAggregation}, with the
+     * parallelism, or less), every run read was written under the latest partition count (a
+     * run written before the shuffle grew holds a group's rows in another partition than a
+     * later run does) and {@link PushedAggregation} can run the aggregation, which needs the
+     * groups to include the key. Else Spark aggregates the read itself. Spark asks this before {@link #pushAggregation}, with the
      * same aggregation.
      */
     @Override
@@ -153,7 +155,11 @@ final class ShuffleTable implements SupportsRead {
         return null;
       }
       Planned plan = planned();
-      return ShuffleScan.wholePartitions(plan.splits.get()) ? p : null;
+      List<SplitPlan> splits = plan.splits.get();
+      return ShuffleScan.wholePartitions(splits)
+              && ShuffleScan.latestPartitionCount(splits, plan.layout)
+          ? p
+          : null;
     }
 
     @Override
@@ -251,7 +257,7 @@ final class ShuffleTable implements SupportsRead {
               "shuffle '" + topic + "' has no event_time column; an event-time range cannot apply");
         }
         List<SplitPlan> handed = SplitPlan.parseAll(planText, "plan");
-        SchemaResolution.requireLatestPartitions(planned, handed);
+        SchemaResolution.requireVersions(planned, handed);
         splits = () -> handed;
       }
       return new Planned(given, kafka, planned, splits, start, end);

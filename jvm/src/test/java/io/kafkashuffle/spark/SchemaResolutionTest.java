@@ -48,8 +48,8 @@ import org.junit.jupiter.api.Test;
 
 /**
  * Frames of runs written under older layout versions read as the latest version: widened,
- * renamed and added columns, the frame's own vectors kept where nothing changed, and the reads
- * the JVM refuses (runs of another partition count).
+ * renamed and added columns, the frame's own vectors kept where nothing changed, and runs of an
+ * earlier partition count planned from their own partitions (more in {@link GrownReadsTest}).
  */
 class SchemaResolutionTest {
   private static final String TOPIC = "orders";
@@ -437,42 +437,37 @@ class SchemaResolutionTest {
   }
 
   @Test
-  void runsOfAnotherPartitionCountAreRefusedByTheJvm() throws Exception {
+  void runsOfAnotherPartitionCountArePlannedFromTheirOwnPartitions() throws Exception {
     CommitLog log = log(8);
     Layout layout = log.layout();
     assertEquals(8, layout.numPartitions);
-    ShuffleException e =
-        assertThrows(
-            ShuffleException.class,
-            () ->
-                ReadPlanner.plan(
-                    log, new ReadPlanner.Selection(null, null, null, null, null)));
-    assertEquals(ShuffleException.Kind.LAYOUT, e.kind());
-    assertEquals(
-        "ShuffleLayoutError: shuffle 'orders': the read includes runs written under 4"
-            + " partitions, and the shuffle has 8 now (layout version 2): '"
-            + OLD_RUN
-            + "' (4 partitions, layout version 1). The JVM reader reads only runs written under"
-            + " the latest partition count; the Python reader"
-            + " (spark.read.format(\"kafka-shuffle\")) reads them all, or select the windows or"
-            + " runs written since the partitions grew",
-        e.getMessage());
-    // The runs written since are read, each segment naming its version.
     List<SplitPlan> splits =
-        ReadPlanner.plan(
-            log, new ReadPlanner.Selection(null, List.of(NEW_RUN.toString()), null, null, null));
+        ReadPlanner.plan(log, new ReadPlanner.Selection(null, null, null, null, null));
     assertEquals(8, splits.size());
-    ObjectNode json = splits.get(3).toJson();
+    // Split 3 holds key groups [6, 8): partition 3 now, part of partition 1 of 4 before.
+    SplitPlan three = splits.get(3);
+    assertEquals(2, three.reads.size());
+    SplitPlan.PartitionRead now = three.reads.get(0);
+    assertEquals(3, now.partition);
+    assertTrue(now.full);
+    assertEquals(NEW_RUN.toString(), now.segments.get(0).runId);
+    SplitPlan.PartitionRead before = three.reads.get(1);
+    assertEquals(1, before.partition);
+    assertEquals(6, before.keyGroupStart);
+    assertEquals(8, before.keyGroupEnd);
+    assertFalse(before.full);
+    assertEquals(OLD_RUN.toString(), before.segments.get(0).runId);
+    assertEquals(1, before.segments.get(0).layoutVersion);
+    ObjectNode json = three.toJson();
     assertEquals(2, json.get("reads").get(0).get("segments").get(0).get("layout_version").asInt());
+    assertFalse(json.get("reads").get(1).get("segments").get(0).has("layout_version"));
     SplitPlan back =
         SplitPlan.parseAll(
                 Layout.JSON.createArrayNode().add(json.toString()).toString(), "plan")
             .get(0);
     assertEquals(2, back.reads.get(0).segments.get(0).layoutVersion);
-    // A plan made elsewhere that includes them is refused where it is read.
-    assertThrows(
-        ShuffleException.class,
-        () -> new PartitionFrames(spec(layout, LATEST), read(4, 8), false, allocator, live));
+    assertEquals(6, back.reads.get(1).keyGroupStart);
+    assertTrue(ShuffleScan.keyedSplits(splits, layout));
   }
 
   @Test
@@ -511,9 +506,14 @@ class SchemaResolutionTest {
 
   private static org.apache.spark.sql.connector.read.Scan scan(
       CommitLog log, String layoutOption) {
+    return scan(log, layoutOption, handedPlan());
+  }
+
+  private static org.apache.spark.sql.connector.read.Scan scan(
+      CommitLog log, String layoutOption, String plan) {
     ShuffleTable table = new ShuffleTable(log.layout(), Map.of(), false, log);
     Map<String, String> options = new java.util.HashMap<>();
-    options.put("plan", handedPlan());
+    options.put("plan", plan);
     options.put("layout", layoutOption);
     options.put("kafka.bootstrap.servers", "localhost:1");
     return table
@@ -542,12 +542,39 @@ class SchemaResolutionTest {
   }
 
   @Test
-  void aHandedPlanOfRunsOfAnotherPartitionCountIsRefused() throws Exception {
+  void aHandedPlanOfRunsOfAnotherPartitionCountIsRead() throws Exception {
     CommitLog log = log(8);
+    ArrayNode plan = Layout.JSON.createArrayNode();
+    for (SplitPlan split :
+        ReadPlanner.plan(log, new ReadPlanner.Selection(null, null, null, null, null))) {
+      plan.add(split.toJson().toString());
+    }
+    var s = scan(log, log.layout().json, plan.toString());
+    assertEquals(7, s.readSchema().fields().length);
+    assertTrue(
+        ((ShuffleScan) s).outputPartitioning()
+            instanceof org.apache.spark.sql.connector.read.partitioning.KeyGroupedPartitioning);
+  }
+
+  @Test
+  void aHandedPlanOfAVersionTheLogLacksIsRefused() throws Exception {
+    CommitLog log = log(8);
+    SplitPlan split =
+        new SplitPlan(
+            0,
+            List.of(
+                new SplitPlan.PartitionRead(
+                    0,
+                    0,
+                    2,
+                    true,
+                    List.of(
+                        new SplitPlan.Segment(
+                            "r9", 0, 9, new int[][] {{0, 0}}, null, 3, false, 9)))));
+    String plan = Layout.JSON.createArrayNode().add(split.toJson().toString()).toString();
     ShuffleException e =
-        assertThrows(ShuffleException.class, () -> scan(log, log.layout().json));
-    assertEquals(ShuffleException.Kind.LAYOUT, e.kind());
-    assertTrue(e.getMessage().contains("spark.read.format(\"kafka-shuffle\")"), e.getMessage());
+        assertThrows(ShuffleException.class, () -> scan(log, log.layout().json, plan));
+    assertTrue(e.getMessage().contains("layout version 9 is not in its commit log"), e.getMessage());
   }
 
   @Test
