@@ -183,7 +183,8 @@ def plan_splits(
 
     Runs written before the shuffle's partitions grew (their layout version has fewer) are
     read with the others, keyed: a Spark partition keeps the same key groups of them, read
-    from their own Kafka partitions with those key groups kept (:func:`earlier_reads`)."""
+    from their own Kafka partitions with those key groups kept (:func:`earlier_reads`). Such
+    a read has, by default, as many splits as the smallest partition count it reads."""
     check_parallelism(parallelism)
     n = layout.num_partitions
     m = layout.max_parallelism
@@ -198,6 +199,12 @@ def plan_splits(
     }
     if parallelism == AUTO:
         p = auto_parallelism(segs)
+    elif parallelism is None and earlier:
+        # Runs of several partition counts: by default as many splits as the smallest
+        # count, each holding whole partitions of every count, so that no Kafka partition
+        # is fetched twice (a split of the latest count would fetch an older partition once
+        # for each of its sub-ranges); ask for more with ``parallelism``.
+        p = min(earlier)
     else:
         p = n if parallelism is None else int(parallelism)
 
