@@ -26,8 +26,20 @@ Example::
   severity ERROR when one may be a later run of a partition checked (reads of it are
   refused), else WARN.
 
-The checks of a partitioned asset are partitioned as the asset is, so they check a
-partition, not the asset as a whole:
+- ``shuffle_event_times_in_window``: each run checked holds rows of its own window only: the
+  event times its commit record gives lie in the window's time span (for time-window
+  partitions and a shuffle with an event time). A producer that did not select its window's
+  rows fails it, naming the window and the rows' bounds.
+- ``shuffle_watermark_progress`` (of the asset as a whole, never blocking): the shuffle's
+  watermark advanced within ``stall_after`` (default: a partition's length and a quarter,
+  30 hours for daily partitions). It fails with severity WARN once the watermark has not
+  advanced for that long, ERROR after twice that. A re-run of an old window does not
+  advance the watermark, so it does not satisfy it. :func:`~orchestration.
+  shuffle_watch_sensor` evaluates it on every tick, so a stall is caught while nothing is
+  committed.
+
+The checks of a partitioned asset (but ``shuffle_watermark_progress``) are partitioned as
+the asset is, so they check a partition, not the asset as a whole:
 
 - run with a materialization, they check the runs that Dagster run committed for its
   partition (or each partition of a range run);
@@ -57,7 +69,9 @@ from dagster import (
     AssetsDefinition,
     AssetSpec,
     MetadataValue,
+    PartitionsDefinition,
     PreviewWarning,
+    TimeWindowPartitionsDefinition,
     asset_check,
 )
 
@@ -68,7 +82,14 @@ from orchestration.definition import (
     declaration_differences,
     declared_metadata,
 )
-from orchestration.shuffle.core.commitlog import Commit, Expired, ShuffleLog, commit_topic
+from orchestration.metadata import epoch_seconds, outside_window, window_bounds
+from orchestration.shuffle.core.commitlog import (
+    Commit,
+    Expired,
+    ShuffleLog,
+    commit_topic,
+    from_micros,
+)
 from orchestration.shuffle.core.frames import FrameType, decode
 from orchestration.shuffle.errors import ShuffleError, ShuffleFormatError
 from orchestration.shuffle.kafka.client import KafkaClient, read_range
@@ -307,6 +328,134 @@ def readability(log: ShuffleLog, keys: Sequence[str] | None) -> Readability:
     )
 
 
+# The check whose result says the shuffle's watermark keeps advancing; shuffle_watch_sensor
+# reports it on its ticks.
+PROGRESS_CHECK = "shuffle_watermark_progress"
+# The check whose result says each run's rows are of its own window.
+IN_WINDOW_CHECK = "shuffle_event_times_in_window"
+
+# The cadence of a shuffle without time-window partitions, unless told.
+DEFAULT_CADENCE = dt.timedelta(days=1)
+
+
+def expected_cadence(partitions_def: PartitionsDefinition | None) -> dt.timedelta:
+    """How often a shuffle's watermark is expected to advance: the length of a partition of
+    time-window partitions (its first), else :data:`DEFAULT_CADENCE`."""
+    if isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        first = partitions_def.get_first_partition_window()
+        if first is not None:
+            return first.end - first.start
+    return DEFAULT_CADENCE
+
+
+def default_stall_after(partitions_def: PartitionsDefinition | None) -> dt.timedelta:
+    """How long a watermark may stand still before ``shuffle_watermark_progress`` fails: a
+    partition and a quarter (a window's run that comes a little late is not a stall)."""
+    return expected_cadence(partitions_def) * 5 / 4
+
+
+@dataclass(frozen=True)
+class WatermarkProgress:
+    """What ``shuffle_watermark_progress`` says of a shuffle's commit log at ``now``.
+
+    ``watermark`` is the shuffle's (epoch microseconds; None: no run declares one, and then
+    any new commit counts as progress), ``advanced_at`` when the commit that brought it
+    there committed (None: nothing committed yet).
+    """
+
+    watermark: int | None
+    advanced_at: dt.datetime | None
+    now: dt.datetime
+    stall_after: dt.timedelta
+
+    @property
+    def idle(self) -> dt.timedelta | None:
+        return None if self.advanced_at is None else self.now - self.advanced_at
+
+    @property
+    def passed(self) -> bool:
+        return self.idle is None or self.idle <= self.stall_after
+
+    @property
+    def severity(self) -> AssetCheckSeverity:
+        idle = self.idle
+        stalled_long = idle is not None and idle > 2 * self.stall_after
+        return AssetCheckSeverity.ERROR if stalled_long else AssetCheckSeverity.WARN
+
+    @property
+    def description(self) -> str:
+        if self.advanced_at is None:
+            return "nothing committed yet: no progress to judge"
+        what = (
+            f"the watermark {from_micros(self.watermark).isoformat()}"
+            if self.watermark is not None
+            else "the last commit (no run declares a watermark)"
+        )
+        hours = self.idle.total_seconds() / 3600 if self.idle is not None else 0.0
+        state = "within" if self.passed else "stalled: past"
+        return (
+            f"{what} was reached at {self.advanced_at.isoformat()}, {hours:.1f} h ago; "
+            f"{state} the {self.stall_after.total_seconds() / 3600:.1f} h allowed"
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        md: dict[str, Any] = {"stall_after_s": self.stall_after.total_seconds()}
+        if self.watermark is not None:
+            md["watermark_epoch_s"] = epoch_seconds(self.watermark)
+            md["watermark"] = MetadataValue.timestamp(from_micros(self.watermark))
+        if self.advanced_at is not None and self.idle is not None:
+            md["advanced_at"] = MetadataValue.timestamp(self.advanced_at)
+            md["idle_s"] = round(self.idle.total_seconds(), 3)
+        return md
+
+    def result(self) -> AssetCheckResult:
+        return AssetCheckResult(
+            passed=self.passed,
+            severity=self.severity,
+            description=self.description,
+            metadata=self.metadata(),
+        )
+
+
+def watermark_progress(
+    log: ShuffleLog, now: dt.datetime, stall_after: dt.timedelta
+) -> WatermarkProgress:
+    """When the shuffle's watermark last advanced, read from its commit log, and whether
+    that is within ``stall_after`` of ``now``. Pure.
+
+    The watermark advanced when the first commit (in log order, superseded runs included)
+    that declares it committed: a later run re-declaring it (a re-run of a window) is not
+    progress. A shuffle none of whose runs declares a watermark progresses with each commit.
+    """
+    mark = log.watermark()
+    if mark is None:
+        reached = log.commits[-1:]
+    else:
+        marks = ((c, c.effective_watermark) for c in log.commits)
+        reached = [c for c, m in marks if m is not None and m >= mark][:1]
+    at = _utc(dt.datetime.fromisoformat(reached[0].committed_at)) if reached else None
+    return WatermarkProgress(mark, at, _utc(now), stall_after)
+
+
+def _utc(when: dt.datetime) -> dt.datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+
+
+def runs_outside_windows(
+    commits: Iterable[Commit], partitions_def: PartitionsDefinition | None
+) -> list[str]:
+    """What ``shuffle_event_times_in_window`` finds wrong with ``commits``: each run whose
+    rows' event times fall outside its window (:func:`~orchestration.metadata.
+    outside_window`)."""
+    out = []
+    for commit in commits:
+        bounds = window_bounds(partitions_def, commit.window)
+        wrong = outside_window(commit, *bounds) if bounds is not None else None
+        if wrong is not None:
+            out.append(wrong)
+    return out
+
+
 def _partition_keys(context: AssetCheckExecutionContext, partitioned: bool) -> list[str] | None:
     if not partitioned:
         return None
@@ -316,24 +465,35 @@ def _partition_keys(context: AssetCheckExecutionContext, partitioned: bool) -> l
 
 
 def shuffle_asset_checks(
-    asset: AssetsDefinition | AssetSpec, *, blocking: bool = True, full_read: bool = False
+    asset: AssetsDefinition | AssetSpec,
+    *,
+    blocking: bool = True,
+    full_read: bool = False,
+    stall_after: dt.timedelta | None = None,
 ) -> list[AssetChecksDefinition]:
-    """The layout, row-count and readability checks of a shuffle asset stored by
-    ``KafkaShuffleIOManager`` (the module doc says what each checks).
+    """The layout, row-count, readability, event-time and watermark-progress checks of a
+    shuffle asset stored by ``KafkaShuffleIOManager`` (the module doc says what each checks).
 
     Args:
         asset: The shuffle asset, or the ``AssetSpec`` by which another code location
             declares it (``shuffle_metadata`` and ``with_io_manager_key``).
-        blocking: Whether a failed check stops the rest of its run (downstream assets).
+        blocking: Whether a failed check stops the rest of its run (downstream assets);
+            ``shuffle_watermark_progress`` never does (a stall is no reason to hold back a
+            window's consumers).
         full_read: ``shuffle_rows`` reads every row back, every payload decoded, without
             Spark (``read_batches``), instead of counting from the frame headers.
+        stall_after: How long the watermark may stand still before
+            ``shuffle_watermark_progress`` fails; default :func:`default_stall_after`.
     """
     shuffle = asset_shuffle(asset)
     io_key = asset_io_manager_key(asset)
     partitions_def = asset.partitions_def
     partitioned = partitions_def is not None
+    allowed = stall_after if stall_after is not None else default_stall_after(partitions_def)
 
-    def decorate(name: str, description: str) -> Callable[[Callable], AssetChecksDefinition]:
+    def decorate(
+        name: str, description: str, *, whole_asset: bool = False
+    ) -> Callable[[Callable], AssetChecksDefinition]:
         def apply(fn: Callable) -> AssetChecksDefinition:
             # Partitioned checks are a preview in Dagster 1.13 (AssetCheckSpec warns about
             # partitions_def); they are what lets a check run for the partition chosen.
@@ -343,10 +503,10 @@ def shuffle_asset_checks(
                     # An AssetSpec (a shuffle declared by another code location) by its key.
                     asset=asset.key if isinstance(asset, AssetSpec) else asset,
                     name=name,
-                    blocking=blocking,
+                    blocking=blocking and not whole_asset,
                     required_resource_keys={io_key},
                     description=description,
-                    partitions_def=partitions_def,
+                    partitions_def=None if whole_asset else partitions_def,
                 )(fn)
 
         return apply
@@ -450,7 +610,62 @@ def shuffle_asset_checks(
             metadata=found.metadata,
         )
 
-    return [_layout, _rows, _readable]
+    @decorate(
+        IN_WINDOW_CHECK,
+        "Each run's rows are of its window: their event times lie in the window's time span.",
+    )
+    def _in_window(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        keys = _partition_keys(context, partitioned)
+        if keys == []:
+            why = "the run chose no partition of the partitioned asset"
+            return AssetCheckResult(passed=False, description=why, metadata={"error": why})
+        if not isinstance(partitions_def, TimeWindowPartitionsDefinition):
+            return AssetCheckResult(
+                passed=True,
+                description="the asset has no time-window partitions: no window to hold to",
+                metadata={"runs_checked": 0},
+            )
+        kafka = getattr(context.resources, io_key).kafka
+        try:
+            log = shuffle_log(shuffle.under(kafka).topic, kafka=kafka.client())
+        except ShuffleError as exc:
+            return AssetCheckResult(
+                passed=False, description=str(exc), metadata={"error": str(exc)}
+            )
+        # A partition without a run is shuffle_window_readable's to report.
+        commits, _ = commits_to_check(log, context.run.run_id, keys)
+        problems = runs_outside_windows(commits, partitions_def)
+        metadata: dict[str, Any] = {"runs_checked": len(commits), "runs_outside": len(problems)}
+        if problems:
+            metadata["outside"] = MetadataValue.json(problems[:50])
+        return AssetCheckResult(
+            passed=not problems,
+            description="; ".join(problems[:5]) or None,
+            metadata=metadata,
+        )
+
+    @decorate(
+        PROGRESS_CHECK,
+        f"The shuffle's watermark advanced in the last {_hours(allowed)}: WARN past it, ERROR "
+        "past twice that. A re-run of an old window does not count.",
+        whole_asset=True,
+    )
+    def _progress(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        kafka = getattr(context.resources, io_key).kafka
+        try:
+            log = shuffle_log(shuffle.under(kafka).topic, kafka=kafka.client())
+        except ShuffleError as exc:
+            return AssetCheckResult(
+                passed=False, description=str(exc), metadata={"error": str(exc)}
+            )
+        return watermark_progress(log, dt.datetime.now(dt.UTC), allowed).result()
+
+    return [_layout, _rows, _readable, _in_window, _progress]
+
+
+def _hours(span: dt.timedelta) -> str:
+    hours = span.total_seconds() / 3600
+    return f"{hours:g} hours" if hours >= 1 else f"{span.total_seconds() / 60:g} minutes"
 
 
 def _per_run(counts: Iterable[FrameCount]) -> dict[str, dict[str, Any]]:

@@ -70,9 +70,9 @@ from orchestration.definition import (
     window_ends,
     windows_failure,
 )
-from orchestration.metadata import commit_metadata
+from orchestration.metadata import commit_metadata, outside_window, window_bounds
 from orchestration.resources import KafkaResource
-from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog
+from orchestration.shuffle.core.commitlog import Commit, ShuffleLog
 from orchestration.shuffle.errors import (
     ShuffleError,
     ShuffleOptionError,
@@ -159,12 +159,26 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 return
             window = keys[0]
         result = self._write(context, asset, obj, window, kafka)
-        layout = shuffle_log(asset.topic, kafka=kafka).layout
-        context.add_output_metadata(self._metadata(result, layout))
+        log = shuffle_log(asset.topic, kafka=kafka)
+        context.add_output_metadata(self._metadata(context, result, log))
 
-    def _metadata(self, result: WriteResult, layout: Layout | None) -> dict[str, Any]:
+    def _metadata(
+        self, context: OutputContext, result: WriteResult, log: ShuffleLog | None
+    ) -> dict[str, Any]:
+        """The run's materialization metadata; a run whose rows' event times fall outside
+        its window is said in the run's log."""
+        commit = result.commit
+        bounds = window_bounds(context.asset_partitions_def, commit.window)
+        wrong = outside_window(commit, *bounds) if bounds is not None else None
+        if wrong is not None:
+            context.log.warning(f"{result.topic}: {wrong}")
         return commit_metadata(
-            result.commit, layout, self.kafka, topic=result.topic, write_path=result.path
+            commit,
+            log.layout if log is not None else None,
+            self.kafka,
+            topic=result.topic,
+            write_path=result.path,
+            shuffle_watermark=log.watermark() if log is not None else None,
         )
 
     def _write(
@@ -209,8 +223,8 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         committed window is materialized once, with its own metadata; if any failed, the
         run fails for those (tagged and named in the error) and only for those."""
         committed, failed = self._write_range(context, asset, df, keys, kafka)
-        layout = shuffle_log(asset.topic, kafka=kafka).layout if committed else None
-        metadata = {key: self._metadata(r, layout) for key, r in committed.items()}
+        log = shuffle_log(asset.topic, kafka=kafka) if committed else None
+        metadata = {key: self._metadata(context, r, log) for key, r in committed.items()}
         if not failed:
             try:
                 step = AssetExecutionContext.get()

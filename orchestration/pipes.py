@@ -46,7 +46,7 @@ from orchestration.definition import (
     window_ends,
     windows_failure,
 )
-from orchestration.metadata import commit_metadata
+from orchestration.metadata import commit_metadata, outside_window, window_bounds
 from orchestration.pipes_application import EXTRAS_KEY, public_kafka_settings, spec_to_json
 from orchestration.resources import KafkaResource
 from orchestration.shuffle.core.commitlog import Commit, ShuffleLog
@@ -169,14 +169,20 @@ def run_shuffle_pipes(
             kafka,
             topic=topic,
             write_path=reported.get(w or "", {}).get("path"),
+            shuffle_watermark=log.watermark() if log is not None else None,
         )
         for w, c in committed.items()
     }
+    partitions_def = context.assets_def.partitions_def
     for w, c in committed.items():
         context.log.info(
             f"{topic}: window {w!r} committed as run {c.run_id} ({c.rows} rows) by the "
             "Pipes application"
         )
+        bounds = window_bounds(partitions_def, w)
+        wrong = outside_window(c, *bounds) if bounds is not None else None
+        if wrong is not None:
+            context.log.warning(f"{topic}: {wrong}")
     if not failed:
         if len(windows) == 1:
             return MaterializeResult(metadata=metadata[windows[0]])

@@ -33,6 +33,7 @@ from dagster import (
 
 from orchestration.definition import (
     COMMIT_TAG,
+    DAGSTER_RUN_ATTR,
     FAILED_WINDOWS_TAG,
     PARTITION_TAG,
     RANGE_END_TAG,
@@ -126,6 +127,13 @@ def commit_launches(
     return out, CommitCursor(next_offset, tuple(launched[-KEPT_LAUNCHES:]))
 
 
+def materialized(commit: Commit) -> bool:
+    """Whether Dagster records a materialization of ``commit``: a run written by
+    ``KafkaShuffleIOManager`` or ``run_shuffle_pipes``, which tie it to their Dagster run
+    (:data:`~orchestration.definition.DAGSTER_RUN_ATTR`) and materialize its window."""
+    return DAGSTER_RUN_ATTR in commit.attrs
+
+
 def shuffle_commit_sensor(
     name: str,
     *,
@@ -145,10 +153,13 @@ def shuffle_commit_sensor(
     Complete means the window's latest run has a watermark at or past ``window_end(W)``;
     the default for time-window partitions is the partition's end, and for other partitions
     a window is complete once committed. A newer run for W (corrected or late data)
-    supersedes the old one and launches the jobs again. Each new commit is also reported as
-    an observation of the asset's partition, with the metadata a materialization of it
-    carries (:func:`orchestration.metadata.commit_metadata`: row count, column schema, URI,
-    ``shuffle/*``) and ``shuffle/complete``.
+    supersedes the old one and launches the jobs again. Each new commit that no Dagster run
+    materialized (one written outside Dagster: a streaming writer, ``write_shuffle`` in a
+    notebook) is also reported as an observation of the asset's partition, with the metadata
+    a materialization of it would carry (:func:`orchestration.metadata.commit_metadata`: row
+    count, column schema, URI, ``shuffle/*``, the watermark as numbers) and
+    ``shuffle/complete``. A commit the IO manager or ``run_shuffle_pipes`` wrote is shown by
+    its materialization alone, so no commit is drawn twice on the asset's plots.
 
     The cursor (JSON, :class:`CommitCursor`) holds the commit-log offset read so far and the
     latest launches, a bounded number whatever the number of windows; a tick reads only
@@ -201,22 +212,37 @@ def shuffle_commit_sensor(
                     f"partition 0 offset {bad.offset} of its commit log ({bad.reason}); no "
                     "consumer is launched for its run"
                 )
+            latest = {c.window: c for c in commits if c.window is not None}
+            unrecorded = [c for c in latest.values() if not materialized(c)]
             known = layouts.get(shuffle.topic)
             newest = max((c.layout_version for c in commits), default=1)
-            # Read again when a run was written under a version the cached layout lacks.
-            if commits and (known is None or newest > known.version):
-                layout = shuffle_log(shuffle.topic, kafka=kafka).layout
-                if layout is not None:
-                    layouts[shuffle.topic] = layout
+            # The log is read again (only what was appended since, in this process) for the
+            # shuffle's watermark, and for the layout when a run was written under a version
+            # the cached one lacks.
+            log = None
+            if unrecorded or (commits and (known is None or newest > known.version)):
+                log = shuffle_log(shuffle.topic, kafka=kafka)
+                if log.layout is not None:
+                    layouts[shuffle.topic] = log.layout
         except ShuffleTopicNotFoundError:
             return SkipReason(f"shuffle {shuffle.topic!r} has no commit log yet")
         launches, new_cursor = commit_launches(cursor, commits, next_offset, complete)
-        latest = {c.window: c for c in commits if c.window is not None}
         observations = []
         for window, commit in sorted(latest.items()):
             done = complete(commit)
+            if not done:
+                context.log.info(f"window {window}: run {commit.run_id} is not complete yet")
+            if materialized(commit):
+                # Its materialization already shows it, numbers included: an observation
+                # would draw the commit twice on the asset's plots.
+                continue
             metadata = commit_metadata(
-                commit, layouts.get(shuffle.topic), resource, topic=shuffle.topic
+                commit,
+                layouts.get(shuffle.topic),
+                resource,
+                topic=shuffle.topic,
+                shuffle_watermark=log.watermark() if log is not None else None,
+                window_end=end_of(window) if end_of is not None else None,
             )
             observations.append(
                 AssetObservation(
@@ -225,8 +251,6 @@ def shuffle_commit_sensor(
                     metadata={**metadata, "shuffle/complete": done},
                 )
             )
-            if not done:
-                context.log.info(f"window {window}: run {commit.run_id} is not complete yet")
         selections = (
             {job.name: consumer_selection(context, job.name) for job in jobs} if launches else {}
         )

@@ -124,6 +124,13 @@ def test_cursor_stays_bounded_over_400_windows(bootstrap, kafka_conf):
         assert md["dagster/uri"].value == f"kafka://{bootstrap}/{topic}?window={window(399)}"
         assert md["shuffle/run_id"].value == commits[399].run_id
         assert md["shuffle/complete"].value is True
+        # Its progress as numbers Dagster plots: the run's watermark (its window's end),
+        # the shuffle's, and the delay from the window's end to the commit.
+        end = commits[399].complete_until / 1e6
+        assert md["shuffle/watermark_epoch_s"].value == end
+        assert md["shuffle/shuffle_watermark_epoch_s"].value == end
+        committed = dt.datetime.fromisoformat(commits[399].committed_at).timestamp()
+        assert md["shuffle/commit_delay_s"].value == pytest.approx(committed - end, abs=0.01)
 
         # A repeated tick is a no-op.
         again = tick(instance, second.cursor)
@@ -136,6 +143,14 @@ def test_cursor_stays_bounded_over_400_windows(bootstrap, kafka_conf):
         assert (req.partition_key, req.tags["shuffle/commit"]) == (window(0), rerun.run_id)
         assert req.run_key == f"user_totals_job:{window(0)}:{rerun.run_id}"
         assert len(third.cursor.encode()) <= BOUND
+        assert [o.partition for o in third.asset_events] == [window(0)]
+        # A run a Dagster run wrote is shown by its materialization: launched, not observed.
+        recorded = commit_of(1, rows=7)
+        recorded.attrs["dagster_run_id"] = "a-dagster-run"
+        write_commit(kafka, topic, recorded)
+        fourth = tick(instance, third.cursor)
+        assert [r.partition_key for r in fourth.run_requests] == [window(1)]
+        assert list(fourth.asset_events) == []
     print(f"400 commits written and read in {time.monotonic() - started:.1f}s")
 
 

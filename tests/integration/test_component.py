@@ -198,7 +198,13 @@ def test_component_declares_the_shuffle(project, bootstrap):
     assert schedule.job_name == "events_by_user_expiry"
     assert schedule.default_status == DefaultScheduleStatus.STOPPED
     checks = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
-    assert checks == {"shuffle_layout", "shuffle_rows", "shuffle_window_readable"}
+    assert checks == {
+        "shuffle_layout",
+        "shuffle_rows",
+        "shuffle_window_readable",
+        "shuffle_event_times_in_window",
+        "shuffle_watermark_progress",
+    }
     consumer = defs.resolve_job_def("user_clicks_job")
     assert consumer.asset_layer.selected_asset_keys == {defs.resolve_assets_def("user_clicks").key}
 
@@ -219,6 +225,9 @@ def test_component_materializes_reads_and_expires(project, kafka_conf, spark):
         ("shuffle_layout", True, True),
         ("shuffle_rows", True, True),
         ("shuffle_window_readable", True, True),
+        ("shuffle_event_times_in_window", True, True),
+        # A stall is no reason to hold back a window's consumers.
+        ("shuffle_watermark_progress", True, False),
     }
 
     log = shuffle_log(topic, kafka=kafka_conf)

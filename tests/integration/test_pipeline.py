@@ -118,6 +118,8 @@ def test_backfill_is_one_run_with_one_commit_per_day(stack, kafka_conf):
         "shuffle_layout": True,
         "shuffle_rows": True,
         "shuffle_window_readable": True,
+        "shuffle_event_times_in_window": True,
+        "shuffle_watermark_progress": True,
     }
     # One materialization per day, each with its own committed run, rows and watermark.
     md = {
