@@ -44,7 +44,7 @@ from orchestration.shuffle.core.planner import (
 from orchestration.shuffle.errors import ShuffleOptionError
 from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig
 from orchestration.shuffle.kafka.planner import plan_shuffle
-from orchestration.shuffle.kafka.reader import RowReader, in_threads, selected_schema
+from orchestration.shuffle.kafka.reader import RowReader, fetch_bytes, in_threads, selected_schema
 
 # Threads (each with a consumer) a read uses at most unless told; fewer for a small read.
 MAX_THREADS = 8
@@ -81,6 +81,11 @@ class _Read:
         if not set(self.layout.schema.names) <= names:
             rows.use_columns(names)
         return rows
+
+    @property
+    def fetch_bytes(self) -> int:
+        """The consumers' fetch size per partition: small for a small read."""
+        return fetch_bytes(sum(c.bytes for c in self.plan.commits), len(self.reads))
 
     def threads(self, asked: int | None, items: int, most: int = MAX_THREADS) -> int:
         """Threads for ``items`` work items: ``asked``, or by the rows the read holds (one
@@ -144,7 +149,7 @@ def _partition_batches(
             yield pr.partition, batch.select(names) if reshape else batch
 
     n = read.threads(threads, len(read.reads))
-    return in_threads(read.kafka, f"read-{read.topic}", read.reads, n, work)
+    return in_threads(read.kafka, f"read-{read.topic}", read.reads, n, work, read.fetch_bytes)
 
 
 def read_table(
@@ -382,7 +387,7 @@ def iter_keys(
             yield sort_by_key(table, keys, order)
 
     n = read.threads(threads, len(passes), KEY_THREADS)
-    grouped = in_threads(read.kafka, f"keys-{topic}", passes, n, work)
+    grouped = in_threads(read.kafka, f"keys-{topic}", passes, n, work, read.fetch_bytes)
     return _keys(grouped, keys, read.schema.names)
 
 

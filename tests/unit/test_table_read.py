@@ -289,3 +289,13 @@ def test_reading_without_spark_imports_no_pyspark():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_small_read_fetches_little_past_what_it_reads():
+    from orchestration.shuffle.kafka.reader import LARGE_FETCH_BYTES, SMALL_FETCH_BYTES, fetch_bytes
+
+    assert fetch_bytes(0, 4) == SMALL_FETCH_BYTES
+    assert fetch_bytes(40_000, 4) == SMALL_FETCH_BYTES
+    assert fetch_bytes(4 * 100_000, 4) == 256 * 1024  # twice a read's share, a power of two
+    assert fetch_bytes(10**10, 4) == LARGE_FETCH_BYTES
+    assert fetch_bytes(10**6, 0) == LARGE_FETCH_BYTES // 2

@@ -328,18 +328,41 @@ def _put(out: queue.Queue, item: Any, stop: threading.Event) -> bool:
     return False
 
 
+# A fetch's bytes per partition (max.partition.fetch.bytes): a small read asks for little
+# more than it reads. A broker answers a fetch with what follows the offset asked for, up to
+# this much; a read of a small window in the middle of a long partition otherwise took in
+# and parsed 4 MiB of later windows' frames per partition (read_table of one window of a
+# shuffle of 10,000 was 5x that of one of 10).
+SMALL_FETCH_BYTES = 64 * 1024
+LARGE_FETCH_BYTES = 4 * 1024 * 1024
+
+
+def fetch_bytes(planned_bytes: int, reads: int) -> int:
+    """The ``max.partition.fetch.bytes`` of a read of ``planned_bytes`` (its commits'
+    bytes) over ``reads`` partition reads: twice a read's share, a power of two between
+    ``SMALL_FETCH_BYTES`` and ``LARGE_FETCH_BYTES`` (a batch larger than it is still
+    fetched whole: Kafka returns at least one)."""
+    share = 2 * planned_bytes // max(reads, 1)
+    size = SMALL_FETCH_BYTES
+    while size < share and size < LARGE_FETCH_BYTES:
+        size *= 2
+    return size
+
+
 def in_threads(
     kafka: KafkaClient,
     name: str,
     items: Sequence[T],
     threads: int,
     work: Callable[[Consumer, T], Iterable[R]],
+    partition_fetch_bytes: int = LARGE_FETCH_BYTES,
 ) -> Generator[R, None, None]:
     """What ``work(consumer, item)`` yields for each of ``items``, done by ``threads`` threads
     that each read with a consumer of their own: results as they come (one item's in order),
     at most ``threads`` of them waiting to be taken, so memory stays bounded however much
     is read. The first error of any thread is raised here, and stops the others; so does
-    closing the iterator."""
+    closing the iterator. ``partition_fetch_bytes``: the consumers' fetch size per partition
+    (:func:`fetch_bytes`)."""
     if not items:
         return
     todo: queue.SimpleQueue[T] = queue.SimpleQueue()
@@ -354,7 +377,8 @@ def in_threads(
             # librdkafka does not check the CRC of what it fetches unless asked (Kafka's Java
             # consumer does): a record batch damaged on a broker's disk or on the way is
             # then refused rather than decoded.
-            with kafka.consumer(**{"check.crcs": True}) as c:
+            settings = {"check.crcs": True, "max.partition.fetch.bytes": partition_fetch_bytes}
+            with kafka.consumer(**settings) as c:
                 while not stop.is_set():
                     try:
                         item = todo.get_nowait()

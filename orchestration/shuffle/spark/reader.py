@@ -61,7 +61,7 @@ from orchestration.shuffle.errors import ShuffleOptionError
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.kafka.commitlog import read_log
 from orchestration.shuffle.kafka.planner import plan_shuffle
-from orchestration.shuffle.kafka.reader import RowReader, output_schema
+from orchestration.shuffle.kafka.reader import RowReader, fetch_bytes, output_schema
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,11 @@ def source_options(
     if aggregate:
         out["aggregate"] = agg.to_json(aggregate)
     return {**out, **kafka_to_options(kafka.settings)}
+
+
+# What a row takes in a frame, for a split's fetch size (fetch_bytes): generous, so that a
+# read of wide rows takes at most a few more fetches than it needs.
+ROW_BYTES_GUESS = 256
 
 
 class SourceOptions:
@@ -320,7 +325,12 @@ class ShuffleReader(DataSourceReader):
             # librdkafka does not check the CRC of what it fetches unless asked (Kafka's Java
             # consumer does): a record batch damaged on a broker's disk or on the way is
             # then refused rather than decoded.
-            with self.opts.kafka.consumer(**{"check.crcs": True}) as c:
+            # A split's fetch size by its rows (the task has no bytes of the commits): a
+            # small window in the middle of a long partition is not fetched past by 4 MiB.
+            rows = max((sum(seg.rows for seg in pr.segments) for pr in plan.reads), default=0)
+            fetch = fetch_bytes(ROW_BYTES_GUESS * rows, 1)
+            settings = {"check.crcs": True, "max.partition.fetch.bytes": fetch}
+            with self.opts.kafka.consumer(**settings) as c:
                 if self.opts.per_key:
                     yield from self._per_key(c, plan)
                     return
