@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar, overload
+from typing import NamedTuple, TypeVar, overload
 
 import pyarrow as pa
 
@@ -310,9 +310,11 @@ def schema_differences(recorded: pa.Schema, incoming: pa.Schema) -> list[str]:
     return diffs
 
 
-@dataclass(frozen=True)
-class PartitionRange:
-    """The offsets (inclusive) a run's frames occupy in one partition, and what they hold."""
+class PartitionRange(NamedTuple):
+    """The offsets (inclusive) a run's frames occupy in one partition, and what they hold.
+
+    A named tuple: a commit holds one per partition it wrote, and a log of 10,000 runs is
+    read into as many times that; a frozen dataclass cost several times more to build."""
 
     first: int
     last: int
