@@ -485,3 +485,12 @@ def test_merge_refuses_a_name_the_shuffle_renamed():
     # Added again on purpose, the old name is a new column and no longer a former name.
     v3 = alter("t", v2, Alteration(add=(pa.field("x", pa.float32()),)), PINNED, 128)
     assert former_names([v1(), v2, v3]) == {}
+
+
+def test_a_reader_of_an_older_version_stops_at_a_later_run():
+    v2 = alter("t", v1(), Alteration(add=(pa.field("c", pa.string()),)), PINNED, 128)
+    batch = pa.record_batch([pa.array(["a"])], names=["k"])
+    with pytest.raises(
+        ShuffleLayoutError, match="layout version 2, after this read took version 1"
+    ):
+        read_as(batch, v2, v1())
