@@ -337,3 +337,32 @@ def test_rewrite_into_a_new_key_and_more_key_groups_is_resumable(spark, kafka_co
     # Run again: nothing left to copy.
     again = rewrite_shuffle(fixed, target, kafka=kafka_conf)
     assert not again.copied and len(again.skipped) == 3
+
+
+def test_a_change_that_loses_its_version_is_worked_out_again(kafka_conf, unique):
+    """Two changes worked out against the same version: the first in the log is that
+    version, the other is recorded as the next one, against it (its record of the taken
+    number deleted), and a run never records a version that lost."""
+    from orchestration.shuffle import KafkaClient
+    from orchestration.shuffle.core.evolution import Alteration, alter
+    from orchestration.shuffle.kafka.commitlog import write_version
+
+    topic = unique("evo-lost")
+    write_table(frame(0, 10), spec(topic), kafka=kafka_conf, window="a")
+    stale = shuffle_log(topic, kafka=kafka_conf).layout  # version 1
+    alter_shuffle(topic, kafka=kafka_conf, add_columns={"first": "string"})
+    tries = []
+
+    def add_second(latest):
+        tries.append(latest.version)
+        change = Alteration(add=(pa.field("second", pa.string()),))
+        return alter(topic, latest.layout_version(), change, latest.pinned, 32)
+
+    got = write_version(KafkaClient(kafka_conf), stale, add_second, "a test")
+    assert tries == [1, 2]
+    assert got.version == 3 and got.schema.names[-2:] == ["first", "second"]
+    log = shuffle_log(topic, kafka=kafka_conf)
+    assert log.layout.version == 3 and log.layout.schema.names[-2:] == ["first", "second"]
+    assert [v.made_by for v in log.layout.versions[1:]] == ["alter_shuffle", "a test"]
+    # The losing record was deleted: nothing in the log is a second version 2.
+    assert not log.bad_records
