@@ -29,9 +29,9 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from assets.pipeline import FLIGHTS_BY_TAILNUM, PIPELINE_GROUP, FaultInjection, daily
+from assets.shared import FLIGHTS_BY_TAILNUM, PIPELINE_GROUP, FaultInjection, daily
 from assets.warehouse import WarehouseResource
-from orchestration import KafkaResource
+from orchestration import KafkaResource, consumer_metadata
 from orchestration.shuffle import (
     DeliveryPolicy,
     QueueScale,
@@ -44,6 +44,7 @@ from orchestration.shuffle import (
 ENRICHED = "flights_enriched"
 DEAD_LETTERS = "flights_enriched_dead_letters"
 ENRICHED_KEY = AssetKey(ENRICHED)
+DEAD_LETTERS_KEY = AssetKey(DEAD_LETTERS)
 
 ENRICHED_SCHEMA = (
     "tailnum string, carrier string, flight long, sched_dep timestamp, "
@@ -150,7 +151,8 @@ def enrichment_assets(topic: str, *, tasks: int = 2, consumers_per_task: int = 4
     ) -> MaterializeResult:
         day = context.partition_key
         conf = kafka.config()
-        commit = shuffle_log(topic, kafka=conf).latest_by_window().get(day)
+        log = shuffle_log(topic, kafka=conf)
+        commit = log.latest_by_window().get(day)
         if commit is None:
             raise RuntimeError(f"{ENRICHED} {day}: shuffle {topic!r} has no committed run")
         poison = frozenset(p for p in faults.poison_flights if p.endswith(f"@{day}"))
@@ -190,6 +192,15 @@ def enrichment_assets(topic: str, *, tasks: int = 2, consumers_per_task: int = 4
                 ),
                 "seconds": round(result.seconds, 2),
                 "path": output,
+                # The run read ({run id: day}) and how far behind the shuffle this asset is.
+                **consumer_metadata(
+                    context.instance,
+                    context.asset_key,
+                    log,
+                    [commit],
+                    partitioned=True,
+                    shuffle_partitions=daily,
+                ),
             }
         )
 

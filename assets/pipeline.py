@@ -19,7 +19,7 @@ one code location; :func:`flights_producer` and :func:`flights_consumers` (with
 
 import datetime as dt
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 import pyarrow as pa
@@ -29,25 +29,37 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSpec,
     AssetExecutionContext,
-    AssetKey,
     AssetSpec,
     BackfillPolicy,
-    ConfigurableResource,
-    DailyPartitionsDefinition,
-    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
     asset,
     asset_check,
 )
 from dagster_pyspark import LazyPySparkResource
-from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from assets.flights_data import END_DAY, FIRST_DAY, LOCAL_TZ, flights_of_day
+from assets.enrichment import DEAD_LETTERS_KEY, enrichment_assets
+from assets.flights_data import LOCAL_TZ, flights_of_day
+from assets.shared import (
+    DEFAULT_TOPIC,
+    FLIGHTS,
+    FLIGHTS_BY_TAILNUM,
+    MISSING_TAILNUM,
+    PIPELINE_GROUP,
+    SHUFFLE_IO_MANAGER,
+    FaultInjection,
+    daily,
+)
 from assets.warehouse import WarehouseResource
-from orchestration import KafkaResource, shuffle_metadata, shuffle_pool
+from orchestration import (
+    KafkaResource,
+    consumer_metadata,
+    shuffle_metadata,
+    shuffle_pool,
+    shuffle_watermark_asset,
+)
 from orchestration.definition import DAGSTER_RUN_ATTR
 from orchestration.shuffle import (
     ShuffleRead,
@@ -63,40 +75,7 @@ from orchestration.shuffle import (
 # this pipeline relies on it knowingly.
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=Warning)
 
-daily = DailyPartitionsDefinition(start_date=FIRST_DAY, end_date=END_DAY, timezone=LOCAL_TZ)
-
-# One asset group, so that one lineage page shows the whole pipeline.
-PIPELINE_GROUP = "flights_pipeline"
-FLIGHTS = AssetKey("flights")
-FLIGHTS_BY_TAILNUM = AssetKey("flights_by_tailnum")
-MISSING_TAILNUM = AssetKey("flights_missing_tailnum")
 CONSUMERS = ("aircraft_daily_utilization", "aircraft_delay_streaks", "carrier_hourly_otp")
-SHUFFLE_IO_MANAGER = "shuffle_io_manager"
-DEFAULT_TOPIC = "flights.by_tailnum"
-
-
-class FaultInjection(ConfigurableResource):
-    """Makes chosen assets fail for chosen days (``"asset_name:YYYY-MM-DD"``), to try the
-    failure handling out. Empty by default.
-
-    A consumer listed fails outright. ``flights_by_tailnum`` listed for a day lets that
-    day's rows without a tailnum through to the shuffle, whose writer refuses them: that
-    day fails, the others of the run commit.
-    """
-
-    fail: list[str] = Field(default_factory=list)
-    poison_flights: list[str] = Field(
-        default_factory=list,
-        description="Flights (``UA1545@2013-01-01``) the queue-mode enrichment fails on, "
-        "every delivery: they end in its dead-letter topic.",
-    )
-
-    def fails(self, asset_name: str, day: str) -> bool:
-        return f"{asset_name}:{day}" in self.fail
-
-    def check(self, asset_name: str, day: str) -> None:
-        if self.fails(asset_name, day):
-            raise RuntimeError(f"injected failure of {asset_name} for {day}")
 
 
 @asset(
@@ -153,11 +132,15 @@ def flights_missing_tailnum(
 
 @dataclass(frozen=True)
 class FlightsPipeline:
-    """The pipeline's definitions for one shuffle topic."""
+    """The pipeline's definitions for one shuffle topic (or one team's part of them)."""
 
     assets: list
     checks: list
-    shuffle: object  # the flights_by_tailnum AssetsDefinition
+    shuffle: object  # flights_by_tailnum: its AssetsDefinition, or a consumer team's AssetSpec
+    # The shuffle's watermark asset (the producer team's), whose freshness says it keeps up.
+    watermark: AssetSpec | None = None
+    # The assets that read the shuffle (the consumer team's), each watched for its lag.
+    readers: list = field(default_factory=list)
 
 
 SHUFFLE_DESCRIPTION = "The shuffle topic: flights keyed by tailnum, one committed run per day."
@@ -195,7 +178,7 @@ def flights_shuffle_spec(
     ).with_io_manager_key(SHUFFLE_IO_MANAGER)
 
 
-def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int, freshness_policy):
+def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int):
     @asset(
         name="flights_by_tailnum",
         deps=[FLIGHTS],
@@ -206,7 +189,6 @@ def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int, freshn
         io_manager_key=SHUFFLE_IO_MANAGER,
         # One writer of the shuffle at a time where the instance limits pools (PostgreSQL).
         pool=shuffle_pool(topic),
-        freshness_policy=freshness_policy,
         metadata=flights_shuffle_metadata(topic, num_partitions, max_parallelism),
         description=SHUFFLE_DESCRIPTION,
     )
@@ -514,12 +496,6 @@ def _pandas_consumer_asset(name: str, description: str):
     return _consumer
 
 
-# The producer runs daily: a shuffle not materialized for over a day is late.
-DAILY_FRESHNESS = FreshnessPolicy.time_window(
-    fail_window=dt.timedelta(hours=26), warn_window=dt.timedelta(hours=25)
-)
-
-
 RUNNING_TOTALS = "aircraft_running_totals"
 
 
@@ -593,6 +569,16 @@ def _running_totals_asset(topic: str):
             raise RuntimeError(f"{RUNNING_TOTALS}: streaming query failed: {query.exception()}")
         batches = stream_metrics(query)
         read = summarize_stream_metrics(batches)
+        runs = {r for b in batches for r in b.runs or ()}
+        log = shuffle_log(topic, kafka=conf)
+        lag = consumer_metadata(
+            context.instance,
+            context.asset_key,
+            log,
+            [c for c in log.commits if c.run_id in runs],
+            partitioned=False,
+            shuffle_partitions=daily,
+        )
         totals = (
             session.read.parquet(per_window)
             .groupBy("tailnum")
@@ -610,11 +596,12 @@ def _running_totals_asset(topic: str):
                 "micro_batches": read["micro_batches"],
                 "rows_read": read["records"],
                 "bytes_read": read.get("bytes", 0),
-                "runs_read": MetadataValue.json([r for b in batches for r in b.runs or ()]),
                 # How far the query's end is from the commit log's end, in commit records.
                 "commit_records_behind": read.get("max_offsets_behind_latest", 0),
                 "aircraft": written.count(),
                 "path": f"{root}/totals",
+                # The runs read ({run id: window}) and the windows left to read.
+                **lag,
             }
         )
 
@@ -626,17 +613,24 @@ def flights_producer(
     *,
     num_partitions: int = 8,
     max_parallelism: int = 128,
-    freshness_policy: FreshnessPolicy | None = DAILY_FRESHNESS,
+    stall_after: dt.timedelta | None = None,
 ) -> FlightsPipeline:
-    """The producer team's assets and checks: ``flights``, the shuffle in ``topic`` and the
-    rows it cannot key."""
+    """The producer team's assets and checks: ``flights``, the shuffle in ``topic``, the rows
+    it cannot key and the shuffle's watermark, whose freshness fails when no new day is
+    committed for ``stall_after`` (default a day and a quarter), as its
+    ``shuffle_watermark_progress`` check does."""
     from orchestration import shuffle_asset_checks
 
-    shuffle = _shuffle_asset(topic, num_partitions, max_parallelism, freshness_policy)
+    shuffle = _shuffle_asset(topic, num_partitions, max_parallelism)
+    watermark = shuffle_watermark_asset(shuffle, stall_after=stall_after)
     return FlightsPipeline(
-        assets=[flights, shuffle, flights_missing_tailnum],
-        checks=[*shuffle_asset_checks(shuffle), _rows_balance_check(shuffle, topic)],
+        assets=[flights, shuffle, flights_missing_tailnum, watermark],
+        checks=[
+            *shuffle_asset_checks(shuffle, stall_after=stall_after),
+            _rows_balance_check(shuffle, topic),
+        ],
         shuffle=shuffle,
+        watermark=watermark,
     )
 
 
@@ -645,8 +639,6 @@ def flights_consumers(topic: str = DEFAULT_TOPIC) -> list:
     the running totals and the queue-mode enrichment. They name the shuffle by its key, so
     they serve in the producer's location and in one of their own (with
     :func:`flights_shuffle_spec`) alike."""
-    from assets.enrichment import enrichment_assets
-
     consumers = [
         _consumer_asset(
             "aircraft_daily_utilization",
@@ -666,22 +658,41 @@ def flights_consumers(topic: str = DEFAULT_TOPIC) -> list:
     return [*consumers, _running_totals_asset(topic), *enrichment_assets(topic)]
 
 
+def flights_consumer_team(shuffle, topic: str = DEFAULT_TOPIC) -> FlightsPipeline:
+    """The consumer team's part over ``shuffle`` (the producer's asset, or this location's
+    spec of it, :func:`flights_shuffle_spec`): its assets (:func:`flights_consumers`) and a
+    ``shuffle_consumer_lag`` check on each that reads the shuffle."""
+    from orchestration import shuffle_consumer_checks
+
+    consumers = flights_consumers(topic)
+    readers = [c for c in consumers if c.key != DEAD_LETTERS_KEY]
+    return FlightsPipeline(
+        assets=consumers,
+        checks=shuffle_consumer_checks(shuffle, readers),
+        shuffle=shuffle,
+        readers=readers,
+    )
+
+
 def flights_pipeline(
     topic: str = DEFAULT_TOPIC,
     *,
     num_partitions: int = 8,
     max_parallelism: int = 128,
-    freshness_policy: FreshnessPolicy | None = DAILY_FRESHNESS,
+    stall_after: dt.timedelta | None = None,
 ) -> FlightsPipeline:
     """The whole pipeline in one code location: the producer's and the consumers' assets."""
     producer = flights_producer(
         topic,
         num_partitions=num_partitions,
         max_parallelism=max_parallelism,
-        freshness_policy=freshness_policy,
+        stall_after=stall_after,
     )
+    consumers = flights_consumer_team(producer.shuffle, topic)
     return FlightsPipeline(
-        assets=[*producer.assets, *flights_consumers(topic)],
-        checks=producer.checks,
+        assets=[*producer.assets, *consumers.assets],
+        checks=[*producer.checks, *consumers.checks],
         shuffle=producer.shuffle,
+        watermark=producer.watermark,
+        readers=consumers.readers,
     )

@@ -38,14 +38,12 @@ from dagster import Definitions, EnvVar
 from dagster_pyspark import LazyPySparkResource
 
 from assets.pipeline import (
-    DEFAULT_TOPIC,
-    SHUFFLE_IO_MANAGER,
-    FaultInjection,
-    flights_consumers,
+    flights_consumer_team,
     flights_pipeline,
     flights_producer,
     flights_shuffle_spec,
 )
+from assets.shared import DEFAULT_TOPIC, SHUFFLE_IO_MANAGER, FaultInjection
 from assets.stack_check import kafka_stack_check
 from assets.warehouse import WarehouseResource
 from jobs.pipeline import consumer_jobs, flights_jobs, producer_jobs
@@ -165,14 +163,17 @@ def build_defs(
         )
         assets = [*producer.assets, kafka_stack_check]
         checks = producer.checks
-        jobs = producer_jobs(producer.shuffle, max_retries=max_retries)
+        jobs = producer_jobs(
+            producer.shuffle, watermark=producer.watermark, max_retries=max_retries
+        )
     elif location == CONSUMER_LOCATION:
         shuffle = flights_shuffle_spec(
             topic, num_partitions=num_partitions, max_parallelism=max_parallelism
         )
-        assets = [shuffle, *flights_consumers(topic)]
-        checks = []
-        jobs = consumer_jobs(shuffle, max_retries=max_retries)
+        consumers = flights_consumer_team(shuffle, topic)
+        assets = [shuffle, *consumers.assets]
+        checks = consumers.checks
+        jobs = consumer_jobs(shuffle, readers=consumers.readers, max_retries=max_retries)
     else:
         raise ValueError(f"location {location!r}: expected one of {', '.join(LOCATIONS)}")
     kafka = dict(resources or {}).get("kafka") or kafka_resource(os.environ)

@@ -1,4 +1,5 @@
-"""The reference pipeline's jobs, schedule and sensors."""
+"""The reference pipeline's jobs, schedules and sensors: what launches each asset, and what
+watches the shuffle and its consumers keep up."""
 
 from dataclasses import dataclass
 
@@ -13,13 +14,26 @@ from assets.pipeline import (
     RUNNING_TOTALS,
     FlightsPipeline,
 )
-from orchestration import failed_region_sensor, shuffle_commit_sensor, shuffle_expiry_job
+from orchestration import (
+    failed_region_sensor,
+    shuffle_commit_sensor,
+    shuffle_expiry_job,
+    shuffle_lag_sensor,
+    shuffle_progress_sensor,
+)
 
 PRODUCER_JOB = "flights_producer_job"
 COMMIT_SENSOR = "flights_shuffle_commit_sensor"
 REGION_SENSOR = "flights_failed_region_sensor"
+# Watch the shuffle's watermark (the producer team) and how far each consumer is behind (the
+# consumer team), on every tick, whether anything is committed or not.
+PROGRESS_SENSOR = "flights_shuffle_progress_sensor"
+LAG_SENSOR = "flights_consumer_lag_sensor"
+ENRICHED_SENSOR = "flights_enriched_commit_sensor"
 CONSUMER_JOBS = [f"{name}_job" for name in CONSUMERS]
 RUNNING_TOTALS_JOB = f"{RUNNING_TOTALS}_job"
+# The running totals catch up with new commits once an hour.
+RUNNING_TOTALS_CRON = "20 * * * *"
 EXPIRY_JOB = "flights_shuffle_expiry_job"
 ENRICHED_JOB = f"{ENRICHED}_job"
 # Dagster's own run retries re-run a failed consumer run: one job, one day.
@@ -33,10 +47,12 @@ class FlightsJobs:
     sensors: list
 
 
-def producer_jobs(shuffle, *, max_retries: int = 2) -> FlightsJobs:
+def producer_jobs(shuffle, *, watermark=None, max_retries: int = 2) -> FlightsJobs:
     """The producer team's: the producer job and its daily schedule, the failed-region sensor
-    that re-runs only the failed days of a producer run, and the nightly expiry of
-    superseded runs of ``shuffle`` (the shuffle's ``AssetsDefinition``)."""
+    that re-runs only the failed days of a producer run, the nightly expiry of superseded
+    runs of ``shuffle`` (the shuffle's ``AssetsDefinition``), and the progress sensor that
+    fails ``shuffle_watermark_progress`` when no new day is committed and materializes
+    ``watermark`` (the shuffle's watermark asset) when one is."""
     producer_job = define_asset_job(
         PRODUCER_JOB,
         selection=[FLIGHTS, FLIGHTS_BY_TAILNUM, MISSING_TAILNUM],
@@ -56,15 +72,19 @@ def producer_jobs(shuffle, *, max_retries: int = 2) -> FlightsJobs:
             failed_region_sensor(
                 REGION_SENSOR, jobs=[producer_job], assets=[shuffle], max_retries=max_retries
             ),
+            shuffle_progress_sensor(PROGRESS_SENSOR, asset=shuffle, watermark_asset=watermark),
         ],
     )
 
 
-def consumer_jobs(shuffle, *, max_retries: int = 2) -> FlightsJobs:
+def consumer_jobs(shuffle, *, readers=(), max_retries: int = 2) -> FlightsJobs:
     """The consumer team's: one job per consumer (retried by Dagster up to ``max_retries``
-    times), the running totals' and the enrichment's jobs, and the commit sensor that
-    launches the consumers of each complete day of ``shuffle`` (the producer's
-    ``AssetsDefinition`` in one location, its ``AssetSpec`` in a location of its own)."""
+    times), the running totals' and the enrichment's jobs; the commit sensors that launch
+    the per-day consumers and the enrichment for each complete day of ``shuffle`` (the
+    producer's ``AssetsDefinition`` in one location, its ``AssetSpec`` in a location of its
+    own), the hourly schedule of the running totals, and the lag sensor that fails a
+    reader's ``shuffle_consumer_lag`` when it falls behind (``readers``: the assets that
+    read the shuffle)."""
     per_day = [
         define_asset_job(
             f"{name}_job",
@@ -88,15 +108,25 @@ def consumer_jobs(shuffle, *, max_retries: int = 2) -> FlightsJobs:
     )
     return FlightsJobs(
         jobs=[*per_day, running_totals_job, enriched_job],
-        schedules=[],
-        sensors=[shuffle_commit_sensor(COMMIT_SENSOR, asset=shuffle, jobs=per_day)],
+        schedules=[ScheduleDefinition(job=running_totals_job, cron_schedule=RUNNING_TOTALS_CRON)],
+        sensors=[
+            shuffle_commit_sensor(COMMIT_SENSOR, asset=shuffle, jobs=per_day),
+            # COMMIT_SENSOR observes the commits no Dagster run materialized; this one
+            # only launches, on its own ticks, so the slower enrichment holds nothing up.
+            shuffle_commit_sensor(
+                ENRICHED_SENSOR, asset=shuffle, jobs=[enriched_job], observe=False
+            ),
+            shuffle_lag_sensor(LAG_SENSOR, asset=shuffle, consumers=list(readers)),
+        ],
     )
 
 
 def flights_jobs(pipeline: FlightsPipeline, *, max_retries: int = 2) -> FlightsJobs:
     """Both teams' jobs, schedules and sensors, for the whole pipeline in one location."""
-    producer = producer_jobs(pipeline.shuffle, max_retries=max_retries)
-    consumers = consumer_jobs(pipeline.shuffle, max_retries=max_retries)
+    producer = producer_jobs(
+        pipeline.shuffle, watermark=pipeline.watermark, max_retries=max_retries
+    )
+    consumers = consumer_jobs(pipeline.shuffle, readers=pipeline.readers, max_retries=max_retries)
     return FlightsJobs(
         jobs=[*producer.jobs, *consumers.jobs],
         schedules=[*producer.schedules, *consumers.schedules],

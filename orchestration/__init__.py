@@ -30,7 +30,12 @@ _EXPORTS = {
     "shuffle_pool": "definition",
     "shuffle_commit_sensor": "sensors",
     "failed_region_sensor": "sensors",
+    "shuffle_progress_sensor": "sensors",
+    "shuffle_lag_sensor": "sensors",
+    "shuffle_watermark_asset": "sensors",
     "shuffle_asset_checks": "checks",
+    "shuffle_consumer_checks": "checks",
+    "consumer_metadata": "metadata",
     "shuffle_expiry_job": "maintenance",
     "shuffle_backfill_schedule": "schedules",
     "KafkaShuffle": "components",
@@ -40,7 +45,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from .checks import shuffle_asset_checks
+    from .checks import shuffle_asset_checks, shuffle_consumer_checks
     from .components import KafkaShuffle
     from .definition import (
         FAILED_WINDOWS_TAG,
@@ -50,11 +55,18 @@ if TYPE_CHECKING:
     )
     from .io_manager import KafkaShuffleIOManager, RecordBatches
     from .maintenance import shuffle_expiry_job
+    from .metadata import consumer_metadata
     from .pipes import run_shuffle_pipes, shuffle_pipes_extras
     from .pipes_application import pipes_write_shuffle
     from .resources import KafkaResource, ShuffleSparkResource
     from .schedules import shuffle_backfill_schedule
-    from .sensors import failed_region_sensor, shuffle_commit_sensor
+    from .sensors import (
+        failed_region_sensor,
+        shuffle_commit_sensor,
+        shuffle_lag_sensor,
+        shuffle_progress_sensor,
+        shuffle_watermark_asset,
+    )
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

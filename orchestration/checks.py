@@ -82,7 +82,16 @@ from orchestration.definition import (
     declaration_differences,
     declared_metadata,
 )
-from orchestration.metadata import epoch_seconds, outside_window, window_bounds
+from orchestration.metadata import (
+    Lag,
+    committed_time,
+    completeness,
+    consumer_lag,
+    consumptions,
+    epoch_seconds,
+    outside_window,
+    window_bounds,
+)
 from orchestration.shuffle.core.commitlog import (
     Commit,
     Expired,
@@ -428,13 +437,16 @@ def watermark_progress(
     progress. A shuffle none of whose runs declares a watermark progresses with each commit.
     """
     mark = log.watermark()
-    if mark is None:
-        reached = log.commits[-1:]
-    else:
-        marks = ((c, c.effective_watermark) for c in log.commits)
-        reached = [c for c, m in marks if m is not None and m >= mark][:1]
-    at = _utc(dt.datetime.fromisoformat(reached[0].committed_at)) if reached else None
+    last = log.commits[-1] if log.commits else None
+    reached = last if mark is None else reached_by(log, mark)
+    at = committed_time(reached) if reached is not None else None
     return WatermarkProgress(mark, at, _utc(now), stall_after)
+
+
+def reached_by(log: ShuffleLog, mark: int) -> Commit | None:
+    """The first commit of ``log`` (in log order) whose watermark is at or past ``mark``."""
+    marks = ((c, c.effective_watermark) for c in log.commits)
+    return next((c for c, m in marks if m is not None and m >= mark), None)
 
 
 def _utc(when: dt.datetime) -> dt.datetime:
@@ -690,3 +702,170 @@ def _read_back(kafka: KafkaClient, log: ShuffleLog, commit: Commit) -> FrameCoun
     if rows != commit.rows:
         out.problems.append(f"{rows} rows read back, the commit record says {commit.rows}")
     return out
+
+
+# --- consumers ---------------------------------------------------------------------------
+
+# The check on each consumer of a shuffle that says it keeps up; shuffle_lag_sensor reports
+# it on its ticks.
+LAG_CHECK = "shuffle_consumer_lag"
+
+
+def default_max_delay(partitions_def: PartitionsDefinition | None) -> dt.timedelta:
+    """How long a complete window may wait for a consumer before ``shuffle_consumer_lag``
+    fails: a quarter of a partition (6 hours for daily partitions)."""
+    return expected_cadence(partitions_def) / 4
+
+
+@dataclass(frozen=True)
+class LagVerdict:
+    """What ``shuffle_consumer_lag`` says of a consumer's :class:`~orchestration.metadata.
+    Lag`: it fails (WARN) once a complete window has waited longer than ``max_delay``
+    without being consumed, ERROR past twice that."""
+
+    lag: Lag
+    max_delay: dt.timedelta
+
+    @property
+    def late(self) -> list[Commit]:
+        """The runs that waited too long."""
+        return [c for c in self.lag.behind if self.lag.now - committed_time(c) > self.max_delay]
+
+    @property
+    def passed(self) -> bool:
+        return not self.late
+
+    @property
+    def severity(self) -> AssetCheckSeverity:
+        wait = self.lag.oldest_wait
+        return (
+            AssetCheckSeverity.ERROR
+            if wait is not None and wait > 2 * self.max_delay
+            else AssetCheckSeverity.WARN
+        )
+
+    def result(self, consumer: str) -> AssetCheckResult:
+        late, wait = self.late, self.lag.oldest_wait
+        if late:
+            description = (
+                f"{consumer} has not consumed {len(late)} complete window(s) committed over "
+                f"{_hours(self.max_delay)} ago (the oldest "
+                f"{wait.total_seconds() / 3600 if wait else 0:.1f} h ago): "
+                + ", ".join(str(c.window) for c in late[:10])
+            )
+        else:
+            description = (
+                f"{consumer} keeps up: {len(self.lag.behind)} complete window(s) not consumed "
+                f"yet, none for over {_hours(self.max_delay)}"
+            )
+        metadata: dict[str, Any] = {
+            "lag_windows": len(self.lag.behind),
+            "late_windows": len(late),
+            "max_delay_s": self.max_delay.total_seconds(),
+        }
+        if wait is not None:
+            metadata["oldest_wait_s"] = round(wait.total_seconds(), 3)
+        if self.lag.behind:
+            metadata["windows_behind"] = MetadataValue.json(
+                [c.window for c in self.lag.behind[:50]]
+            )
+        return AssetCheckResult(
+            passed=self.passed,
+            severity=self.severity,
+            description=description,
+            metadata=metadata,
+        )
+
+
+def lag_verdict(
+    instance: Any,
+    log: ShuffleLog,
+    consumer: AssetsDefinition | AssetSpec,
+    shuffle_partitions: PartitionsDefinition | None,
+    max_delay: dt.timedelta,
+    now: dt.datetime,
+) -> LagVerdict:
+    """``shuffle_consumer_lag``'s verdict on ``consumer`` of the shuffle whose commit log is
+    ``log``, from its materializations in ``instance``."""
+    key = consumer.key
+    lag = consumer_lag(
+        log,
+        consumptions(instance, key),
+        partitioned=consumer.partitions_def is not None,
+        complete=completeness(shuffle_partitions),
+        now=now,
+    )
+    return LagVerdict(lag, max_delay)
+
+
+def shuffle_consumer_checks(
+    asset: AssetsDefinition | AssetSpec,
+    consumers: Sequence[AssetsDefinition | AssetSpec],
+    *,
+    max_delay: dt.timedelta | None = None,
+) -> list[AssetChecksDefinition]:
+    """A ``shuffle_consumer_lag`` check on each of ``consumers`` of the shuffle ``asset``:
+    it fails (WARN) once a complete window of the shuffle has waited longer than
+    ``max_delay`` (default :func:`default_max_delay`) for the consumer, ERROR past twice
+    that. Never blocking.
+
+    A window is consumed when the consumer's latest materialization of it (of the asset, for
+    an unpartitioned consumer such as a stream's running totals) read its visible run
+    (``shuffle/runs_read``, which the shuffle IO manager records) or, when it does not say,
+    was recorded after the run committed. :func:`~orchestration.shuffle_lag_sensor`
+    evaluates the checks on its ticks, so a consumer that stopped is caught while nothing
+    runs; each can also be executed on its own.
+
+    Example::
+
+        checks = shuffle_consumer_checks(events, [sessions, totals])
+        Definitions(asset_checks=checks, sensors=[shuffle_lag_sensor(
+            "events_lag", asset=events, consumers=[sessions, totals])], ...)
+
+    Args:
+        asset: The shuffle asset, or the ``AssetSpec`` declaring it in this location.
+        consumers: The assets (or specs) that consume it.
+        max_delay: How long a complete window may wait.
+    """
+    shuffle = asset_shuffle(asset)
+    io_key = asset_io_manager_key(asset)
+    allowed = max_delay if max_delay is not None else default_max_delay(asset.partitions_def)
+    out = []
+    for consumer in consumers:
+        out.append(_lag_check(consumer, shuffle, io_key, asset.partitions_def, allowed))
+    return out
+
+
+def _lag_check(
+    consumer: AssetsDefinition | AssetSpec,
+    shuffle: Any,
+    io_key: str,
+    shuffle_partitions: PartitionsDefinition | None,
+    allowed: dt.timedelta,
+) -> AssetChecksDefinition:
+    name = consumer.key.to_user_string()
+
+    @asset_check(
+        asset=consumer.key,
+        name=LAG_CHECK,
+        blocking=False,
+        required_resource_keys={io_key},
+        description=(
+            f"{name} consumes each complete window of {shuffle.topic} within "
+            f"{_hours(allowed)} of its commit: WARN past it, ERROR past twice that."
+        ),
+    )
+    def _lag(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        kafka = getattr(context.resources, io_key).kafka
+        try:
+            log = shuffle_log(shuffle.under(kafka).topic, kafka=kafka.client())
+        except ShuffleError as exc:
+            return AssetCheckResult(
+                passed=False, description=str(exc), metadata={"error": str(exc)}
+            )
+        verdict = lag_verdict(
+            context.instance, log, consumer, shuffle_partitions, allowed, dt.datetime.now(dt.UTC)
+        )
+        return verdict.result(name)
+
+    return _lag

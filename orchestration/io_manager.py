@@ -35,11 +35,16 @@ shuffle's own keys.
 
 Input: a keyed read of exactly the upstream partitions the downstream asset depends on, as a
 DataFrame, or as a :class:`~orchestration.shuffle.ShuffleRead` if the parameter is annotated
-so (for in-reader aggregation, commit details and row counts).
+so (for in-reader aggregation, commit details and row counts). The materialization of the
+asset that reads it records what it read and its lag (``shuffle/runs_read``,
+``shuffle/rows_read``, ``shuffle/lag_windows``, ``shuffle/lag_seconds``: see
+:func:`~orchestration.metadata.lag_metadata`), not an observation of the shuffle, whose
+plots then draw each commit once.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import abc
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -70,7 +75,12 @@ from orchestration.definition import (
     window_ends,
     windows_failure,
 )
-from orchestration.metadata import commit_metadata, outside_window, window_bounds
+from orchestration.metadata import (
+    commit_metadata,
+    consumer_metadata,
+    outside_window,
+    window_bounds,
+)
 from orchestration.resources import KafkaResource
 from orchestration.shuffle.core.commitlog import Commit, ShuffleLog
 from orchestration.shuffle.errors import (
@@ -403,7 +413,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         read = plan_shuffle_read(
             self.session(), asset.topic, kafka=kafka, windows=windows, runs=runs, log=log
         )
-        _report_input(context, asset.topic, read.commits)
+        _report_input(context, asset.topic, read.commits, log)
         if _wants_shuffle_read(context):
             return read
         return read.dataframe()
@@ -431,10 +441,10 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 ) from None
         if kind == "batches":
             batches = read_batches(topic, kafka=kafka, windows=windows, runs=runs, log=log)
-            _report_input(context, topic, _commits_read(log, windows, runs))
+            _report_input(context, topic, _commits_read(log, windows, runs), log)
             return RecordBatches(batches)
         table = read_table(topic, kafka=kafka, windows=windows, runs=runs, log=log)
-        _report_input(context, topic, _commits_read(log, windows, runs))
+        _report_input(context, topic, _commits_read(log, windows, runs), log)
         if kind == "pandas":
             return to_pandas(table)
         if kind == "polars":
@@ -458,18 +468,57 @@ class RecordBatches(abc.Iterator):
         return next(self._batches)
 
 
-def _report_input(context: InputContext, topic: str, commits: Sequence[Commit]) -> None:
+def _report_input(
+    context: InputContext, topic: str, commits: Sequence[Commit], log: ShuffleLog
+) -> None:
+    """Says what an input read: in the run's log, and on the materialization of the asset
+    that reads it, with how far behind the shuffle that asset is (its lag)."""
     rows = sum(c.rows for c in commits)
     context.log.info(f"{topic}: reading {len(commits)} committed run(s), {rows} rows")
-    context.add_input_metadata(
-        {
-            "shuffle/topic": topic,
-            "shuffle/runs": MetadataValue.json({c.run_id: c.window for c in commits}),
-            "rows": rows,
-            "bytes": sum(c.bytes for c in commits),
-            "frames": sum(c.frames for c in commits),
-        }
-    )
+    read = {
+        "shuffle/topic_read": topic,
+        "shuffle/rows_read": rows,
+        "shuffle/bytes_read": sum(c.bytes for c in commits),
+    }
+    step = _asset_step()
+    if step is None:
+        # An op's input. Input metadata is recorded as an observation of the shuffle, next
+        # to its materializations: only what was read, no number to draw a commit again.
+        context.add_input_metadata(
+            {
+                "shuffle/topic": topic,
+                "shuffle/runs": MetadataValue.json({c.run_id: c.window for c in commits}),
+            }
+        )
+        return
+    try:
+        upstream_partitions = context.asset_partitions_def
+    except DagsterInvariantViolationError:
+        upstream_partitions = None  # an unpartitioned shuffle
+    now = dt.datetime.now(dt.UTC)
+    for key in sorted(step.selected_asset_keys, key=lambda k: k.to_user_string()):
+        lag = consumer_metadata(
+            step.instance,
+            key,
+            log,
+            commits,
+            partitioned=step.assets_def.specs_by_key[key].partitions_def is not None,
+            shuffle_partitions=upstream_partitions,
+            now=now,
+        )
+        step.add_asset_metadata({**read, **lag}, asset_key=key)
+
+
+def _asset_step() -> AssetExecutionContext | None:
+    """The step's context when it materializes assets (its metadata goes on their
+    materializations), else None: an op, or a context built outside a run."""
+    try:
+        step = AssetExecutionContext.get()
+    except DagsterInvariantViolationError:
+        return None
+    if not isinstance(step, AssetExecutionContext) or not step.has_assets_def:
+        return None
+    return step
 
 
 def _commits_read(log: ShuffleLog, windows: list[str] | None, runs: list[str] | None) -> list:

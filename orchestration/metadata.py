@@ -1,6 +1,9 @@
 """What a committed run shows in Dagster: :func:`commit_metadata`, the metadata of its
 materialization or of an observation of it (Dagster's standard keys and the shuffle's own),
-with :func:`progress_metadata`, its event-time progress as numbers Dagster plots.
+with :func:`progress_metadata`, its event-time progress as numbers Dagster plots; and what a
+consumer of a shuffle shows: :func:`consumer_lag` and :func:`lag_metadata`, how far behind
+the shuffle it is, from the commit log and the consumer's own materializations
+(:func:`consumptions`).
 
 How an asset declares that it is a shuffle (its ``shuffle/*`` definition metadata) is
 :mod:`orchestration.definition`.
@@ -12,11 +15,14 @@ it and the integration stays shallow.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 from dagster import (
+    AssetKey,
+    DagsterInstance,
     MetadataValue,
     PartitionsDefinition,
     TableColumn,
@@ -30,7 +36,7 @@ from orchestration.shuffle.core.evolution import type_name
 from orchestration.shuffle.errors import ShuffleFormatError, ShuffleOptionError
 
 if TYPE_CHECKING:
-    from orchestration.shuffle.core.commitlog import Commit, Layout
+    from orchestration.shuffle.core.commitlog import Commit, Layout, ShuffleLog
     from orchestration.shuffle.core.evolution import LayoutVersion
 
 
@@ -278,3 +284,183 @@ def column_schema(layout: Layout, schema: pa.Schema | None = None) -> TableSchem
             for f in (layout.schema if schema is None else schema)
         ]
     )
+
+
+# --- consumers ---------------------------------------------------------------------------
+
+# A consumer's materialization: the runs of the shuffle it read ({run id: window}).
+RUNS_READ = "shuffle/runs_read"
+# How far behind the shuffle a consumer is: windows complete but not consumed, and seconds
+# from the commit of what it read to its reading.
+LAG_WINDOWS = "shuffle/lag_windows"
+LAG_SECONDS = "shuffle/lag_seconds"
+
+
+def committed_time(commit: Commit) -> dt.datetime:
+    """When ``commit`` committed, in UTC."""
+    return _utc(dt.datetime.fromisoformat(commit.committed_at))
+
+
+def completeness(partitions_def: PartitionsDefinition | None) -> Callable[[Commit], bool]:
+    """Whether a run's window is complete, for a shuffle of ``partitions_def``: a time
+    window once the run declares it complete up to its end, any other once committed."""
+
+    def complete(commit: Commit) -> bool:
+        bounds = window_bounds(partitions_def, commit.window)
+        return bounds is None or commit.complete_through(bounds[1])
+
+    return complete
+
+
+@dataclass(frozen=True)
+class Consumption:
+    """A consumer's latest materialization of a window (of the asset, when unpartitioned):
+    when it was recorded (epoch seconds) and the runs it read, when it says
+    (:data:`RUNS_READ`)."""
+
+    at: float
+    runs: frozenset[str] | None = None
+
+    def covers(self, commit: Commit, partitioned: bool) -> bool:
+        if self.runs is not None and commit.run_id in self.runs:
+            return True
+        if partitioned and self.runs is not None:
+            # It says which run it read, and that was another (an older one).
+            return False
+        return committed_time(commit).timestamp() <= self.at
+
+
+# How many of a consumer's latest materializations are read to find each window's latest.
+CONSUMPTIONS_READ = 2000
+
+
+def consumptions(
+    instance: DagsterInstance, key: AssetKey, limit: int = CONSUMPTIONS_READ
+) -> dict[str | None, Consumption]:
+    """The latest materialization of each partition of the consumer ``key`` (None: of an
+    unpartitioned asset), from its ``limit`` latest. A partition materialized only before
+    those counts as consumed whatever came since (its latest is not looked up one by one)."""
+    records = instance.fetch_materializations(key, limit=limit).records
+    out: dict[str | None, Consumption] = {}
+    for record in records:  # newest first
+        event = record.asset_materialization
+        if event is None or event.partition in out:
+            continue
+        raw = event.metadata.get(RUNS_READ)
+        value = getattr(raw, "value", raw)
+        runs = frozenset(value) if isinstance(value, Mapping) else None
+        out[event.partition] = Consumption(record.timestamp, runs)
+    if len(records) >= limit:
+        for partition in instance.get_materialized_partitions(key) - set(out):
+            out[partition] = Consumption(float("inf"))
+    return out
+
+
+@dataclass(frozen=True)
+class Lag:
+    """How far a consumer is behind its shuffle at ``now``: ``behind`` are the visible runs
+    of complete windows it has not consumed, oldest commit first."""
+
+    behind: tuple[Commit, ...]
+    now: dt.datetime
+
+    @property
+    def oldest_wait(self) -> dt.timedelta | None:
+        """How long the oldest of them has waited since it committed."""
+        return self.now - committed_time(self.behind[0]) if self.behind else None
+
+
+def consumer_lag(
+    log: ShuffleLog,
+    consumed: Mapping[str | None, Consumption],
+    *,
+    partitioned: bool,
+    complete: Callable[[Commit], bool],
+    now: dt.datetime,
+    reading: Sequence[Commit] = (),
+) -> Lag:
+    """The windows of ``log`` complete but not yet consumed by a consumer whose latest
+    materializations are ``consumed`` (:func:`consumptions`). Pure.
+
+    A window's visible run is consumed when the consumer's latest materialization of the
+    window (of the asset, for an unpartitioned consumer: a stream, a running total) says it
+    read that run, or, when it does not say, was recorded after the run committed. The runs
+    being read now (``reading``) count as consumed. A shuffle's runs without a window count
+    by their latest.
+    """
+    reading_ids = {c.run_id for c in reading}
+    latest: dict[str | None, Commit] = dict(log.latest_by_window())
+    unwindowed = [c for c in log.commits if c.window is None]
+    if unwindowed:
+        latest[None] = unwindowed[-1]
+    behind = []
+    for window, commit in latest.items():
+        if commit.run_id in reading_ids or not complete(commit):
+            continue
+        got = consumed.get(window if partitioned else None)
+        if got is None or not got.covers(commit, partitioned):
+            behind.append(commit)
+    behind.sort(key=committed_time)
+    return Lag(tuple(behind), _utc(now))
+
+
+def lag_metadata(lag: Lag, read: Sequence[Commit]) -> dict[str, Any]:
+    """What a consumer's materialization records of its lag (numbers Dagster plots):
+    :data:`LAG_WINDOWS`, the windows complete but not yet consumed (those named in
+    ``shuffle/windows_behind``), and :data:`LAG_SECONDS`, seconds from the commit of the
+    runs it read (the oldest of them) to its reading; and :data:`RUNS_READ`."""
+    md: dict[str, Any] = {
+        RUNS_READ: MetadataValue.json({c.run_id: c.window for c in read}),
+        LAG_WINDOWS: len(lag.behind),
+    }
+    if read:
+        oldest = min(committed_time(c) for c in read)
+        md[LAG_SECONDS] = round((lag.now - oldest).total_seconds(), 3)
+    if lag.behind:
+        md["shuffle/windows_behind"] = MetadataValue.json([c.window for c in lag.behind[:50]])
+    return md
+
+
+def consumer_metadata(
+    instance: DagsterInstance,
+    key: AssetKey,
+    log: ShuffleLog,
+    read: Sequence[Commit],
+    *,
+    partitioned: bool,
+    shuffle_partitions: PartitionsDefinition | None,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """What the consumer ``key`` that read the runs ``read`` of the shuffle whose commit log
+    is ``log`` records on its materialization (:func:`lag_metadata`), its lag judged from
+    its materializations in ``instance``. The shuffle IO manager records it for the assets
+    whose inputs it loads; a consumer that reads otherwise (a stream, a queue) records it
+    itself.
+
+    Example::
+
+        log = shuffle_log(topic, kafka=conf)
+        commit = log.latest_by_window()[context.partition_key]
+        ...   # read and process the run
+        return MaterializeResult(metadata=consumer_metadata(
+            context.instance, context.asset_key, log, [commit],
+            partitioned=True, shuffle_partitions=daily))
+
+    Args:
+        instance: The Dagster instance the consumer's materializations are in.
+        key: The consumer's asset key.
+        log: The shuffle's commit log.
+        read: The runs the consumer read.
+        partitioned: Whether the consumer is partitioned (by the shuffle's windows).
+        shuffle_partitions: The shuffle's partitions definition (when windows are complete).
+        now: When it read them; default now.
+    """
+    lag = consumer_lag(
+        log,
+        consumptions(instance, key),
+        partitioned=partitioned,
+        complete=completeness(shuffle_partitions),
+        now=now if now is not None else dt.datetime.now(dt.UTC),
+        reading=read,
+    )
+    return lag_metadata(lag, read)

@@ -1,23 +1,31 @@
-"""Sensor factories: launch consumers when a shuffle window is complete; retry failed regions.
+"""Sensor factories: launch consumers when a shuffle window is complete; retry failed regions;
+watch a shuffle's progress and its consumers' lag.
 
-Both are small and pure apart from what they read (the shuffle's commit log; the failed
-run's tags), so a tick can be tested with ``build_sensor_context`` and
-``build_run_status_sensor_context``; what a commit sensor's tick launches, and its next
-cursor, is the pure :func:`commit_launches`.
+Each is small and pure apart from what it reads (the shuffle's commit log; the failed run's
+tags; the consumers' materializations), so a tick can be tested with
+``build_sensor_context`` and ``build_run_status_sensor_context``; what a commit sensor's
+tick launches, and its next cursor, is the pure :func:`commit_launches`, and what the
+watching sensors judge is :func:`~orchestration.checks.watermark_progress` and
+:func:`~orchestration.checks.lag_verdict`.
 """
 
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dagster import (
+    AssetCheckEvaluation,
+    AssetKey,
+    AssetMaterialization,
     AssetObservation,
     AssetsDefinition,
     AssetSelection,
     AssetSpec,
     DagsterEventType,
     DefaultSensorStatus,
+    FreshnessPolicy,
+    MetadataValue,
     PartitionKeyRange,
     PartitionsDefinition,
     RunFailureSensorContext,
@@ -31,6 +39,15 @@ from dagster import (
     sensor,
 )
 
+from orchestration.checks import (
+    LAG_CHECK,
+    PROGRESS_CHECK,
+    default_max_delay,
+    default_stall_after,
+    lag_verdict,
+    reached_by,
+    watermark_progress,
+)
 from orchestration.definition import (
     COMMIT_TAG,
     DAGSTER_RUN_ATTR,
@@ -45,11 +62,17 @@ from orchestration.definition import (
     asset_io_manager_key,
     asset_shuffle,
 )
-from orchestration.metadata import commit_metadata
-from orchestration.shuffle.core.commitlog import BadRecord, Commit, Layout
+from orchestration.metadata import commit_metadata, epoch_seconds
+from orchestration.shuffle.core.commitlog import (
+    BadRecord,
+    Commit,
+    Layout,
+    ShuffleLog,
+    from_micros,
+)
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleTopicNotFoundError
 from orchestration.shuffle.kafka.commitlog import read_commits_since
-from orchestration.shuffle.read import shuffle_log
+from orchestration.shuffle.read import group_offsets_behind, shuffle_log
 
 # Tags of a failed run its retry does not carry: Dagster's own (backfill, partition, run
 # key, sensor, ...) and ours.
@@ -142,6 +165,7 @@ def shuffle_commit_sensor(
     window_end: Callable[[str], dt.datetime] | None = None,
     minimum_interval_seconds: int = 15,
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
+    observe: bool = True,
 ):
     """A sensor that launches ``jobs`` for window W of the shuffle ``asset`` once its commit
     log says W is complete, once per commit.
@@ -159,7 +183,8 @@ def shuffle_commit_sensor(
     a materialization of it would carry (:func:`orchestration.metadata.commit_metadata`: row
     count, column schema, URI, ``shuffle/*``, the watermark as numbers) and
     ``shuffle/complete``. A commit the IO manager or ``run_shuffle_pipes`` wrote is shown by
-    its materialization alone, so no commit is drawn twice on the asset's plots.
+    its materialization alone, so no commit is drawn twice on the asset's plots; a second
+    commit sensor of the same shuffle (other jobs, other ticks) says ``observe=False``.
 
     The cursor (JSON, :class:`CommitCursor`) holds the commit-log offset read so far and the
     latest launches, a bounded number whatever the number of windows; a tick reads only
@@ -213,7 +238,7 @@ def shuffle_commit_sensor(
                     "consumer is launched for its run"
                 )
             latest = {c.window: c for c in commits if c.window is not None}
-            unrecorded = [c for c in latest.values() if not materialized(c)]
+            unrecorded = [c for c in latest.values() if observe and not materialized(c)]
             known = layouts.get(shuffle.topic)
             newest = max((c.layout_version for c in commits), default=1)
             # The log is read again (only what was appended since, in this process) for the
@@ -232,7 +257,7 @@ def shuffle_commit_sensor(
             done = complete(commit)
             if not done:
                 context.log.info(f"window {window}: run {commit.run_id} is not complete yet")
-            if materialized(commit):
+            if not observe or materialized(commit):
                 # Its materialization already shows it, numbers included: an observation
                 # would draw the commit twice on the asset's plots.
                 continue
@@ -524,3 +549,226 @@ def consecutive_windows(
         else:
             groups.append([w])
     return groups
+
+
+# --- watching a shuffle ----------------------------------------------------------------
+
+
+def shuffle_watermark_asset(
+    asset: AssetsDefinition | AssetSpec,
+    *,
+    stall_after: dt.timedelta | None = None,
+    key: AssetKey | None = None,
+) -> AssetSpec:
+    """The shuffle's watermark as an asset of its own (``<asset>_watermark``), materialized by
+    :func:`shuffle_progress_sensor` each time the watermark advances, with a freshness
+    policy: WARN once it has not advanced for ``stall_after`` (default:
+    :func:`~orchestration.checks.default_stall_after`, a partition and a quarter), FAIL after
+    twice that.
+
+    Dagster's freshness policies look at an asset's latest materialization, which a re-run
+    of an old window of the shuffle renews; this asset's are renewed by progress alone.
+
+    Example::
+
+        watermark = shuffle_watermark_asset(events_by_user)
+        Definitions(assets=[events_by_user, watermark], sensors=[shuffle_progress_sensor(
+            "events_progress", asset=events_by_user, watermark_asset=watermark)], ...)
+    """
+    allowed = stall_after if stall_after is not None else default_stall_after(asset.partitions_def)
+    path = asset.key.path
+    group = (
+        asset.group_name
+        if isinstance(asset, AssetSpec)
+        else asset.specs_by_key[asset.key].group_name
+    )
+    return AssetSpec(
+        key or AssetKey([*path[:-1], f"{path[-1]}_watermark"]),
+        deps=[asset.key],
+        group_name=group,
+        kinds={"kafka"},
+        freshness_policy=FreshnessPolicy.time_window(fail_window=2 * allowed, warn_window=allowed),
+        description=(
+            f"The watermark of the shuffle {asset.key.to_user_string()}: materialized each "
+            "time it advances (a re-run of an old window does not), so its freshness says "
+            "whether the shuffle keeps up."
+        ),
+    )
+
+
+def shuffle_progress_sensor(
+    name: str,
+    *,
+    asset: AssetsDefinition | AssetSpec,
+    stall_after: dt.timedelta | None = None,
+    watermark_asset: AssetSpec | None = None,
+    minimum_interval_seconds: int = 300,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
+):
+    """A sensor that watches the shuffle ``asset``'s watermark on every tick, committed or not.
+
+    Each tick reads the commit log (only what was appended since, in this process) and
+    judges ``shuffle_watermark_progress`` (:func:`~orchestration.checks.watermark_progress`,
+    ``stall_after`` as for :func:`~orchestration.shuffle_asset_checks`); it reports the
+    check's result without a run whenever the verdict changes (passed, severity, or a new
+    advance), so a stall shows on the asset within a tick of passing its limit. With
+    ``watermark_asset`` (:func:`shuffle_watermark_asset`) it also materializes that asset,
+    without a run, each time the watermark advances, with the watermark as a number
+    (``shuffle/watermark_epoch_s``) and the run that brought it.
+
+    The cursor (JSON) holds the last verdict and the last watermark reported.
+    """
+    declared = asset_shuffle(asset)
+    io_key = asset_io_manager_key(asset)
+    allowed = stall_after if stall_after is not None else default_stall_after(asset.partitions_def)
+
+    @sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        required_resource_keys={io_key},
+        description=f"Watches the watermark of {asset.key.to_user_string()}: a stall fails "
+        f"{PROGRESS_CHECK}.",
+    )
+    def _sensor(context: SensorEvaluationContext, **_resources):
+        resource = getattr(context.resources, io_key).kafka
+        topic = declared.under(resource).topic
+        cursor = json.loads(context.cursor) if context.cursor else {}
+        try:
+            log = shuffle_log(topic, kafka=resource.client())
+        except ShuffleTopicNotFoundError:
+            return SkipReason(f"shuffle {topic!r} has no commit log yet")
+        progress = watermark_progress(log, dt.datetime.now(dt.UTC), allowed)
+        verdict = [
+            progress.passed,
+            progress.severity.value,
+            None if progress.advanced_at is None else progress.advanced_at.isoformat(),
+        ]
+        events: list = []
+        if cursor.get("verdict") != verdict:
+            result = progress.result()
+            events.append(
+                AssetCheckEvaluation(
+                    asset_key=asset.key,
+                    check_name=PROGRESS_CHECK,
+                    passed=result.passed,
+                    severity=result.severity,
+                    description=result.description,
+                    metadata=result.metadata,
+                )
+            )
+            if not progress.passed:
+                context.log.warning(f"shuffle {topic!r}: {progress.description}")
+        mark, reported = progress.watermark, cursor.get("watermark")
+        if (
+            watermark_asset is not None
+            and mark is not None
+            and (reported is None or mark > reported)
+        ):
+            events.append(_watermark_event(watermark_asset.key, log, mark))
+            reported = mark
+        return SensorResult(
+            asset_events=events,
+            cursor=json.dumps({"verdict": verdict, "watermark": reported}, separators=(",", ":")),
+        )
+
+    return _sensor
+
+
+def _watermark_event(key: AssetKey, log: ShuffleLog, mark: int) -> AssetMaterialization:
+    """The watermark asset's materialization for the watermark ``mark`` of ``log``: the
+    number, and the run that first declared it."""
+    first = reached_by(log, mark)
+    metadata = {
+        "shuffle/watermark_epoch_s": epoch_seconds(mark),
+        "shuffle/watermark": MetadataValue.timestamp(from_micros(mark)),
+    }
+    if first is not None:
+        metadata["shuffle/run_id"] = first.run_id
+        metadata["shuffle/window"] = first.window or ""
+    return AssetMaterialization(asset_key=key, metadata=metadata)
+
+
+def shuffle_lag_sensor(
+    name: str,
+    *,
+    asset: AssetsDefinition | AssetSpec,
+    consumers: Sequence[AssetsDefinition | AssetSpec],
+    max_delay: dt.timedelta | None = None,
+    groups: Mapping[AssetKey, str] | None = None,
+    minimum_interval_seconds: int = 300,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
+):
+    """A sensor that watches how far each of ``consumers`` of the shuffle ``asset`` is behind,
+    on every tick, whether or not anything runs.
+
+    For each consumer it judges ``shuffle_consumer_lag`` (:func:`~orchestration.checks.
+    lag_verdict`: complete windows of the shuffle it has not consumed, late past
+    ``max_delay``) and reports the check's result without a run whenever the verdict changes
+    (passed, severity, or the number of windows behind); the checks themselves are
+    :func:`~orchestration.checks.shuffle_consumer_checks`. A consumer that reads through a
+    Kafka consumer group (``groups``: its asset key to the group, which reads the shuffle's
+    data topic) is also observed with the group's lag, from the offsets it committed
+    (``kafka/offsets_behind_max``, ``kafka/offsets_behind_total``), whenever it changes.
+
+    The cursor (JSON) holds each consumer's last verdict and group lag.
+    """
+    declared = asset_shuffle(asset)
+    io_key = asset_io_manager_key(asset)
+    allowed = max_delay if max_delay is not None else default_max_delay(asset.partitions_def)
+    by_group = dict(groups or {})
+
+    @sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        required_resource_keys={io_key},
+        description=f"Watches how far the consumers of {asset.key.to_user_string()} are "
+        f"behind: {LAG_CHECK} on each.",
+    )
+    def _sensor(context: SensorEvaluationContext, **_resources):
+        resource = getattr(context.resources, io_key).kafka
+        topic = declared.under(resource).topic
+        cursor = json.loads(context.cursor) if context.cursor else {}
+        try:
+            log = shuffle_log(topic, kafka=resource.client())
+        except ShuffleTopicNotFoundError:
+            return SkipReason(f"shuffle {topic!r} has no commit log yet")
+        now = dt.datetime.now(dt.UTC)
+        verdicts: dict = dict(cursor.get("verdicts", {}))
+        lags: dict = dict(cursor.get("groups", {}))
+        events: list = []
+        for consumer in consumers:
+            name_ = consumer.key.to_user_string()
+            found = lag_verdict(context.instance, log, consumer, asset.partitions_def, allowed, now)
+            state = [found.passed, found.severity.value, len(found.lag.behind)]
+            if verdicts.get(name_) != state:
+                result = found.result(name_)
+                events.append(
+                    AssetCheckEvaluation(
+                        asset_key=consumer.key,
+                        check_name=LAG_CHECK,
+                        passed=result.passed,
+                        severity=result.severity,
+                        description=result.description,
+                        metadata=result.metadata,
+                    )
+                )
+                verdicts[name_] = state
+            group = by_group.get(consumer.key)
+            if group is not None:
+                behind = group_offsets_behind(resource.client(), group, [topic])
+                numbers = {
+                    "kafka/consumer_group": group,
+                    "kafka/offsets_behind_max": int(behind.get("max_offsets_behind_latest", 0)),
+                    "kafka/offsets_behind_total": int(sum(behind["partitions"].values())),
+                }
+                if lags.get(name_) != numbers["kafka/offsets_behind_total"]:
+                    events.append(AssetObservation(asset_key=consumer.key, metadata=numbers))
+                    lags[name_] = numbers["kafka/offsets_behind_total"]
+        return SensorResult(
+            asset_events=events,
+            cursor=json.dumps({"verdicts": verdicts, "groups": lags}, separators=(",", ":")),
+        )
+
+    return _sensor

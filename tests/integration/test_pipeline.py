@@ -214,8 +214,86 @@ def test_outputs_equal_pandas_from_the_csv(stack):
 def test_consumer_checks_pass(stack):
     for o in stack["faulty"].outcomes + stack["clean"].outcomes:
         if o.success and o.job_name in CONSUMER_JOBS:
-            evals = o.result.get_asset_check_evaluations()
-            assert [e.passed for e in evals] == [True], (o.job_name, o.partition)
+            evals = {e.check_name: e.passed for e in o.result.get_asset_check_evaluations()}
+            assert evals == {"rows_read_match_commit": True, "shuffle_consumer_lag": True}, (
+                o.job_name,
+                o.partition,
+            )
+
+
+def test_each_consumer_records_its_lag(stack, kafka_conf):
+    # The commit sensor launched every consumer of D1, then every consumer of D2: when a
+    # consumer read D1, D2 was complete and not read yet.
+    log = shuffle_log(stack["topic"], kafka=kafka_conf)
+    for o in stack["faulty"].outcomes + [stack["retry"]]:
+        if not o.success or o.job_name not in CONSUMER_JOBS:
+            continue
+        name = o.job_name.removesuffix("_job")
+        (md,) = [m.metadata for m in o.result.asset_materializations_for_node(name)]
+        commit = log.visible(windows=[o.partition])[0]
+        assert md["shuffle/runs_read"].value == {commit.run_id: o.partition}
+        assert md["shuffle/rows_read"].value == commit.rows
+        assert md["shuffle/lag_windows"].value == (1 if o.partition == D1 else 0), o.job_name
+        # Seconds from the day's commit to its reading: a few, in this test.
+        assert 0 <= md["shuffle/lag_seconds"].value < 600
+    # The shuffle itself is not observed by its readers (input metadata would be): its
+    # plots draw each commit once, from its materialization.
+    observed = stack["instance"].fetch_observations(FLIGHTS_BY_TAILNUM, limit=100).records
+    assert not [r for r in observed if "shuffle/topic_read" in r.asset_observation.metadata]
+    assert not [r for r in observed if "shuffle/runs" in r.asset_observation.metadata]
+
+
+def test_the_shuffle_and_its_consumers_are_watched(stack):
+    from dagster import AssetCheckSeverity, build_sensor_context
+
+    from assets.pipeline import flights_pipeline
+    from jobs.pipeline import LAG_SENSOR, PROGRESS_SENSOR
+    from orchestration import shuffle_progress_sensor
+
+    defs, instance = stack["defs"](), stack["instance"]
+
+    def tick(sensor, cursor=None):
+        with build_sensor_context(
+            instance=instance, cursor=cursor, resources=defs.resources, definitions=defs
+        ) as ctx:
+            return sensor(ctx)
+
+    # Every reader is judged: the per-day consumers read both days; the running totals and
+    # the enrichment (launched by their schedule and their own sensor) read none yet, but
+    # the days committed minutes ago, within the 6 hours a daily window may wait.
+    lag = tick(defs.resolve_sensor_def(LAG_SENSOR))
+    verdicts = {e.asset_key.to_user_string(): e for e in lag.asset_events}
+    assert set(verdicts) == {
+        *(job.removesuffix("_job") for job in CONSUMER_JOBS),
+        "aircraft_running_totals",
+        "flights_enriched",
+    }
+    assert all(e.passed and e.check_name == "shuffle_consumer_lag" for e in verdicts.values())
+    assert verdicts["flights_enriched"].metadata["lag_windows"].value >= 2
+    # A repeated tick reports nothing that did not change.
+    assert list(tick(defs.resolve_sensor_def(LAG_SENSOR), lag.cursor).asset_events) == []
+
+    # The shuffle's watermark: the check passes, and the watermark asset is materialized.
+    progress = tick(defs.resolve_sensor_def(PROGRESS_SENSOR))
+    (check,) = [e for e in progress.asset_events if hasattr(e, "check_name")]
+    assert (check.check_name, check.passed) == ("shuffle_watermark_progress", True)
+    (mark,) = [e for e in progress.asset_events if not hasattr(e, "check_name")]
+    assert mark.asset_key.to_user_string() == "flights_by_tailnum_watermark"
+    assert (
+        mark.metadata["shuffle/watermark_epoch_s"].value
+        == check.metadata["watermark_epoch_s"].value
+    )
+    # Nothing committed since, with a limit of a second: a tick fails the check by itself.
+    pipeline = flights_pipeline(stack["topic"], num_partitions=4, max_parallelism=64)
+    impatient = shuffle_progress_sensor(
+        "impatient", asset=pipeline.shuffle, stall_after=dt.timedelta(seconds=1)
+    )
+    first = tick(impatient)
+    assert [e.passed for e in first.asset_events] == [False]
+    (stalled,) = first.asset_events
+    assert stalled.severity == AssetCheckSeverity.ERROR  # past twice the limit
+    assert "stalled" in stalled.description
+    assert list(tick(impatient, first.cursor).asset_events) == []
 
 
 def test_prekeyed_consumers_have_no_exchange(stack, spark, kafka_conf):
@@ -434,8 +512,12 @@ def test_running_totals_equal_a_batch_computation_over_visible_runs(stack, spark
     assert md["commit_records_behind"].value == 0
     # Exactly the two new runs were read, and their bytes are those of their commits.
     log = shuffle_log(stack["topic"], kafka=kafka_conf)
-    new_runs = [c for c in log.commits if c.run_id in set(md["runs_read"].value)]
+    read = md["shuffle/runs_read"].value
+    new_runs = [c for c in log.commits if c.run_id in set(read)]
     assert [c.window for c in new_runs] == ["2013-01-06", D1]
+    assert read == {c.run_id: c.window for c in new_runs}
+    # It read every complete day there is: none left behind.
+    assert md["shuffle/lag_windows"].value == 0
     assert md["bytes_read"].value == sum(c.bytes for c in new_runs)
     assert got() == expected()
 
