@@ -3,11 +3,13 @@
 Through Dagster, in the workspace's two code locations: a backfill of the producer over the
 range (one run, one Spark session, one committed shuffle run per day), then the sensors: the
 consumer location's commit sensor launches the three consumer jobs for every complete day,
-and the producer location's failed-region sensor retries what fails.
+and the producer location's failed-region sensor retries what fails; last, one tick of the
+sensors that watch the shuffle's progress and its consumers' lag, whose check results and
+watermark materialization are recorded as the daemon records them.
 Runs are recorded in ``$DAGSTER_HOME`` (``scripts/dev`` sets ``.local/dagster``), so
 ``scripts/dev ui`` shows them. Configuration: the environment variables of
-:mod:`jobs.definitions`. Prints rows per asset per day, the shuffle's watermark
-and where outputs are.
+:mod:`jobs.definitions`. Prints rows per asset per day, the shuffle's watermark, what the
+watching sensors found and where outputs are.
 
     scripts/dev main                                  # 2013-01-01 .. 2013-01-07
     scripts/dev main --start 2013-03-01 --end 2013-03-31
@@ -23,9 +25,12 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
-# The project's own local instance: no usage statistics leave the machine, and Dagster's run
-# retries are on (the consumer jobs rely on them under a daemon).
-INSTANCE_YAML = "telemetry:\n  enabled: false\nrun_retries:\n  enabled: true\n"
+# The project's own local instance: no usage statistics leave the machine, Dagster's run
+# retries are on (the consumer jobs rely on them under a daemon), and so are its freshness
+# policies (a preview in Dagster 1.13; the shuffle's watermark asset has one).
+INSTANCE_YAML = (
+    "telemetry:\n  enabled: false\nrun_retries:\n  enabled: true\nfreshness:\n  enabled: true\n"
+)
 
 
 def instance() -> DagsterInstance:
@@ -54,6 +59,25 @@ def _resolved(outcome, outcomes) -> bool:
     return bool(retries) and all(r.success or _resolved(r, outcomes) for r in retries)
 
 
+def watch(instance: DagsterInstance, locations: list, names: list[str]) -> list:
+    """Ticks each watching sensor of ``names`` once and records what it reports (check
+    results, the watermark's materialization), as the daemon records a sensor's asset
+    events; returns those events."""
+    from dagster import build_sensor_context
+
+    events = []
+    for name in names:
+        defs = next(d for d in locations if any(s.name == name for s in d.sensors or ()))
+        with build_sensor_context(
+            instance=instance, resources=defs.resources, definitions=defs
+        ) as context:
+            result = defs.resolve_sensor_def(name)(context)
+        for event in getattr(result, "asset_events", None) or ():
+            instance.report_runless_asset_event(event)
+            events.append(event)
+    return events
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/dev main", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -79,7 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     from assets.pipeline import CONSUMERS, FLIGHTS_BY_TAILNUM
     from devstack.runner import LocalRunner
     from jobs.definitions import consumer_defs, kafka_client, producer_defs
-    from jobs.pipeline import COMMIT_SENSOR, PRODUCER_JOB, REGION_SENSOR, RUNNING_TOTALS_JOB
+    from jobs.pipeline import (
+        COMMIT_SENSOR,
+        LAG_SENSOR,
+        PRODUCER_JOB,
+        PROGRESS_SENSOR,
+        REGION_SENSOR,
+        RUNNING_TOTALS_JOB,
+    )
     from orchestration.definition import shuffle_asset
     from orchestration.shuffle import shuffle_log, shuffle_watermark
     from orchestration.shuffle.spark.jvm import choose_engine
@@ -96,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     runner.run(PRODUCER_JOB, partition_range=(args.start, args.end))
     runner.settle(COMMIT_SENSOR, REGION_SENSOR)
     totals = runner.run(RUNNING_TOTALS_JOB)
+    watched = watch(runner.instance, [producer_defs, consumer_defs], [PROGRESS_SENSOR, LAG_SENSOR])
 
     res = producer_defs.resources
     kafka = kafka_client(producer_defs)
@@ -138,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(log.latest_by_window())} windows)"
     )
     print(f"watermark         {wm.isoformat() if wm is not None else 'none'}")
+    for event in watched:
+        if hasattr(event, "check_name"):
+            state = "passed" if event.passed else f"FAILED ({event.severity.value})"
+            where = f"{event.check_name} of {event.asset_key.to_user_string()}"
+            print(f"{'check':<17} {where}: {state}")
     catalog = choose_engine(spark, kafka, "auto")
     print(
         "shuffle reads     "

@@ -37,7 +37,7 @@ Input: a keyed read of exactly the upstream partitions the downstream asset depe
 DataFrame, or as a :class:`~orchestration.shuffle.ShuffleRead` if the parameter is annotated
 so (for in-reader aggregation, commit details and row counts). The materialization of the
 asset that reads it records what it read and its lag (``shuffle/runs_read``,
-``shuffle/rows_read``, ``shuffle/lag_windows``, ``shuffle/lag_seconds``: see
+``shuffle/rows_read``, ``shuffle/lag_windows``, ``shuffle/lag_s``: see
 :func:`~orchestration.metadata.lag_metadata`), not an observation of the shuffle, whose
 plots then draw each commit once.
 """
@@ -79,6 +79,7 @@ from orchestration.metadata import (
     commit_metadata,
     consumer_metadata,
     outside_window,
+    watermark_as_of,
     window_bounds,
 )
 from orchestration.resources import KafkaResource
@@ -188,7 +189,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
             self.kafka,
             topic=result.topic,
             write_path=result.path,
-            shuffle_watermark=log.watermark() if log is not None else None,
+            shuffle_watermark=watermark_as_of(log, commit) if log is not None else None,
         )
 
     def _write(

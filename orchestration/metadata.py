@@ -142,6 +142,24 @@ def commit_metadata(
     return md
 
 
+def watermark_as_of(log: ShuffleLog, commit: Commit) -> int | None:
+    """The shuffle's watermark once ``commit`` committed: the furthest watermark of the runs
+    visible then (each window's latest up to it in log order, and runs without a window),
+    so a range run's windows, recorded together, each show their own."""
+    latest: dict[str | None, Commit] = {}
+    unwindowed: list[Commit] = []
+    for c in log.commits:
+        if c.window is None:
+            unwindowed.append(c)
+        else:
+            latest[c.window] = c
+        if c.run_id == commit.run_id:
+            break
+    seen = [*latest.values(), *unwindowed]
+    marks = [m for m in (c.effective_watermark for c in seen) if m is not None]
+    return max(marks) if marks else None
+
+
 def epoch_seconds(micros: int) -> float:
     """Epoch microseconds (a commit record's times) as epoch seconds, the unit of the
     ``*_epoch_s`` entries."""
@@ -293,7 +311,7 @@ RUNS_READ = "shuffle/runs_read"
 # How far behind the shuffle a consumer is: windows complete but not consumed, and seconds
 # from the commit of what it read to its reading.
 LAG_WINDOWS = "shuffle/lag_windows"
-LAG_SECONDS = "shuffle/lag_seconds"
+LAG_S = "shuffle/lag_s"
 
 
 def committed_time(commit: Commit) -> dt.datetime:
@@ -407,7 +425,7 @@ def consumer_lag(
 def lag_metadata(lag: Lag, read: Sequence[Commit]) -> dict[str, Any]:
     """What a consumer's materialization records of its lag (numbers Dagster plots):
     :data:`LAG_WINDOWS`, the windows complete but not yet consumed (those named in
-    ``shuffle/windows_behind``), and :data:`LAG_SECONDS`, seconds from the commit of the
+    ``shuffle/windows_behind``), and :data:`LAG_S`, seconds from the commit of the
     runs it read (the oldest of them) to its reading; and :data:`RUNS_READ`."""
     md: dict[str, Any] = {
         RUNS_READ: MetadataValue.json({c.run_id: c.window for c in read}),
@@ -415,7 +433,7 @@ def lag_metadata(lag: Lag, read: Sequence[Commit]) -> dict[str, Any]:
     }
     if read:
         oldest = min(committed_time(c) for c in read)
-        md[LAG_SECONDS] = round((lag.now - oldest).total_seconds(), 3)
+        md[LAG_S] = round((lag.now - oldest).total_seconds(), 3)
     if lag.behind:
         md["shuffle/windows_behind"] = MetadataValue.json([c.window for c in lag.behind[:50]])
     return md

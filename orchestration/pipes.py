@@ -46,7 +46,12 @@ from orchestration.definition import (
     window_ends,
     windows_failure,
 )
-from orchestration.metadata import commit_metadata, outside_window, window_bounds
+from orchestration.metadata import (
+    commit_metadata,
+    outside_window,
+    watermark_as_of,
+    window_bounds,
+)
 from orchestration.pipes_application import EXTRAS_KEY, public_kafka_settings, spec_to_json
 from orchestration.resources import KafkaResource
 from orchestration.shuffle.core.commitlog import Commit, ShuffleLog
@@ -169,7 +174,7 @@ def run_shuffle_pipes(
             kafka,
             topic=topic,
             write_path=reported.get(w or "", {}).get("path"),
-            shuffle_watermark=log.watermark() if log is not None else None,
+            shuffle_watermark=watermark_as_of(log, c) if log is not None else None,
         )
         for w, c in committed.items()
     }

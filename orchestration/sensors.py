@@ -62,7 +62,7 @@ from orchestration.definition import (
     asset_io_manager_key,
     asset_shuffle,
 )
-from orchestration.metadata import commit_metadata, epoch_seconds
+from orchestration.metadata import commit_metadata, epoch_seconds, watermark_as_of
 from orchestration.shuffle.core.commitlog import (
     BadRecord,
     Commit,
@@ -266,7 +266,7 @@ def shuffle_commit_sensor(
                 layouts.get(shuffle.topic),
                 resource,
                 topic=shuffle.topic,
-                shuffle_watermark=log.watermark() if log is not None else None,
+                shuffle_watermark=watermark_as_of(log, commit) if log is not None else None,
                 window_end=end_of(window) if end_of is not None else None,
             )
             observations.append(

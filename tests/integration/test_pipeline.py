@@ -133,6 +133,15 @@ def test_backfill_is_one_run_with_one_commit_per_day(stack, kafka_conf):
         assert md[day]["shuffle/run_id"].value == commit.run_id
         assert md[day]["rows"].value == commit.rows > 0
         assert md[day]["shuffle/watermark"].value == commit.effective_watermark / 1e6
+        # As numbers the plots draw: the run's watermark, and the shuffle's as this day's
+        # commit left it (the range's days are recorded together, after both committed).
+        assert md[day]["shuffle/watermark_epoch_s"].value == commit.effective_watermark / 1e6
+        assert md[day]["shuffle/shuffle_watermark_epoch_s"].value == (
+            commit.effective_watermark / 1e6
+        )
+        assert md[day]["shuffle/event_time_max_epoch_s"].value < commit.effective_watermark / 1e6
+        # 2013's days were committed years after they ended.
+        assert md[day]["shuffle/commit_delay_s"].value > 3e8
     assert md[D1]["rows"].value != md[D2]["rows"].value
     missing = result.asset_materializations_for_node("flights_missing_tailnum")
     assert {m.partition for m in missing} == {D1, D2}
@@ -235,7 +244,7 @@ def test_each_consumer_records_its_lag(stack, kafka_conf):
         assert md["shuffle/rows_read"].value == commit.rows
         assert md["shuffle/lag_windows"].value == (1 if o.partition == D1 else 0), o.job_name
         # Seconds from the day's commit to its reading: a few, in this test.
-        assert 0 <= md["shuffle/lag_seconds"].value < 600
+        assert 0 <= md["shuffle/lag_s"].value < 600
     # The shuffle itself is not observed by its readers (input metadata would be): its
     # plots draw each commit once, from its materialization.
     observed = stack["instance"].fetch_observations(FLIGHTS_BY_TAILNUM, limit=100).records

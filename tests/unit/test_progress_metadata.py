@@ -29,6 +29,7 @@ from orchestration.metadata import (
     commit_metadata,
     outside_window,
     progress_metadata,
+    watermark_as_of,
     window_bounds,
 )
 from orchestration.shuffle import Commit, Layout, ShuffleLog
@@ -195,3 +196,17 @@ def test_without_watermarks_each_commit_is_progress_and_nothing_committed_passes
     empty = watermark_progress(log_of(), at(3), STALL)
     assert empty.passed and empty.idle is None
     assert "nothing committed" in empty.description
+
+
+def test_the_shuffle_watermark_is_as_of_each_commit():
+    # A range run's windows, recorded together after the last committed, each show the
+    # shuffle's watermark as their own commit left it; a re-run of an old day, the furthest.
+    one, two, three = (commit(d, committed=at(4, d)) for d in (1, 2, 3))
+    rerun = commit(1, committed=at(5), run_id="again")
+    log = log_of(one, two, three, rerun)
+    assert [watermark_as_of(log, c) for c in (one, two, three, rerun)] == [
+        to_micros(at(2)),
+        to_micros(at(3)),
+        to_micros(at(4)),
+        to_micros(at(4)),
+    ]
