@@ -19,22 +19,59 @@ import org.apache.spark.sql.types.StructType;
  * next), its key group {@code pmod(hash, max_parallelism)}, and the partition {@code key_group
  * * num_partitions / max_parallelism}.
  *
- * <p>The layout's two numbers are part of the function's name, not arguments: Spark matches a
+ * <p>{@code partition_of_<max_parallelism>_<num_partitions>_in_<splits>(key columns...)}: which
+ * of {@code splits} contiguous groups of those partitions holds the key's, group i holding
+ * partitions {@code [i * num_partitions / splits, (i + 1) * num_partitions / splits)}: how a
+ * read of fewer splits than partitions, each of whole partitions, holds the keys (a read of runs
+ * of several partition counts has as many splits as the smallest count by default). Where each
+ * group's key groups are those of partition i of a shuffle of {@code splits} partitions, the
+ * function is that shuffle's {@code partition_of_<max_parallelism>_<splits>} and is named so
+ * ({@link #forSplits}), so that such a read is seen as keyed alike with a shuffle of that count.
+ *
+ * <p>The layout's numbers are part of the function's name, not arguments: Spark matches a
  * reported partitioning to a grouping by the partitioning expression's leaves, and literal
  * arguments would be leaves no grouping names. Two shuffles with the same layout report the same
  * function, so a join of them on the key needs no Exchange.
  */
 final class PartitionFunction implements UnboundFunction {
   static final String PREFIX = "partition_of_";
-  private static final Pattern NAME = Pattern.compile("partition_of_(\\d{1,9})_(\\d{1,9})");
+  private static final Pattern NAME =
+      Pattern.compile("partition_of_(\\d{1,9})_(\\d{1,9})(?:_in_(\\d{1,9}))?");
   static final int SEED = 42;
 
   private final int maxParallelism;
   private final int numPartitions;
+  private final int splits; // numPartitions: a key's partition itself
 
   PartitionFunction(int maxParallelism, int numPartitions) {
+    this(maxParallelism, numPartitions, numPartitions);
+  }
+
+  private PartitionFunction(int maxParallelism, int numPartitions, int splits) {
     this.maxParallelism = maxParallelism;
     this.numPartitions = numPartitions;
+    this.splits = splits;
+  }
+
+  /**
+   * The function giving a key's split of a read of {@code splits} splits of whole partitions
+   * (of {@code numPartitions}), each of a contiguous range of them: {@code
+   * partition_of_<m>_<splits>} when the splits hold the key groups a shuffle of that many
+   * partitions does, else {@code partition_of_<m>_<n>_in_<splits>}.
+   */
+  static PartitionFunction forSplits(int maxParallelism, int numPartitions, int splits) {
+    if (splits <= 0 || splits > numPartitions) {
+      throw new IllegalArgumentException(
+          splits + " splits of " + numPartitions + " whole partitions");
+    }
+    for (int i = 0; i < splits; i++) {
+      int first = (int) ((long) i * numPartitions / splits);
+      int start = ReadPlanner.keyGroupRange(first, maxParallelism, numPartitions)[0];
+      if (start != ReadPlanner.keyGroupRange(i, maxParallelism, splits)[0]) {
+        return new PartitionFunction(maxParallelism, numPartitions, splits);
+      }
+    }
+    return new PartitionFunction(maxParallelism, splits);
   }
 
   static String name(int maxParallelism, int numPartitions) {
@@ -52,22 +89,49 @@ final class PartitionFunction implements UnboundFunction {
     if (n <= 0 || mp < n) {
       return null;
     }
-    return new PartitionFunction(mp, n);
+    if (m.group(3) == null) {
+      return new PartitionFunction(mp, n);
+    }
+    int p = Integer.parseInt(m.group(3));
+    if (p <= 0 || p >= n) {
+      return null;
+    }
+    return new PartitionFunction(mp, n, p);
+  }
+
+  /** How many values the function has: a key's partition, or its split. */
+  int numValues() {
+    return splits;
+  }
+
+  /** The value of a key in key group {@code keyGroup}. */
+  static int valueOf(int keyGroup, int maxParallelism, int numPartitions, int splits) {
+    int partition = (int) ((long) keyGroup * numPartitions / maxParallelism);
+    if (splits == numPartitions) {
+      return partition;
+    }
+    // The last split whose first partition is at most this one: split i starts at partition
+    // floor(i * n / p), and floor(i * n / p) <= j holds exactly for i * n < (j + 1) * p.
+    return (int) (((long) partition + 1) * splits - 1) / numPartitions;
   }
 
   @Override
   public String name() {
-    return name(maxParallelism, numPartitions);
+    String base = name(maxParallelism, numPartitions);
+    return splits == numPartitions ? base : base + "_in_" + splits;
   }
 
   @Override
   public String description() {
     return name()
-        + "(key columns...): the Kafka partition of a key in a shuffle with "
+        + "(key columns...): "
+        + (splits == numPartitions ? "the Kafka partition" : "which of " + splits + " splits")
+        + " of a key in a shuffle with "
         + maxParallelism
         + " key groups over "
         + numPartitions
-        + " partitions";
+        + " partitions"
+        + (splits == numPartitions ? "" : ", each split a contiguous range of whole partitions");
   }
 
   @Override
@@ -80,7 +144,7 @@ final class PartitionFunction implements UnboundFunction {
     for (StructField f : inputType.fields()) {
       types[i++] = f.dataType();
     }
-    return new Bound(maxParallelism, numPartitions, types);
+    return new Bound(maxParallelism, numPartitions, splits, types);
   }
 
   /** The function bound to the key columns' types. */
@@ -88,11 +152,13 @@ final class PartitionFunction implements UnboundFunction {
     private static final long serialVersionUID = 1L;
     private final int maxParallelism;
     private final int numPartitions;
+    private final int splits;
     private final DataType[] types;
 
-    Bound(int maxParallelism, int numPartitions, DataType[] types) {
+    Bound(int maxParallelism, int numPartitions, int splits, DataType[] types) {
       this.maxParallelism = maxParallelism;
       this.numPartitions = numPartitions;
+      this.splits = splits;
       this.types = types;
     }
 
@@ -113,7 +179,7 @@ final class PartitionFunction implements UnboundFunction {
 
     @Override
     public String name() {
-      return PartitionFunction.name(maxParallelism, numPartitions);
+      return new PartitionFunction(maxParallelism, numPartitions, splits).name();
     }
 
     @Override
@@ -130,7 +196,7 @@ final class PartitionFunction implements UnboundFunction {
         }
       }
       int keyGroup = Math.floorMod(h, maxParallelism);
-      return (int) ((long) keyGroup * numPartitions / maxParallelism);
+      return valueOf(keyGroup, maxParallelism, numPartitions, splits);
     }
   }
 }

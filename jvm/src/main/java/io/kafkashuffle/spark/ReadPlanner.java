@@ -40,7 +40,7 @@ public final class ReadPlanner {
     final List<String> runs;
     final Long eventTimeStart;
     final Long eventTimeEnd;
-    final Object parallelism; // null: one split per partition; AUTO; or an Integer
+    final Object parallelism; // null: the default (see planSplits); AUTO; or an Integer
 
     Selection(
         List<String> windows,
@@ -339,7 +339,8 @@ public final class ReadPlanner {
    * Splits a read of {@code commits} into Spark partitions, as {@code plan_splits} does. Runs
    * written before the shuffle's partitions grew (their layout version has fewer) are read with
    * the others, keyed: a split keeps the same key groups of them, read from their own Kafka
-   * partitions with those key groups kept ({@link #earlierReads}).
+   * partitions with those key groups kept ({@link #earlierReads}). Such a read has, by default,
+   * as many splits as the smallest partition count it reads.
    */
   static List<SplitPlan> planSplits(
       Layout layout, List<CommitLog.Commit> commits, Object parallelism) {
@@ -377,6 +378,12 @@ public final class ReadPlanner {
           rows == 0 && any
               ? n
               : (int) Math.max(1, Math.min(n, -Math.floorDiv(-rows, AUTO_TASK_ROWS)));
+    } else if (parallelism == null && !earlier.isEmpty()) {
+      // Runs of several partition counts: by default as many splits as the smallest count,
+      // each holding whole partitions of every count, so that no Kafka partition is fetched
+      // twice (a split of the latest count would fetch an older partition once for each of
+      // its sub-ranges); more splits are asked for with the parallelism option.
+      p = earlier.firstKey();
     } else {
       p = parallelism == null ? n : (Integer) parallelism;
     }

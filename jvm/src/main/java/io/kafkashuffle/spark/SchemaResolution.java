@@ -1,7 +1,5 @@
 package io.kafkashuffle.spark;
 
-import java.math.BigDecimal;
-import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
@@ -9,25 +7,14 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.vector.BigIntVector;
-import org.apache.arrow.vector.DateDayVector;
-import org.apache.arrow.vector.Decimal256Vector;
-import org.apache.arrow.vector.DecimalVector;
 import org.apache.arrow.vector.FieldVector;
-import org.apache.arrow.vector.Float4Vector;
-import org.apache.arrow.vector.Float8Vector;
-import org.apache.arrow.vector.IntVector;
-import org.apache.arrow.vector.SmallIntVector;
-import org.apache.arrow.vector.TimeStampVector;
-import org.apache.arrow.vector.TinyIntVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.types.DateUnit;
 import org.apache.arrow.vector.types.FloatingPointPrecision;
 import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
-import org.apache.arrow.vector.types.pojo.FieldType;
 import org.apache.arrow.vector.util.TransferPair;
-import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.util.ArrowUtils;
 import org.apache.spark.sql.vectorized.ColumnVector;
 
@@ -51,12 +38,40 @@ final class SchemaResolution {
   static final class Source {
     final String name;
     final Field field;
+    private DataType sparkType; // field's, made when first needed
+    // The last all-null column handed out, and the last frame type checked (with whether it
+    // is read as it is): a run's frames repeat both, batch after batch. Each is one immutable
+    // object, so a read of it never sees half of an update.
+    private NullColumnVector nulls;
+    private Checked checked;
 
     Source(String name, Field field) {
       this.name = name;
       this.field = field;
     }
+
+    DataType sparkType() {
+      DataType t = sparkType;
+      if (t == null) {
+        t = ArrowUtils.fromArrowField(field);
+        sparkType = t;
+      }
+      return t;
+    }
+
+    /** A column of {@code n} nulls of this column's type. */
+    ColumnVector nulls(int n) {
+      NullColumnVector v = nulls;
+      if (v == null || v.rows() != n) {
+        v = new NullColumnVector(sparkType(), n);
+        nulls = v;
+      }
+      return v;
+    }
   }
+
+  /** A frame type a column was checked against: read as it is ({@code same}) or widened. */
+  private record Checked(ArrowType got, boolean same) {}
 
   final LayoutVersion run;
   final LayoutVersion latest;
@@ -112,7 +127,9 @@ final class SchemaResolution {
   /**
    * Latest column {@code name} of a frame's {@code root}, of its rows {@code selected} (null:
    * all, {@code n} of them): the frame's own vector when it has the latest type, else a widened
-   * copy, else nulls. What it allocates goes into {@code live}, released with the batch.
+   * view of it ({@link WidenedColumnVector}), else nulls ({@link NullColumnVector}). Only a
+   * selection of rows is copied (the frame's vector otherwise); the copy goes into {@code live},
+   * released with the batch.
    */
   ColumnVector column(
       VectorSchemaRoot root,
@@ -125,16 +142,28 @@ final class SchemaResolution {
     Source s = sources.get(name);
     FieldVector v = s.name == null ? null : root.getVector(s.name);
     if (v == null) {
-      ConstantColumnVector nulls =
-          new ConstantColumnVector(n, ArrowUtils.fromArrowField(s.field));
-      nulls.setNull();
-      live.add(nulls);
-      return nulls;
+      return s.nulls(n);
     }
     ArrowType got = v.getField().getType();
+    Checked c = s.checked;
+    if (c == null || !c.got.equals(got)) {
+      c = new Checked(got, check(s, name, got, where));
+      s.checked = c;
+    }
+    FieldVector rows = rowsOf(v, selected, n, allocator, live);
+    return c.same
+        ? DirectColumnVector.of(rows)
+        : WidenedColumnVector.of(rows, s.field.getType(), s.sparkType(), s.name);
+  }
+
+  /**
+   * Whether a frame's column of type {@code got} is read as it is (true) or widened (false) as
+   * {@code s}; refuses one that is neither.
+   */
+  private boolean check(Source s, String name, ArrowType got, String where) {
     ArrowType want = s.field.getType();
     if (PartitionFrames.sameValues(got, want)) {
-      return DirectColumnVector.of(rowsOf(v, selected, n, allocator, live));
+      return true;
     }
     String problem = promotionProblem(got, want);
     if (problem != null) {
@@ -153,9 +182,7 @@ final class SchemaResolution {
               + "): "
               + problem);
     }
-    FieldVector w = widened(v, name, want, selected, n, allocator);
-    live.add(w);
-    return DirectColumnVector.of(w);
+    return false;
   }
 
   /** {@code v} itself (all rows), or a copy of its {@code selected} rows. */
@@ -174,92 +201,6 @@ final class SchemaResolution {
     }
     copy.setValueCount(n);
     return copy;
-  }
-
-  /**
-   * A new vector {@code name} of type {@code to} holding {@code v}'s {@code selected} rows
-   * (null: all, {@code n}), each value read exactly as the wider type (a {@link
-   * #promotionProblem} of null): integers and floats widened, integers and decimals as decimals
-   * of the new scale, dates as midnight timestamps. Nulls stay null.
-   */
-  static FieldVector widened(
-      FieldVector v, String name, ArrowType to, int[] selected, int n, BufferAllocator allocator) {
-    FieldVector out = new Field(name, FieldType.nullable(to), null).createVector(allocator);
-    boolean done = false;
-    try {
-      out.setInitialCapacity(n);
-      out.allocateNew();
-      for (int j = 0; j < n; j++) {
-        int i = selected == null ? j : selected[j];
-        if (!v.isNull(i)) {
-          set(out, j, v, i);
-        }
-      }
-      out.setValueCount(n);
-      done = true;
-      return out;
-    } finally {
-      if (!done) {
-        out.close();
-      }
-    }
-  }
-
-  private static void set(FieldVector out, int j, FieldVector v, int i) {
-    if (out instanceof SmallIntVector o) {
-      o.set(j, (short) integral(v, i));
-    } else if (out instanceof IntVector o) {
-      o.set(j, (int) integral(v, i));
-    } else if (out instanceof BigIntVector o) {
-      o.set(j, integral(v, i));
-    } else if (out instanceof Float8Vector o) {
-      o.set(j, v instanceof Float4Vector f ? (double) f.get(i) : (double) integral(v, i));
-    } else if (out instanceof DecimalVector o) {
-      o.setSafe(j, decimal(v, i).setScale(o.getScale()));
-    } else if (out instanceof Decimal256Vector o) {
-      o.setSafe(j, decimal(v, i).setScale(o.getScale()));
-    } else if (out instanceof TimeStampVector o && v instanceof DateDayVector d) {
-      ArrowType.Timestamp t = (ArrowType.Timestamp) o.getField().getType();
-      long perDay =
-          switch (t.getUnit()) {
-            case SECOND -> 86_400L;
-            case MILLISECOND -> 86_400_000L;
-            case MICROSECOND -> 86_400_000_000L;
-            case NANOSECOND -> 86_400_000_000_000L;
-          };
-      try {
-        o.set(j, Math.multiplyExact((long) d.get(i), perDay));
-      } catch (ArithmeticException e) {
-        throw ShuffleException.format(
-            "date " + d.getObject(i) + " of column '" + v.getField().getName() + "' is outside "
-                + typeName(t));
-      }
-    } else {
-      throw new IllegalStateException(
-          "no widening of " + v.getField().getType() + " to " + out.getField().getType());
-    }
-  }
-
-  private static long integral(FieldVector v, int i) {
-    if (v instanceof TinyIntVector t) {
-      return t.get(i);
-    } else if (v instanceof SmallIntVector s) {
-      return s.get(i);
-    } else if (v instanceof IntVector x) {
-      return x.get(i);
-    } else if (v instanceof BigIntVector b) {
-      return b.get(i);
-    }
-    throw new IllegalStateException("not an integer vector: " + v.getField().getType());
-  }
-
-  private static BigDecimal decimal(FieldVector v, int i) {
-    if (v instanceof DecimalVector d) {
-      return d.getObject(i);
-    } else if (v instanceof Decimal256Vector d) {
-      return d.getObject(i);
-    }
-    return BigDecimal.valueOf(integral(v, i));
   }
 
   // Digits left of the point a signed integer of each width needs in a decimal.

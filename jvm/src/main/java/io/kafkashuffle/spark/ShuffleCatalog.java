@@ -44,7 +44,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * is the shuffle {@code t} (its layout read from the commit log {@code t__commits});
  * {@code shuffle.with_metadata.`t`} adds the metadata columns. {@code ALTER TABLE} adds, renames,
  * drops and widens a shuffle's columns ({@link #alterTable}). Functions: {@code
- * partition_of_<max_parallelism>_<num_partitions>} (see {@link PartitionFunction}).
+ * partition_of_<max_parallelism>_<num_partitions>} and {@code
+ * partition_of_<max_parallelism>_<num_partitions>_in_<splits>} (see {@link PartitionFunction}).
  */
 public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
   private static final Logger LOG = LoggerFactory.getLogger(ShuffleCatalog.class);

@@ -15,9 +15,9 @@ class ShuffleInputPartition implements InputPartition {
   }
 
   /**
-   * A split of exactly the key groups of one Kafka partition (all of it, and those key groups of
-   * runs written before the shuffle grew): its key is that partition, the value of the scan's
-   * partitioning function for every row it holds.
+   * A split of exactly the key groups of its Kafka partitions (all of each, and those key groups
+   * of runs written before the shuffle grew): its key is its index, the value of the scan's
+   * partitioning function for every row it holds (a key's partition when each split is one).
    */
   static final class Keyed extends ShuffleInputPartition implements HasPartitionKey {
     private static final long serialVersionUID = 1L;

@@ -38,10 +38,12 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * Kafka partition (the plan's default parallelism), the scan reports that its rows are grouped
  * by {@code partition_of_<m>_<n>(key columns)}, so Spark plans grouping, windows and joins by
  * the key with no Exchange; otherwise it reports nothing. Runs written before the shuffle's
- * partitions grew keep it keyed: split i reads of them only partition i's key groups, from the
- * partitions they were written to ({@link ReadPlanner#earlierReads}). It reports its rows (from
- * the commit records) and an estimate of their size, so Spark can choose to broadcast a small
- * read.
+ * partitions grew keep it keyed: a split reads of them only its own key groups, from the
+ * partitions they were written to ({@link ReadPlanner#earlierReads}). Such a read has by
+ * default as many splits as the smallest partition count it reads, each holding a contiguous
+ * range of whole partitions of the latest count: it reports the split of a key's partition
+ * ({@link PartitionFunction#forSplits}). It reports its rows (from the commit records) and an
+ * estimate of their size, so Spark can choose to broadcast a small read.
  *
  * <p>A keyed read of a shuffle with {@code sort_by}, every one of whose runs was written sorted
  * (its commit says so), also reports that each partition's rows are in that order (the longest
@@ -68,6 +70,7 @@ final class ShuffleScan
   private final List<String> given; // the option names as given, for the kind-of-read check
   private List<SplitPlan> splits; // planned when a batch read first needs them
   private boolean keyed;
+  private PartitionFunction partitioning; // of a keyed read: each row's split
   private List<String> ordered; // the sort columns whose order every split keeps
   private boolean merged; // some split merges sorted runs: the scan reads rows
   private final PushedAggregation aggregation; // null: rows as they were written
@@ -101,6 +104,11 @@ final class ShuffleScan
     if (splits == null) {
       splits = planner.get();
       keyed = keyedSplits(splits, spec.layout());
+      partitioning =
+          keyed
+              ? PartitionFunction.forSplits(
+                  spec.layout().maxParallelism, spec.layout().numPartitions, splits.size())
+              : null;
       if (aggregation != null) {
         // Each group's rows are in one whole partition: the splits may hold several, and one
         // task per core aggregates them with the fewest tasks. What they output is one row
@@ -265,24 +273,48 @@ final class ShuffleScan
   }
 
   /**
-   * Whether split i holds the rows of exactly the key groups of Kafka partition i (of the latest
-   * partition count), for every partition: all of partition i, and of runs written before the
-   * shuffle grew only reads of partition i's key groups from their own partitions. Every row of
-   * split i then has i as its value of the scan's partitioning function.
+   * Whether split i holds the rows of exactly the key groups of its Kafka partitions of the
+   * latest partition count, for every split: all of each of them, and of runs written before
+   * the shuffle grew only reads of those key groups from their own partitions. Its partitions
+   * are partition i alone when there are as many splits as partitions; when there are fewer
+   * (the default of a read of runs of several partition counts: as many as the smallest), the
+   * contiguous range {@code [i * n / p, (i + 1) * n / p)}. Every row of split i then has i as its
+   * value of the scan's partitioning function ({@link PartitionFunction#forSplits}). Fewer
+   * splits than that smallest count, or fewer than the partitions of a read of the latest count
+   * alone, are not keyed: only a read's default is.
    */
   static boolean keyedSplits(List<SplitPlan> splits, Layout layout) {
     int n = layout.numPartitions;
     int m = layout.maxParallelism;
-    if (splits.size() != n) {
+    int p = splits.size();
+    if (p == 0 || p > n) {
       return false;
     }
-    for (int i = 0; i < splits.size(); i++) {
-      int[] own = ReadPlanner.keyGroupRange(i, m, n);
-      int latest = 0;
+    if (p < n) {
+      int smallest = n;
+      for (SplitPlan s : splits) {
+        for (SplitPlan.PartitionRead r : s.reads) {
+          int count = partitionCount(r, layout);
+          if (count >= 0) {
+            smallest = Math.min(smallest, count);
+          }
+        }
+      }
+      if (p != smallest) {
+        return false;
+      }
+    }
+    for (int i = 0; i < p; i++) {
+      int first = (int) ((long) i * n / p);
+      int stop = (int) ((long) (i + 1) * n / p);
+      int[] own = {
+        ReadPlanner.keyGroupRange(first, m, n)[0], ReadPlanner.keyGroupRange(stop - 1, m, n)[1]
+      };
+      Set<Integer> latest = new HashSet<>();
       for (SplitPlan.PartitionRead r : splits.get(i).reads) {
         int count = partitionCount(r, layout);
         if (count == n) {
-          if (!r.full || r.partition != i || ++latest > 1) {
+          if (!r.full || r.partition < first || r.partition >= stop || !latest.add(r.partition)) {
             return false;
           }
         } else if (count < 0 || r.keyGroupStart < own[0] || r.keyGroupEnd > own[1]) {
@@ -295,7 +327,7 @@ final class ShuffleScan
           }
         }
       }
-      if (latest != 1) {
+      if (latest.size() != stop - first) {
         return false;
       }
     }
@@ -414,9 +446,9 @@ final class ShuffleScan
     for (int i = 0; i < keys.length; i++) {
       keys[i] = column(layout.key.get(i));
     }
-    String fn = PartitionFunction.name(layout.maxParallelism, layout.numPartitions);
     return new KeyGroupedPartitioning(
-        new Expression[] {Expressions.apply(fn, keys)}, layout.numPartitions);
+        new Expression[] {Expressions.apply(partitioning.name(), keys)},
+        partitioning.numValues());
   }
 
   @Override

@@ -10,8 +10,10 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.UUID;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
@@ -43,7 +45,8 @@ import org.junit.jupiter.api.Test;
 /**
  * Reads of a shuffle whose partitions grew: runs written under 4 partitions read beside runs
  * written under 8 (or 6), each split keeping its own key groups of the older runs, read from
- * the partitions they were written to; the read stays keyed, its sorted runs merge, and an
+ * the partitions they were written to; by default as many splits as the smallest count, each
+ * of whole partitions of both counts; the read stays keyed, its sorted runs merge, and an
  * aggregation is left to Spark.
  */
 class GrownReadsTest {
@@ -126,10 +129,40 @@ class GrownReadsTest {
   }
 
   @Test
-  void eachSplitReadsItsKeyGroupsOfTheOlderRunsFromTheirPartitions() throws Exception {
+  void byDefaultEachSplitHoldsWholePartitionsOfBothCounts() throws Exception {
     CommitLog log = log(8, false);
     Layout layout = log.layout();
     List<SplitPlan> splits = plan(log, null, null);
+    assertEquals(4, splits.size());
+    Set<String> fetched = new HashSet<>();
+    for (int i = 0; i < 4; i++) {
+      List<SplitPlan.PartitionRead> reads = splits.get(i).reads;
+      assertEquals(3, reads.size());
+      // Partitions 2i and 2i + 1 of 8, and partition i of 4: key groups [4i, 4i + 4) of each.
+      for (int k = 0; k < 3; k++) {
+        SplitPlan.PartitionRead r = reads.get(k);
+        assertTrue(r.full);
+        int count = ShuffleScan.partitionCount(r, layout);
+        assertEquals(k < 2 ? 8 : 4, count);
+        assertEquals(k < 2 ? 2 * i + k : i, r.partition);
+        assertEquals(k < 2 ? 4 * i + 2 * k : 4 * i, r.keyGroupStart);
+        assertEquals(k < 2 ? 4 * i + 2 * k + 2 : 4 * i + 4, r.keyGroupEnd);
+        // No Kafka partition of either count is fetched by two splits.
+        assertTrue(fetched.add(count + "/" + r.partition));
+      }
+    }
+    assertTrue(ShuffleScan.keyedSplits(splits, layout));
+    // The older run alone reads the same way.
+    List<SplitPlan> older = plan(log, null, List.of(OLD.toString()));
+    assertEquals(4, older.size());
+    assertTrue(ShuffleScan.keyedSplits(older, layout));
+  }
+
+  @Test
+  void eachSplitReadsItsKeyGroupsOfTheOlderRunsFromTheirPartitions() throws Exception {
+    CommitLog log = log(8, false);
+    Layout layout = log.layout();
+    List<SplitPlan> splits = plan(log, 8, null);
     assertEquals(8, splits.size());
     for (int i = 0; i < 8; i++) {
       SplitPlan s = splits.get(i);
@@ -152,10 +185,30 @@ class GrownReadsTest {
   }
 
   @Test
-  void aGrownReadIsReportedKeyedByTheLatestPartitions() throws Exception {
+  void aGrownReadIsReportedKeyedByItsSplits() throws Exception {
     CommitLog log = log(8, false);
     Layout layout = log.layout();
+    // Split i holds key groups [4i, 4i + 4): those of partition i of a shuffle of 4.
     ShuffleScan scan = scan(layout, plan(log, null, null));
+    KeyGroupedPartitioning p =
+        assertInstanceOf(KeyGroupedPartitioning.class, scan.outputPartitioning());
+    assertEquals(4, p.numPartitions());
+    assertEquals(PartitionFunction.name(16, 4) + "(k)", p.keys()[0].toString());
+    InputPartition[] parts = scan.planInputPartitions();
+    assertEquals(4, parts.length);
+    for (int i = 0; i < parts.length; i++) {
+      ShuffleInputPartition.Keyed k = assertInstanceOf(ShuffleInputPartition.Keyed.class, parts[i]);
+      assertEquals(i, k.partitionKey().getInt(0));
+    }
+    assertEquals(4 * 100 + 8 * 50, scan.estimateStatistics().numRows().getAsLong());
+    assertTrue(scan.description().contains("splits=4 keyed"), scan.description());
+  }
+
+  @Test
+  void aGrownReadOfOneSplitPerPartitionIsReportedKeyedByTheLatestPartitions() throws Exception {
+    CommitLog log = log(8, false);
+    Layout layout = log.layout();
+    ShuffleScan scan = scan(layout, plan(log, 8, null));
     KeyGroupedPartitioning p =
         assertInstanceOf(KeyGroupedPartitioning.class, scan.outputPartitioning());
     assertEquals(8, p.numPartitions());
@@ -171,10 +224,45 @@ class GrownReadsTest {
   }
 
   @Test
-  void partitionCountsThatDoNotNestStayKeyed() throws Exception {
+  void partitionCountsThatDoNotNestStayKeyedByDefault() throws Exception {
     CommitLog log = log(6, false);
     Layout layout = log.layout();
     List<SplitPlan> splits = plan(log, null, null);
+    // 4 splits of partitions [0, 1), [1, 3), [3, 4), [4, 6) of 6: key groups [0, 3), [3, 8),
+    // [8, 11), [11, 16), not those of a shuffle of 4 partitions.
+    assertEquals(4, splits.size());
+    List<SplitPlan.PartitionRead> one = splits.get(1).reads;
+    assertEquals(4, one.size());
+    assertEquals(
+        List.of(1, 2, 0, 1),
+        List.of(one.get(0).partition, one.get(1).partition, one.get(2).partition,
+            one.get(3).partition));
+    assertEquals(3, one.get(2).keyGroupStart);
+    assertEquals(4, one.get(2).keyGroupEnd);
+    assertFalse(one.get(2).full);
+    assertTrue(one.get(3).full);
+    assertTrue(ShuffleScan.keyedSplits(splits, layout));
+    ShuffleScan scan = scan(layout, splits);
+    KeyGroupedPartitioning p =
+        assertInstanceOf(KeyGroupedPartitioning.class, scan.outputPartitioning());
+    assertEquals(4, p.numPartitions());
+    assertEquals(PartitionFunction.name(16, 6) + "_in_4(k)", p.keys()[0].toString());
+    // Every key group's value is the split holding it.
+    for (int i = 0; i < splits.size(); i++) {
+      for (SplitPlan.PartitionRead r : splits.get(i).reads) {
+        for (int g = r.keyGroupStart; g < r.keyGroupEnd; g++) {
+          assertEquals(i, PartitionFunction.valueOf(g, 16, 6, 4), "key group " + g);
+        }
+      }
+    }
+    assertEquals(4 * 100 + 6 * 50, scan.estimateStatistics().numRows().getAsLong());
+  }
+
+  @Test
+  void partitionCountsThatDoNotNestStayKeyed() throws Exception {
+    CommitLog log = log(6, false);
+    Layout layout = log.layout();
+    List<SplitPlan> splits = plan(log, 6, null);
     assertEquals(6, splits.size());
     // Partition 1 of 6 holds key groups [3, 6): 3 of partition 0 of 4, 4 and 5 of partition 1.
     List<SplitPlan.PartitionRead> reads = splits.get(1).reads;
@@ -196,18 +284,22 @@ class GrownReadsTest {
   void otherParallelismsAreNotKeyed() throws Exception {
     CommitLog log = log(8, false);
     Layout layout = log.layout();
-    for (Object p : new Object[] {3, 16}) {
+    // Whole partitions in each split (2, 3), but not the default: not keyed, as a read of
+    // the latest count alone with fewer splits than partitions is not.
+    for (Object p : new Object[] {2, 3, 16}) {
       List<SplitPlan> splits = plan(log, p, null);
       assertFalse(ShuffleScan.keyedSplits(splits, layout));
       assertInstanceOf(UnknownPartitioning.class, scan(layout, splits).outputPartitioning());
     }
+    List<SplitPlan> latest = plan(log, 4, List.of(NEW.toString()));
+    assertFalse(ShuffleScan.keyedSplits(latest, layout));
   }
 
   @Test
   void aSplitHoldingKeyGroupsOfAnotherSplitIsNotKeyed() throws Exception {
     CommitLog log = log(8, false);
     Layout layout = log.layout();
-    List<SplitPlan> splits = new ArrayList<>(plan(log, null, null));
+    List<SplitPlan> splits = new ArrayList<>(plan(log, 8, null));
     SplitPlan.PartitionRead now = splits.get(0).reads.get(0);
     SplitPlan.PartitionRead before = splits.get(0).reads.get(1);
     // All of old partition 0 (key groups [0, 4)) in split 0, which holds [0, 2) now.
@@ -230,6 +322,26 @@ class GrownReadsTest {
                 new SplitPlan.PartitionRead(
                     before.partition, 0, 2, true, before.segments))));
     assertFalse(ShuffleScan.keyedSplits(splits, layout));
+    // Of the default's 4 splits: one whose partitions of 8 are not its own range, and one
+    // holding key groups of another split of an older partition.
+    List<SplitPlan> four = new ArrayList<>(plan(log, null, null));
+    SplitPlan zero = four.get(0);
+    SplitPlan one = four.get(1);
+    four.set(0, new SplitPlan(0, List.of(zero.reads.get(0), one.reads.get(0), zero.reads.get(2))));
+    four.set(1, new SplitPlan(1, List.of(zero.reads.get(1), one.reads.get(1), one.reads.get(2))));
+    assertFalse(ShuffleScan.keyedSplits(four, layout));
+    four = new ArrayList<>(plan(log, null, null));
+    SplitPlan.PartitionRead old1 = four.get(1).reads.get(2);
+    four.set(
+        0,
+        new SplitPlan(
+            0,
+            List.of(
+                zero.reads.get(0),
+                zero.reads.get(1),
+                zero.reads.get(2),
+                new SplitPlan.PartitionRead(old1.partition, 4, 6, false, old1.segments))));
+    assertFalse(ShuffleScan.keyedSplits(four, layout));
   }
 
   @Test
@@ -271,9 +383,9 @@ class GrownReadsTest {
   @Test
   void aPartitionReadTwiceInASplitIsNotPrefetched() throws Exception {
     CommitLog log = log(8, false);
-    // Split 0 reads partition 0 of 8 and partition 0 of 4; split 0 of 3 reads partitions 0
-    // and 1 of 8 and partition 0 of 4.
-    assertTrue(PartitionFetch.firstIntervals(plan(log, null, null).get(0).reads).isEmpty());
+    // Split 0 of 8 reads partition 0 of 8 and partition 0 of 4; split 0 of 3 reads partitions
+    // 0 and 1 of 8 and partition 0 of 4.
+    assertTrue(PartitionFetch.firstIntervals(plan(log, 8, null).get(0).reads).isEmpty());
     Map<Integer, long[]> first = PartitionFetch.firstIntervals(plan(log, 3, null).get(0).reads);
     assertEquals(List.of(1), new ArrayList<>(first.keySet()));
     assertEquals(12, first.get(1)[0]);
@@ -325,7 +437,7 @@ class GrownReadsTest {
   void aSplitReadsItsKeyGroupsOfAnOlderPartitionAndAllOfItsOwn() throws Exception {
     CommitLog log = log(8, false);
     Layout layout = log.layout();
-    SplitPlan three = plan(log, null, null).get(3);
+    SplitPlan three = plan(log, 8, null).get(3);
     ReadSpec spec = spec(layout, "k", "n", "_key_group", "_partition", "_run_id");
     // Partition 3 of 8: every row is split 3's.
     PartitionFrames now =
@@ -379,7 +491,11 @@ class GrownReadsTest {
   void sortedRunsOfBothCountsMergeIntoOneOrder() throws Exception {
     CommitLog log = log(8, true);
     Layout layout = log.layout();
-    List<SplitPlan> splits = plan(log, null, null);
+    // By default each split merges three sorted sequences: two partitions of 8 and one of 4.
+    ShuffleScan byDefault = scan(layout, plan(log, null, null));
+    assertEquals(1, byDefault.outputOrdering().length);
+    assertEquals(3, ShuffleScan.runsWithRows(plan(log, null, null)));
+    List<SplitPlan> splits = plan(log, 8, null);
     assertTrue(splits.get(5).reads.get(1).segments.get(0).sorted);
     ShuffleScan scan = scan(layout, splits);
     assertEquals(1, scan.outputOrdering().length);
@@ -447,21 +563,38 @@ class GrownReadsTest {
     InputPartition[] parts =
         stream.planInputPartitions(
             new ShuffleStream.Position(0, 0), new ShuffleStream.Position(4, 0));
-    assertEquals(8, parts.length);
+    // As many splits as the smallest count: partitions 2i and 2i + 1 of 8, i of 4, whole.
+    assertEquals(4, parts.length);
     for (int i = 0; i < parts.length; i++) {
       SplitPlan s = ((ShuffleInputPartition) parts[i]).split;
-      assertEquals(2, s.reads.size());
-      assertEquals(i / 2, s.reads.get(1).partition);
-      assertEquals(2 * i, s.reads.get(1).keyGroupStart);
+      assertEquals(3, s.reads.size());
+      assertEquals(2 * i + 1, s.reads.get(1).partition);
+      assertEquals(i, s.reads.get(2).partition);
+      assertEquals(4 * i, s.reads.get(2).keyGroupStart);
+      assertTrue(s.reads.get(2).full);
     }
-    // The older run alone: a micro-batch of it is read from its 4 partitions, keyed by 8.
+    // The older run alone: a micro-batch of it is read from its 4 partitions.
     InputPartition[] first =
         stream.planInputPartitions(
             new ShuffleStream.Position(0, 0), new ShuffleStream.Position(2, 0));
-    assertEquals(8, first.length);
-    SplitPlan s = ((ShuffleInputPartition) first[7]).split;
+    assertEquals(4, first.length);
+    SplitPlan s = ((ShuffleInputPartition) first[3]).split;
     assertTrue(s.reads.get(0).segments.isEmpty());
-    assertEquals(3, s.reads.get(1).partition);
-    assertEquals(14, s.reads.get(1).keyGroupStart);
+    assertEquals(3, s.reads.get(2).partition);
+    assertEquals(12, s.reads.get(2).keyGroupStart);
+    // A stream asked for one split per partition reads older key groups per split.
+    ShuffleStream eight =
+        new ShuffleStream(
+            spec(log.layout(), "k", "n"), Map.of("parallelism", "8"), "kafka-shuffle", source);
+    InputPartition[] each =
+        eight.planInputPartitions(
+            new ShuffleStream.Position(0, 0), new ShuffleStream.Position(4, 0));
+    assertEquals(8, each.length);
+    for (int i = 0; i < each.length; i++) {
+      SplitPlan e = ((ShuffleInputPartition) each[i]).split;
+      assertEquals(2, e.reads.size());
+      assertEquals(i / 2, e.reads.get(1).partition);
+      assertEquals(2 * i, e.reads.get(1).keyGroupStart);
+    }
   }
 }

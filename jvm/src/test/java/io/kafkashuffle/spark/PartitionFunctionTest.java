@@ -124,5 +124,61 @@ class PartitionFunctionTest {
     assertNull(PartitionFunction.parse("partition_of_8"));
     assertNull(PartitionFunction.parse("hash"));
     assertThrows(UnsupportedOperationException.class, () -> f.bind(new StructType()));
+    PartitionFunction in = PartitionFunction.parse("partition_of_16_6_in_4");
+    assertEquals("partition_of_16_6_in_4", in.name());
+    assertEquals(4, in.numValues());
+    assertNull(PartitionFunction.parse("partition_of_16_6_in_6")); // that is partition_of_16_6
+    assertNull(PartitionFunction.parse("partition_of_16_6_in_8"));
+    assertNull(PartitionFunction.parse("partition_of_16_6_in_0"));
+  }
+
+  /** The split holding partition j of n, split i holding partitions [i * n / p, (i + 1) * n / p). */
+  private static int splitOf(int j, int n, int p) {
+    for (int i = 0; i < p; i++) {
+      if ((long) i * n / p <= j && j < (long) (i + 1) * n / p) {
+        return i;
+      }
+    }
+    throw new AssertionError(j + " of " + n);
+  }
+
+  @Test
+  void aKeysSplitOfWholePartitions() {
+    for (int m : new int[] {16, 32, 128, 100}) {
+      for (int n = 1; n <= 16; n++) {
+        for (int p = 1; p <= n; p++) {
+          PartitionFunction f = PartitionFunction.forSplits(m, n, p);
+          assertEquals(p, f.numValues());
+          boolean likeCountP = true;
+          for (int g = 0; g < m; g++) {
+            int want = splitOf((int) ((long) g * n / m), n, p);
+            assertEquals(want, PartitionFunction.valueOf(g, m, n, p), m + " " + n + " " + p);
+            likeCountP &= want == (int) ((long) g * p / m);
+          }
+          // Named as a shuffle of p partitions exactly when it is that shuffle's function.
+          assertEquals(
+              likeCountP ? PartitionFunction.name(m, p) : PartitionFunction.name(m, n) + "_in_" + p,
+              f.name());
+          assertEquals(f.name(), PartitionFunction.parse(f.name()).name());
+        }
+      }
+    }
+    assertEquals("partition_of_32_4", PartitionFunction.forSplits(32, 8, 4).name());
+    assertEquals("partition_of_16_6_in_4", PartitionFunction.forSplits(16, 6, 4).name());
+    assertThrows(IllegalArgumentException.class, () -> PartitionFunction.forSplits(16, 4, 8));
+    // The bound function gives the split.
+    StructType input = new StructType().add("k", DataTypes.LongType);
+    @SuppressWarnings("unchecked")
+    ScalarFunction<Integer> bound =
+        (ScalarFunction<Integer>) PartitionFunction.forSplits(16, 6, 4).bind(input);
+    @SuppressWarnings("unchecked")
+    ScalarFunction<Integer> keyGroup =
+        (ScalarFunction<Integer>) new PartitionFunction(16, 16).bind(input);
+    for (long k = 0; k < 200; k++) {
+      InternalRow row = new GenericInternalRow(new Object[] {k});
+      int g = keyGroup.produceResult(row);
+      assertEquals(splitOf(g * 6 / 16, 6, 4), bound.produceResult(row));
+    }
+    assertEquals("partition_of_16_6_in_4", bound.name());
   }
 }

@@ -2,7 +2,9 @@ package io.kafkashuffle.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -62,6 +64,8 @@ class SchemaResolutionTest {
       new ArrowType.FloatingPoint(FloatingPointPrecision.DOUBLE);
   private static final ArrowType DEC_10_2 = new ArrowType.Decimal(10, 2, 128);
   private static final ArrowType DEC_12_2 = new ArrowType.Decimal(12, 2, 128);
+  private static final ArrowType DEC_14_4 = new ArrowType.Decimal(14, 4, 128);
+  private static final ArrowType DEC_38_4 = new ArrowType.Decimal(38, 4, 128);
   private static final ArrowType DATE = new ArrowType.Date(DateUnit.DAY);
   private static final ArrowType TS_NTZ = new ArrowType.Timestamp(TimeUnit.MICROSECOND, null);
 
@@ -295,33 +299,112 @@ class SchemaResolutionTest {
   }
 
   @Test
-  void selectedRowsAreWidenedAlone() throws Exception {
+  void widenedAndAddedColumnsCopyNothing() throws Exception {
+    Layout layout = log(4).layout();
+    SchemaResolution r = SchemaResolution.of(layout, 1);
     try (VectorSchemaRoot root = v1Frame(allocator)) {
-      FieldVector n = root.getVector("n");
-      try (FieldVector w =
-          SchemaResolution.widened(n, "n", INT64, new int[] {2, 0}, 2, allocator)) {
-        assertEquals(2, w.getValueCount());
-        assertEquals(7L, ((BigIntVector) w).get(0));
-        assertEquals((long) Integer.MIN_VALUE, ((BigIntVector) w).get(1));
-        assertEquals("n", w.getField().getName());
-      }
+      long before = allocator.getAllocatedMemory();
+      ColumnVector n = r.column(root, "n", null, 3, allocator, live, "here");
+      ColumnVector f = r.column(root, "f", null, 3, allocator, live, "here");
+      ColumnVector d = r.column(root, "d", null, 3, allocator, live, "here");
+      ColumnVector day = r.column(root, "day", null, 3, allocator, live, "here");
+      ColumnVector extra = r.column(root, "extra", null, 3, allocator, live, "here");
+      assertTrue(live.isEmpty(), "nothing to release for a view or a null column");
+      assertEquals(before, allocator.getAllocatedMemory());
+      assertInstanceOf(WidenedColumnVector.class, n);
+      assertInstanceOf(WidenedColumnVector.class, f);
+      assertInstanceOf(WidenedColumnVector.class, d);
+      assertInstanceOf(WidenedColumnVector.class, day);
+      // One null column serves every batch of as many rows.
+      assertSame(extra, r.column(root, "extra", null, 3, allocator, live, "here"));
+      ColumnVector two = r.column(root, "extra", new int[] {0, 2}, 2, allocator, live, "here");
+      assertEquals(2, two.numNulls());
+    }
+  }
+
+  @Test
+  void selectedRowsAreWidenedAlone() throws Exception {
+    Layout layout = log(4).layout();
+    SchemaResolution r = SchemaResolution.of(layout, 1);
+    try (VectorSchemaRoot root = v1Frame(allocator)) {
+      ColumnVector w = r.column(root, "n", new int[] {2, 0}, 2, allocator, live, "here");
+      assertEquals(DataTypes.LongType, w.dataType());
+      assertEquals(7L, w.getLong(0));
+      assertEquals((long) Integer.MIN_VALUE, w.getLong(1));
+      assertFalse(w.isNullAt(0) || w.isNullAt(1));
+      // The kept rows of the narrower vector, copied as a selection always is.
+      assertEquals(1, live.size());
+      ColumnVector day = r.column(root, "day", new int[] {2, 1}, 2, allocator, live, "here");
+      assertTrue(day.isNullAt(0));
+      assertEquals(19_000L * 86_400_000_000L, day.getLong(1));
     }
   }
 
   @Test
   void integersWidenStepByStep() throws Exception {
     try (FieldVector b = filled(new TinyIntVector("b", allocator), -128, null, 127);
-        FieldVector s = SchemaResolution.widened(b, "s", INT16, null, 3, allocator);
-        FieldVector i = SchemaResolution.widened(s, "i", INT32, null, 3, allocator);
-        FieldVector l = SchemaResolution.widened(i, "l", INT64, null, 3, allocator);
-        FieldVector d = SchemaResolution.widened(b, "d", DOUBLE, null, 3, allocator);
-        FieldVector dec = SchemaResolution.widened(b, "dec", DEC_10_2, null, 3, allocator)) {
-      assertEquals(-128, ((SmallIntVector) s).get(0));
-      assertEquals(127, ((IntVector) i).get(2));
-      assertEquals(-128L, ((BigIntVector) l).get(0));
-      assertTrue(l.isNull(1) && d.isNull(1) && dec.isNull(1));
-      assertEquals(127.0, ((org.apache.arrow.vector.Float8Vector) d).get(2));
-      assertEquals(new BigDecimal("-128.00"), ((DecimalVector) dec).getObject(0));
+        FieldVector sv = filled(new SmallIntVector("s", allocator), -32768, null, 32767);
+        FieldVector iv = filled(new IntVector("i", allocator), Integer.MIN_VALUE, null, 5)) {
+      ColumnVector s = WidenedColumnVector.of(b, INT16, DataTypes.ShortType, "b");
+      ColumnVector i = WidenedColumnVector.of(sv, INT32, DataTypes.IntegerType, "s");
+      ColumnVector l = WidenedColumnVector.of(iv, INT64, DataTypes.LongType, "i");
+      ColumnVector d = WidenedColumnVector.of(b, DOUBLE, DataTypes.DoubleType, "b");
+      ColumnVector dec = WidenedColumnVector.of(b, DEC_10_2, DecimalType.apply(10, 2), "b");
+      ColumnVector wide =
+          WidenedColumnVector.of(iv, DEC_38_4, DecimalType.apply(38, 4), "i");
+      assertEquals(-128, s.getShort(0));
+      assertEquals(127, WidenedColumnVector.of(b, INT32, DataTypes.IntegerType, "b").getInt(2));
+      assertEquals(32767, i.getInt(2));
+      assertEquals((long) Integer.MIN_VALUE, l.getLong(0));
+      assertTrue(s.isNullAt(1) && l.isNullAt(1) && d.isNullAt(1) && dec.isNullAt(1));
+      assertEquals(1, l.numNulls());
+      assertEquals(127.0, d.getDouble(2));
+      assertEquals(new BigDecimal("-128.00"), dec.getDecimal(0, 10, 2).toJavaBigDecimal());
+      assertNull(dec.getDecimal(1, 10, 2));
+      assertEquals(
+          new BigDecimal("-2147483648.0000"), wide.getDecimal(0, 38, 4).toJavaBigDecimal());
+      assertEquals(new BigDecimal("5.0000"), wide.getDecimal(2, 38, 4).toJavaBigDecimal());
+    }
+  }
+
+  @Test
+  void decimalsWidenOnBothSidesOfThePoint() throws Exception {
+    try (DecimalVector small = new DecimalVector("d", allocator, 10, 2);
+        DecimalVector big = new DecimalVector("b", allocator, 30, 2)) {
+      small.allocateNew();
+      small.setSafe(0, new BigDecimal("-12345678.99"));
+      small.setNull(1);
+      small.setSafe(2, new BigDecimal("0.05"));
+      small.setValueCount(3);
+      big.allocateNew();
+      big.setSafe(0, new BigDecimal("-1234567890123456789012345678.91"));
+      big.setSafe(1, new BigDecimal("7.00"));
+      big.setValueCount(2);
+      ColumnVector a = WidenedColumnVector.of(small, DEC_14_4, DecimalType.apply(14, 4), "d");
+      assertEquals(new BigDecimal("-12345678.9900"), a.getDecimal(0, 14, 4).toJavaBigDecimal());
+      assertNull(a.getDecimal(1, 14, 4));
+      assertEquals(new BigDecimal("0.0500"), a.getDecimal(2, 14, 4).toJavaBigDecimal());
+      ColumnVector b = WidenedColumnVector.of(small, DEC_38_4, DecimalType.apply(38, 4), "d");
+      assertEquals(new BigDecimal("-12345678.9900"), b.getDecimal(0, 38, 4).toJavaBigDecimal());
+      ColumnVector c = WidenedColumnVector.of(big, DEC_38_4, DecimalType.apply(38, 4), "b");
+      assertEquals(
+          new BigDecimal("-1234567890123456789012345678.9100"),
+          c.getDecimal(0, 38, 4).toJavaBigDecimal());
+      assertEquals(new BigDecimal("7.0000"), c.getDecimal(1, 38, 4).toJavaBigDecimal());
+    }
+  }
+
+  @Test
+  void aDateBeyondTheTimestampsRangeIsRefusedBeforeAnyRowIsRead() throws Exception {
+    try (FieldVector d = filled(new DateDayVector("day", allocator), 0, null, 200_000)) {
+      ArrowType ns = new ArrowType.Timestamp(TimeUnit.NANOSECOND, null);
+      ShuffleException e =
+          assertThrows(
+              ShuffleException.class,
+              () -> WidenedColumnVector.of(d, ns, DataTypes.TimestampNTZType, "day"));
+      assertEquals(
+          "ShuffleFormatError: date 200000 of column 'day' is outside timestamp[ns]",
+          e.getMessage());
     }
   }
 
@@ -441,8 +524,9 @@ class SchemaResolutionTest {
     CommitLog log = log(8);
     Layout layout = log.layout();
     assertEquals(8, layout.numPartitions);
+    // One split per partition of 8 (by default, a split per partition of 4).
     List<SplitPlan> splits =
-        ReadPlanner.plan(log, new ReadPlanner.Selection(null, null, null, null, null));
+        ReadPlanner.plan(log, new ReadPlanner.Selection(null, null, null, null, 8));
     assertEquals(8, splits.size());
     // Split 3 holds key groups [6, 8): partition 3 now, part of partition 1 of 4 before.
     SplitPlan three = splits.get(3);
