@@ -61,6 +61,7 @@ from orchestration import (
     shuffle_watermark_asset,
 )
 from orchestration.definition import DAGSTER_RUN_ATTR
+from orchestration.metadata import spark_ui_url
 from orchestration.shuffle import (
     ShuffleRead,
     apply_per_key,
@@ -198,7 +199,13 @@ def _shuffle_asset(topic: str, num_partitions: int, max_parallelism: int):
         warehouse: WarehouseResource,
         faults: FaultInjection,
     ) -> DataFrame:
-        source = _flights_of(context, spark.spark_session, warehouse)
+        session = spark.spark_session
+        ui = spark_ui_url(session)
+        if ui is not None:
+            # Where the run's Spark jobs can be followed while they write (SPARK_UI=1).
+            context.log.info(f"Spark UI: {ui}")
+            context.add_output_metadata({"spark/ui": MetadataValue.url(ui)})
+        source = _flights_of(context, session, warehouse)
         keep = F.col("tailnum").isNotNull()
         for day in context.partition_keys:
             if faults.fails("flights_by_tailnum", day):

@@ -14,6 +14,7 @@ The environment is read here and nowhere else:
 | ``SPARK_DRIVER_MEMORY`` | the ``spark`` resource's ``spark.driver.memory`` | ``2g`` |
 | ``SPARK_DRIVER_JAVA_OPTIONS`` | its ``spark.driver.extraJavaOptions`` | C1 only (below) |
 | ``SPARK_REMOTE`` | a Spark Connect server (``sc://host:port``) instead of a local session | none |
+| ``SPARK_UI`` | ``1``: the local session serves the Spark UI, which runs link to | ``0`` |
 | ``SHUFFLE_JVM_READ`` | ``0``: the local session reads shuffles in Python, not on the JVM | ``1`` |
 | ``SHUFFLE_WAREHOUSE`` | the ``warehouse`` resource (``path``) | ``.local/warehouse`` |
 | ``SHUFFLE_FLIGHTS_TOPIC`` | the topic of ``flights_by_tailnum`` | ``flights.by_tailnum`` |
@@ -90,12 +91,14 @@ def spark_resource(
     remote: str | None = None,
     kafka: KafkaResource | None = None,
     driver_java_options: str = DRIVER_JAVA_OPTIONS,
+    ui: bool = False,
 ) -> LazyPySparkResource:
     """A lazily started SparkSession with settings that suit the pipeline; with ``remote``
     (``sc://host:port``), a Spark Connect session of that server, which owns its master,
     memory and static settings (only session settings are sent). With ``kafka``, a local
     session is built to read that cluster's shuffles on the JVM (``ShuffleSparkResource``,
-    ``jvm_spark_conf``)."""
+    ``jvm_spark_conf``). With ``ui``, the local session serves the Spark UI (off by default:
+    a port and a little CPU per run), which the runs that use it link to (``spark/ui``)."""
     if remote:
         return LazyPySparkResource(
             spark_config={
@@ -105,7 +108,7 @@ def spark_resource(
             }
         )
     config = {
-        **session_settings(master),
+        **session_settings(master, ui=ui),
         "spark.app.name": "kafka-shuffle",
         "spark.driver.memory": driver_memory,
     }
@@ -215,6 +218,7 @@ def defs_from_env(env: Mapping[str, str], location: str | None = None) -> Defini
                 remote=env.get("SPARK_REMOTE") or None,
                 kafka=None if env.get("SHUFFLE_JVM_READ", "1") == "0" else kafka,
                 driver_java_options=env.get("SPARK_DRIVER_JAVA_OPTIONS", DRIVER_JAVA_OPTIONS),
+                ui=env.get("SPARK_UI", "0") == "1",
             ),
             "kafka": kafka,
             "warehouse": WarehouseResource(

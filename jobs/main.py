@@ -27,10 +27,19 @@ from dagster import DagsterInstance
 
 # The project's own local instance: no usage statistics leave the machine, Dagster's run
 # retries are on (the consumer jobs rely on them under a daemon), and so are its freshness
-# policies (a preview in Dagster 1.13; the shuffle's watermark asset has one).
-INSTANCE_YAML = (
-    "telemetry:\n  enabled: false\nrun_retries:\n  enabled: true\nfreshness:\n  enabled: true\n"
-)
+# policies (a preview in Dagster 1.13; the shuffle's watermark asset has one); the
+# library's own log lines (which path a write took, and why) reach each run's log.
+INSTANCE_YAML = """\
+telemetry:
+  enabled: false
+run_retries:
+  enabled: true
+freshness:
+  enabled: true
+python_logs:
+  managed_python_loggers: [orchestration]
+  python_log_level: INFO
+"""
 
 
 def instance() -> DagsterInstance:

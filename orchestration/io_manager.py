@@ -79,6 +79,7 @@ from orchestration.metadata import (
     commit_metadata,
     consumer_metadata,
     outside_window,
+    spark_ui_url,
     watermark_as_of,
     window_bounds,
 )
@@ -411,10 +412,11 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         kind = _arrow_kind(context)
         if kind is not None:
             return self._load_without_spark(context, asset.topic, kafka, log, windows, runs, kind)
+        session = self.session()
         read = plan_shuffle_read(
-            self.session(), asset.topic, kafka=kafka, windows=windows, runs=runs, log=log
+            session, asset.topic, kafka=kafka, windows=windows, runs=runs, log=log
         )
-        _report_input(context, asset.topic, read.commits, log)
+        _report_input(context, asset.topic, read.commits, log, spark_ui_url(session))
         if _wants_shuffle_read(context):
             return read
         return read.dataframe()
@@ -470,17 +472,27 @@ class RecordBatches(abc.Iterator):
 
 
 def _report_input(
-    context: InputContext, topic: str, commits: Sequence[Commit], log: ShuffleLog
+    context: InputContext,
+    topic: str,
+    commits: Sequence[Commit],
+    log: ShuffleLog,
+    spark_ui: str | None = None,
 ) -> None:
     """Says what an input read: in the run's log, and on the materialization of the asset
-    that reads it, with how far behind the shuffle that asset is (its lag)."""
+    that reads it, with how far behind the shuffle that asset is (its lag) and, for a read
+    by a Spark session whose UI is on, a link to that UI (where the read's jobs run)."""
     rows = sum(c.rows for c in commits)
-    context.log.info(f"{topic}: reading {len(commits)} committed run(s), {rows} rows")
-    read = {
+    context.log.info(
+        f"{topic}: reading {len(commits)} committed run(s), {rows} rows"
+        + (f"; Spark UI {spark_ui}" if spark_ui else "")
+    )
+    read: dict[str, Any] = {
         "shuffle/topic_read": topic,
         "shuffle/rows_read": rows,
         "shuffle/bytes_read": sum(c.bytes for c in commits),
     }
+    if spark_ui:
+        read["spark/ui"] = MetadataValue.url(spark_ui)
     step = _asset_step()
     if step is None:
         # An op's input. Input metadata is recorded as an observation of the shuffle, next

@@ -252,6 +252,17 @@ def outside_window(commit: Commit, start: dt.datetime, end: dt.datetime) -> str 
     )
 
 
+def spark_ui_url(session: Any) -> str | None:
+    """The address of the Spark UI of a classic ``session`` when the UI is on, for a run to
+    link to; None when it is off, or for a Spark Connect session (whose server owns it)."""
+    try:
+        context = session.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect raises its own error for it
+        return None
+    url = getattr(context, "uiWebUrl", None)
+    return url or None
+
+
 def _utc(when: dt.datetime) -> dt.datetime:
     # Commit records' naive times are UTC.
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)

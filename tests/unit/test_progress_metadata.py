@@ -210,3 +210,20 @@ def test_the_shuffle_watermark_is_as_of_each_commit():
         to_micros(at(4)),
         to_micros(at(4)),
     ]
+
+
+def test_the_spark_ui_is_linked_only_when_there_is_one():
+    from types import SimpleNamespace
+
+    from orchestration.metadata import spark_ui_url
+
+    on = SimpleNamespace(sparkContext=SimpleNamespace(uiWebUrl="http://127.0.0.1:4040"))
+    off = SimpleNamespace(sparkContext=SimpleNamespace(uiWebUrl=None))
+
+    class Connect:  # a Spark Connect session has no SparkContext
+        @property
+        def sparkContext(self):
+            raise RuntimeError("[JVM_ATTRIBUTE_NOT_SUPPORTED]")
+
+    assert spark_ui_url(on) == "http://127.0.0.1:4040"
+    assert spark_ui_url(off) is None and spark_ui_url(Connect()) is None
