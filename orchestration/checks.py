@@ -400,11 +400,11 @@ class WatermarkProgress:
             if self.watermark is not None
             else "the last commit (no run declares a watermark)"
         )
-        hours = self.idle.total_seconds() / 3600 if self.idle is not None else 0.0
+        idle = _span(self.idle) if self.idle is not None else "0 s"
         state = "within" if self.passed else "stalled: past"
         return (
-            f"{what} was reached at {self.advanced_at.isoformat()}, {hours:.1f} h ago; "
-            f"{state} the {self.stall_after.total_seconds() / 3600:.1f} h allowed"
+            f"{what} was reached at {self.advanced_at.isoformat()}, {idle} ago; "
+            f"{state} the {_span(self.stall_after)} allowed"
         )
 
     def metadata(self) -> dict[str, Any]:
@@ -658,7 +658,7 @@ def shuffle_asset_checks(
 
     @decorate(
         PROGRESS_CHECK,
-        f"The shuffle's watermark advanced in the last {_hours(allowed)}: WARN past it, ERROR "
+        f"The shuffle's watermark advanced in the last {_span(allowed)}: WARN past it, ERROR "
         "past twice that. A re-run of an old window does not count.",
         whole_asset=True,
     )
@@ -675,9 +675,14 @@ def shuffle_asset_checks(
     return [_layout, _rows, _readable, _in_window, _progress]
 
 
-def _hours(span: dt.timedelta) -> str:
-    hours = span.total_seconds() / 3600
-    return f"{hours:g} hours" if hours >= 1 else f"{span.total_seconds() / 60:g} minutes"
+def _span(span: dt.timedelta) -> str:
+    """A duration as people read it: hours, minutes or seconds, three digits at most."""
+    seconds = span.total_seconds()
+    if abs(seconds) >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if abs(seconds) >= 60:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds:.3g} s"
 
 
 def _per_run(counts: Iterable[FrameCount]) -> dict[str, dict[str, Any]]:
@@ -749,14 +754,14 @@ class LagVerdict:
         if late:
             description = (
                 f"{consumer} has not consumed {len(late)} complete window(s) committed over "
-                f"{_hours(self.max_delay)} ago (the oldest "
-                f"{wait.total_seconds() / 3600 if wait else 0:.1f} h ago): "
+                f"{_span(self.max_delay)} ago (the oldest "
+                f"{_span(wait) if wait else '0 s'} ago): "
                 + ", ".join(str(c.window) for c in late[:10])
             )
         else:
             description = (
                 f"{consumer} keeps up: {len(self.lag.behind)} complete window(s) not consumed "
-                f"yet, none for over {_hours(self.max_delay)}"
+                f"yet, none for over {_span(self.max_delay)}"
             )
         metadata: dict[str, Any] = {
             "lag_windows": len(self.lag.behind),
@@ -852,7 +857,7 @@ def _lag_check(
         required_resource_keys={io_key},
         description=(
             f"{name} consumes each complete window of {shuffle.topic} within "
-            f"{_hours(allowed)} of its commit: WARN past it, ERROR past twice that."
+            f"{_span(allowed)} of its commit: WARN past it, ERROR past twice that."
         ),
     )
     def _lag(context: AssetCheckExecutionContext) -> AssetCheckResult:
