@@ -894,6 +894,9 @@ class LogFold:
         self.window_runs: dict[str, list[int]] = {}
         self.latest: dict[str, Commit] = {}
         self.records = 0
+        # The log last made (log()), until more records are folded in: a log read again
+        # with nothing new appended is the same object, made in no time however long it is.
+        self._made: ShuffleLog | None = None
 
     def _drop(self, run: str) -> None:
         i = self.by_run.pop(run)
@@ -920,6 +923,7 @@ class LogFold:
         where = f"commit log {commit_topic(self.topic)!r}"
         positions = iter(offsets) if offsets is not None else None
         for key, value in records:
+            self._made = None
             index = self.records
             self.records += 1
             offset = next(positions, index) if positions is not None else index
@@ -981,13 +985,15 @@ class LogFold:
         return self
 
     def log(self) -> ShuffleLog:
-        """The log as read so far: a :class:`ShuffleLog` of its own (later records folded
-        in do not change it).
+        """The log as read so far: a :class:`ShuffleLog` that later records folded in do not
+        change (the same one while none are; callers never change a log).
 
         Raises:
             ShuffleFormatError: The layout record in effect cannot be read, or is of a
                 format_version this engine does not read.
         """
+        if self._made is not None:
+            return self._made
         topic = self.topic
         if self.layout_error is not None:
             raise ShuffleFormatError(self.layout_error)
@@ -1009,4 +1015,5 @@ class LogFold:
         log.expired = dict(self.expired)
         log.bad_records = tuple(sorted(bad.values(), key=lambda b: b.offset))
         log.windows = dict(self.latest)
+        self._made = log
         return log
