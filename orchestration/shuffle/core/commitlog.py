@@ -1008,9 +1008,10 @@ class LogFold:
                 )
             log.layout_record = self.layout
             log.layout, log.version_keys = versions_applied(self.layout, self.changes, bad)
-        log.commits = (
-            [c for c in self.commits if c is not None] if self.holes else list(self.commits)  # type: ignore[misc]
-        )
+        if self.holes:
+            log.commits = [c for c in self.commits if c is not None]
+        else:
+            log.commits = list(self.commits)  # type: ignore[arg-type]  # no hole: no None
         log.commit_offsets = dict(self.commit_offsets)
         log.expired = dict(self.expired)
         log.bad_records = tuple(sorted(bad.values(), key=lambda b: b.offset))

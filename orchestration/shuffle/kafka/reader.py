@@ -287,12 +287,12 @@ class RowReader:
         if mask is not None:
             batch = batch.filter(mask)
         columns = []
-        mapped = resolution is not None and not resolution.identity
+        mapped = resolution if resolution is not None and not resolution.identity else None
         for f in self.schema:
             if f.name not in self._layout_names:
                 break  # the metadata columns come last
-            if mapped:
-                columns.append(resolved_column(batch, f.name, resolution.sources[f.name]))
+            if mapped is not None:
+                columns.append(resolved_column(batch, f.name, mapped.sources[f.name]))
                 continue
             i = batch.schema.get_field_index(f.name)
             if i < 0:
