@@ -131,6 +131,9 @@ def test_checks_with_a_materialization_check_its_partition(project, kafka_conf):
             "shuffle_layout": (True, day),
             "shuffle_rows": (True, day),
             "shuffle_window_readable": (True, day),
+            "shuffle_event_times_in_window": (True, day),
+            # Of the asset as a whole: the watermark just advanced.
+            "shuffle_watermark_progress": (True, None),
         }
         (commit,) = [c for c in log.commits if c.attrs.get("dagster_run_id") == result.run_id]
         rows = evals["shuffle_rows"]

@@ -40,7 +40,7 @@ from orchestration import (
     shuffle_metadata,
 )
 from orchestration.definition import DAGSTER_RUN_ATTR, RETRY_TAG
-from orchestration.metadata import commit_metadata
+from orchestration.metadata import commit_metadata, watermark_as_of
 from orchestration.shuffle import shuffle_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -165,7 +165,12 @@ def test_a_pipes_producer_commits_reports_and_is_retried_for_its_failed_window(
             commit = log.latest_by_window()[day]
             got = {k: v.value for k, v in record.asset_materialization.metadata.items()}
             want = commit_metadata(
-                commit, log.layout, kafka, topic=topic, write_path=got.get("shuffle/write_path")
+                commit,
+                log.layout,
+                kafka,
+                topic=topic,
+                write_path=got.get("shuffle/write_path"),
+                shuffle_watermark=watermark_as_of(log, commit),
             )
             assert got == {k: getattr(v, "value", v) for k, v in want.items()}
             assert got["dagster/row_count"] == counts[day]
