@@ -13,6 +13,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -679,7 +680,7 @@ def _watermark_event(key: AssetKey, log: ShuffleLog, mark: int) -> AssetMaterial
     """The watermark asset's materialization for the watermark ``mark`` of ``log``: the
     number, and the run that first declared it."""
     first = reached_by(log, mark)
-    metadata = {
+    metadata: dict[str, Any] = {
         "shuffle/watermark_epoch_s": epoch_seconds(mark),
         "shuffle/watermark": MetadataValue.timestamp(from_micros(mark)),
     }
@@ -758,7 +759,7 @@ def shuffle_lag_sensor(
             group = by_group.get(consumer.key)
             if group is not None:
                 behind = group_offsets_behind(resource.client(), group, [topic])
-                numbers = {
+                numbers: dict[str, Any] = {
                     "kafka/consumer_group": group,
                     "kafka/offsets_behind_max": int(behind.get("max_offsets_behind_latest", 0)),
                     "kafka/offsets_behind_total": int(sum(behind["partitions"].values())),
