@@ -84,6 +84,7 @@ from orchestration.definition import (
 )
 from orchestration.metadata import (
     Lag,
+    as_utc,
     committed_time,
     completeness,
     consumer_lag,
@@ -440,17 +441,13 @@ def watermark_progress(
     last = log.commits[-1] if log.commits else None
     reached = last if mark is None else reached_by(log, mark)
     at = committed_time(reached) if reached is not None else None
-    return WatermarkProgress(mark, at, _utc(now), stall_after)
+    return WatermarkProgress(mark, at, as_utc(now), stall_after)
 
 
 def reached_by(log: ShuffleLog, mark: int) -> Commit | None:
     """The first commit of ``log`` (in log order) whose watermark is at or past ``mark``."""
     marks = ((c, c.effective_watermark) for c in log.commits)
     return next((c for c, m in marks if m is not None and m >= mark), None)
-
-
-def _utc(when: dt.datetime) -> dt.datetime:
-    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def runs_outside_windows(

@@ -217,8 +217,8 @@ def progress_metadata(
             md[f"shuffle/{name}_epoch_s"] = epoch_seconds(value)
     end = window_end if window_end is not None else from_micros(commit.complete_until)
     if commit.window is not None and end is not None:
-        committed = _utc(dt.datetime.fromisoformat(commit.committed_at))
-        md["shuffle/commit_delay_s"] = round((committed - _utc(end)).total_seconds(), 3)
+        committed = committed_time(commit)
+        md["shuffle/commit_delay_s"] = round((committed - as_utc(end)).total_seconds(), 3)
     return md
 
 
@@ -248,7 +248,7 @@ def outside_window(commit: Commit, start: dt.datetime, end: dt.datetime) -> str 
     return (
         f"run {commit.run_id} of window {commit.window}: its rows' event times run from "
         f"{from_micros(low).isoformat()} to {from_micros(high).isoformat()}, outside the "
-        f"window [{_utc(start).isoformat()}, {_utc(end).isoformat()})"
+        f"window [{as_utc(start).isoformat()}, {as_utc(end).isoformat()})"
     )
 
 
@@ -263,8 +263,8 @@ def spark_ui_url(session: Any) -> str | None:
     return url or None
 
 
-def _utc(when: dt.datetime) -> dt.datetime:
-    # Commit records' naive times are UTC.
+def as_utc(when: dt.datetime) -> dt.datetime:
+    """``when`` with a time zone: a naive time (as commit records may hold) is UTC."""
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
@@ -327,7 +327,7 @@ LAG_S = "shuffle/lag_s"
 
 def committed_time(commit: Commit) -> dt.datetime:
     """When ``commit`` committed, in UTC."""
-    return _utc(dt.datetime.fromisoformat(commit.committed_at))
+    return as_utc(dt.datetime.fromisoformat(commit.committed_at))
 
 
 def completeness(partitions_def: PartitionsDefinition | None) -> Callable[[Commit], bool]:
@@ -430,7 +430,7 @@ def consumer_lag(
         if got is None or not got.covers(commit, partitioned):
             behind.append(commit)
     behind.sort(key=committed_time)
-    return Lag(tuple(behind), _utc(now))
+    return Lag(tuple(behind), as_utc(now))
 
 
 def lag_metadata(lag: Lag, read: Sequence[Commit]) -> dict[str, Any]:
