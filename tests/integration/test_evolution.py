@@ -24,6 +24,7 @@ from orchestration.shuffle import (
     shuffle_log,
     write_shuffle,
     write_table,
+    write_windows,
 )
 from orchestration.shuffle.core.keygroups import key_group_of
 
@@ -192,6 +193,17 @@ def test_spark_write_with_merge_and_a_refusal_before_any_frame(spark, kafka_conf
     assert len(rows) == 600
     assert ("k0", 0, None) in rows and ("k0", 0, decimal.Decimal("0.00")) in rows
     assert dict(df.dtypes)["n"] == "bigint" and dict(df.dtypes)["price"] == "decimal(10,2)"
+    # write_windows takes the mode for each window's run: strict refuses every window (each
+    # failure named), merge writes them.
+    by_day = added.withColumn("day", F.when(F.col("n") % 2 == 0, "e").otherwise("o"))
+    strict = write_windows(by_day, spec(topic), kafka=kafka_conf, windows=["e", "o"],
+                           window_column="day")  # fmt: skip
+    assert sorted(strict.failed) == ["e", "o"] and "schema_mode='merge'" in strict.failed["e"]
+    merged = write_windows(by_day, spec(topic), kafka=kafka_conf, windows=["e", "o"],
+                           window_column="day", schema_mode="merge")  # fmt: skip
+    assert not merged.failed and merged.committed["e"].commit.layout_version == 3
+    got = read_shuffle(spark, topic, kafka=kafka_conf, engine="python", windows=["e", "o"])
+    assert got.count() == 300 and got.where("day = 'e'").count() == 150
 
 
 def test_concurrent_merge_writes_and_alter_never_leave_a_run_under_a_wrong_version(
