@@ -98,6 +98,10 @@ class ShuffleLayout(Resolvable, Model):
             "as a new schema version."
         ),
     )
+    refuse_outside_window: bool | None = Field(
+        default=None,
+        description="Refuse (not commit) a run whose rows' event times fall outside its window.",
+    )
 
 
 class KafkaModel(Resolvable, Model):
@@ -265,6 +269,7 @@ class KafkaShuffle(Component, Resolvable, Model):
             window_column=layout.window_column,
             replication_factor=layout.replication_factor,
             schema_mode=layout.schema_mode,
+            refuse_outside_window=layout.refuse_outside_window,
         )
         spec = self.asset.merge_attributes(metadata=metadata).with_io_manager_key(io_key)
         takes_context = bool(inspect.signature(body).parameters)

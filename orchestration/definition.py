@@ -24,7 +24,8 @@ it, see :meth:`ShuffleAsset.under`), ``window_column`` (optional: the column who
 value is the partition key, needed to write a range of partitions in one run),
 ``replication_factor`` (optional int; default min(3, brokers)), ``schema_mode`` (optional:
 ``"strict"`` or ``"merge"``, how a run whose columns differ from the shuffle's is written;
-default the IO manager's ``schema_mode``).
+default the IO manager's ``schema_mode``), ``refuse_outside_window`` (optional bool: a run whose
+rows' event times fall outside its time-window partition is not committed).
 
 It imports no other module of the integration, so that every one of them may import it.
 """
@@ -63,6 +64,7 @@ KEYS = (
     "window_column",
     "replication_factor",
     "schema_mode",
+    "refuse_outside_window",
 )
 
 # --- run tags ---------------------------------------------------------------------------
@@ -110,11 +112,14 @@ def shuffle_metadata(
     window_column: str | None = None,
     replication_factor: int | None = None,
     schema_mode: str | None = None,
+    refuse_outside_window: bool | None = None,
 ) -> dict[str, Any]:
     """The definition metadata that makes an asset stored by ``KafkaShuffleIOManager`` a
     shuffle (a typo-proof way to write the ``shuffle/*`` keys). ``schema_mode``: ``"merge"``
     lets a run add nullable columns and widen types (see the Evolution guide); None: the IO
-    manager's."""
+    manager's. ``refuse_outside_window``: a run whose rows' event times fall outside its
+    time-window partition is refused before its commit (by default it is committed, warned
+    of in the run and failed by the ``shuffle_event_times_in_window`` check)."""
     md: dict[str, Any] = {
         f"{PREFIX}key": key if isinstance(key, str) else list(key),
         f"{PREFIX}num_partitions": num_partitions,
@@ -126,6 +131,7 @@ def shuffle_metadata(
         "window_column": window_column,
         "replication_factor": replication_factor,
         "schema_mode": schema_mode,
+        "refuse_outside_window": refuse_outside_window,
     }
     md.update({f"{PREFIX}{k}": v for k, v in optional.items() if v is not None})
     return md
@@ -147,6 +153,8 @@ class ShuffleAsset:
     window_column: str | None
     # How a run whose columns differ from the shuffle's is written (None: the IO manager's).
     schema_mode: str | None = None
+    # A run whose rows' event times fall outside its window is not committed.
+    refuse_outside_window: bool = False
 
     @property
     def topic(self) -> str:
@@ -295,9 +303,18 @@ def shuffle_asset(asset: str, path: Sequence[str], metadata: Mapping[str, Any]) 
         mode = md.get("schema_mode")
         if mode is not None:
             check_schema_mode(mode, "metadata 'shuffle/schema_mode'")
+        refuse = md.get("refuse_outside_window", False)
+        if not isinstance(refuse, bool):
+            raise ShuffleOptionError(
+                f"metadata 'shuffle/refuse_outside_window' must be a bool, got {refuse!r}"
+            )
+        if refuse and spec.event_time is None:
+            raise ShuffleOptionError(
+                "metadata 'shuffle/refuse_outside_window' needs 'shuffle/event_time'"
+            )
     except ShuffleOptionError as exc:
         raise ShuffleOptionError(f"asset {asset}: {exc}") from None
-    return ShuffleAsset(spec, column("window_column"), mode)
+    return ShuffleAsset(spec, column("window_column"), mode, refuse)
 
 
 # What Dagster's AssetSpec.with_io_manager_key sets.

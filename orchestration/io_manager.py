@@ -193,6 +193,15 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
             shuffle_watermark=watermark_as_of(log, commit) if log is not None else None,
         )
 
+    def _bounds(
+        self, context: OutputContext, asset: ShuffleAsset, window: str | None
+    ) -> tuple[dt.datetime, dt.datetime] | None:
+        """The event times a window's rows must fall in, when the asset asks for runs
+        outside their window to be refused (``shuffle/refuse_outside_window``)."""
+        if not asset.refuse_outside_window:
+            return None
+        return window_bounds(context.asset_partitions_def, window)
+
     def _write(
         self,
         context: OutputContext,
@@ -212,6 +221,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
             kafka=kafka,
             window=window,
             complete_until=complete_until,
+            event_time_bounds=self._bounds(context, asset, window),
             compression=self.compression,
             attrs={DAGSTER_RUN_ATTR: context.run_id},
             schema_mode=asset.schema_mode or self.schema_mode,
@@ -325,6 +335,9 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 compression=self.compression,
                 attrs={DAGSTER_RUN_ATTR: context.run_id},
                 schema_mode=asset.schema_mode or self.schema_mode,
+                event_time_bounds={
+                    k: b for k in keys if (b := self._bounds(context, asset, k)) is not None
+                },
                 on_window=report,
             )
         except ShuffleOptionError as exc:
@@ -363,6 +376,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                     kafka=kafka,
                     window=key,
                     complete_until=ends.get(key),
+                    event_time_bounds=self._bounds(context, asset, key),
                     compression=self.compression,
                     attrs={DAGSTER_RUN_ATTR: context.run_id},
                     schema_mode=asset.schema_mode or self.schema_mode,

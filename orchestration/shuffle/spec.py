@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from orchestration.shuffle.core.commitlog import Commit, Layout, commit_topic, from_micros
+from orchestration.shuffle.core.commitlog import (
+    Commit,
+    Layout,
+    commit_topic,
+    from_micros,
+    to_micros,
+)
 from orchestration.shuffle.core.evolution import check_schema_mode
 from orchestration.shuffle.core.keygroups import validate_layout
 from orchestration.shuffle.errors import ShuffleOptionError
@@ -222,6 +228,32 @@ def created_layout(
         made_by=f"a write with schema_mode={mode!r}",
     )
     return layout
+
+
+def bounds_us(
+    spec: ShuffleSpec, bounds: tuple[dt.datetime, dt.datetime] | None
+) -> tuple[int, int] | None:
+    """A write's ``event_time_bounds`` in epoch microseconds (naive times: UTC).
+
+    Raises:
+        ShuffleOptionError: Bounds on a shuffle without an event-time column, or not a pair
+            of datetimes with start before end.
+    """
+    if bounds is None:
+        return None
+    where = f"shuffle {spec.topic!r}: event_time_bounds"
+    if spec.event_time is None:
+        raise ShuffleOptionError(f"{where} needs an event_time column; the shuffle has none")
+    if (
+        not isinstance(bounds, tuple | list)
+        or len(bounds) != 2
+        or not all(isinstance(b, dt.datetime) for b in bounds)
+    ):
+        raise ShuffleOptionError(f"{where} must be (start, end) datetimes, got {bounds!r}")
+    start, end = to_micros(bounds[0]), to_micros(bounds[1])
+    if start >= end:
+        raise ShuffleOptionError(f"{where}: start {bounds[0]} is not before end {bounds[1]}")
+    return start, end
 
 
 def written_columns(layout: Layout, schema: pa.Schema) -> list[str]:

@@ -35,6 +35,7 @@ from orchestration.shuffle.spec import (
     TABLE_PATH,
     ShuffleSpec,
     WriteResult,
+    bounds_us,
     check_window,
     created_layout,
     run_options,
@@ -206,6 +207,7 @@ def write_table(
     compression: str = "lz4",
     attrs: Mapping[str, str] | None = None,
     schema_mode: str | None = None,
+    event_time_bounds: tuple[dt.datetime, dt.datetime] | None = None,
 ) -> WriteResult:
     """Writes ``rows`` (a ``pyarrow.Table`` or ``RecordBatch``, a pandas or a Polars
     DataFrame) as one producer run of the shuffle ``spec``, and commits it, in this
@@ -229,8 +231,8 @@ def write_table(
         rows: The rows. Key columns must not be null, and of a type hashed here (booleans,
             integers, floating point, dates, timestamps, strings, binary, decimals up to 18
             digits); for other key types use ``write_shuffle``.
-        spec, kafka, window, complete_until, frame_rows, compression, attrs, schema_mode:
-            As for ``write_shuffle``.
+        spec, kafka, window, complete_until, frame_rows, compression, attrs, schema_mode,
+        event_time_bounds: As for ``write_shuffle``.
 
     Returns:
         The committed run's :class:`~orchestration.shuffle.spec.WriteResult` (``path``
@@ -283,6 +285,7 @@ def write_table(
         attrs,
         sort_by=layout.sort_by,
         layout_version=layout.version,
+        event_time_bounds=bounds_us(spec, event_time_bounds),
     )
     return WriteResult.of(commit, spec.topic, TABLE_PATH)
 

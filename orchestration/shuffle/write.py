@@ -44,6 +44,7 @@ from orchestration.shuffle.spec import (
     ROWS_PATH,
     ShuffleSpec,
     WriteResult,
+    bounds_us,
     check_window,
     created_layout,
     run_options,
@@ -163,6 +164,7 @@ def write_shuffle(
     attrs: Mapping[str, str] | None = None,
     columnar: bool | None = None,
     schema_mode: str | None = None,
+    event_time_bounds: tuple[dt.datetime, dt.datetime] | None = None,
 ) -> WriteResult:
     """Writes ``df`` as one producer run of the shuffle ``spec``, and commits it.
 
@@ -210,6 +212,9 @@ def write_shuffle(
             columns that arrive wider (a type promotion) are widened, as a new schema
             version recorded before anything is written; columns ``df`` lacks read as null
             in this run (see the Evolution guide).
+        event_time_bounds: ``(start, end)``: every row's event time must be in ``[start,
+            end)`` (the window's span); a run with rows outside it is not committed, and the
+            error names the window and the rows' bounds. Needs ``spec.event_time``.
 
     Returns:
         The committed run's :class:`WriteResult`.
@@ -293,6 +298,7 @@ def write_shuffle(
         attrs,
         sort_by=layout.sort_by,
         layout_version=layout.version,
+        event_time_bounds=bounds_us(spec, event_time_bounds),
     )
     return WriteResult.of(commit, spec.topic, path)
 
@@ -457,6 +463,7 @@ def write_windows(
     attrs: Mapping[str, str] | None = None,
     on_window: Callable[[str, WriteResult | ShuffleError], None] | None = None,
     schema_mode: str | None = None,
+    event_time_bounds: Mapping[str, tuple[dt.datetime, dt.datetime]] | None = None,
 ) -> WindowsResult:
     """Writes each of ``windows`` as its own run of the shuffle: the rows of ``df`` whose
     ``window_column`` (as a string) equals the window.
@@ -478,6 +485,8 @@ def write_windows(
         complete_until: Per window, the event time it is complete until (see
             :func:`write_shuffle`); a window not in it has none.
         on_window: Called after each window with its result or its error (e.g. to log it).
+        event_time_bounds: Per window, the event times its rows must fall in (see
+            :func:`write_shuffle`); a window not in it has none.
         Other arguments: as for :func:`write_shuffle`.
 
     Raises:
@@ -515,6 +524,7 @@ def write_windows(
                     compression=compression,
                     attrs=attrs,
                     schema_mode=schema_mode,
+                    event_time_bounds=(event_time_bounds or {}).get(key),
                 )
             except ShuffleError as exc:
                 # Any error of the engine fails this window alone (a broker refusing it, a

@@ -2,6 +2,7 @@
 column with ``shuffle/schema_mode: merge``, each materialization's column schema is its run's
 version, a consumer's stale declaration is named where it loads and fails the layout check."""
 
+import datetime as dt
 import uuid
 
 import pandas as pd
@@ -190,3 +191,40 @@ def test_a_stale_declaration_is_named_on_load_and_fails_the_layout_check(bootstr
         write_table(
             events(DAYS[0], False), ShuffleSpec(topic, "user_id", 4, event_time="ts"), kafka=conf
         )
+
+
+def test_a_run_outside_its_window_can_be_refused(bootstrap):
+    topic = f"evo-dg.outside-{uuid.uuid4().hex[:8]}"
+    conf = {"bootstrap.servers": bootstrap}
+    io = KafkaShuffleIOManager(kafka=KafkaResource(bootstrap_servers=bootstrap))
+
+    @asset(
+        name="events",
+        partitions_def=daily,
+        io_manager_key="shuffle_io",
+        metadata=shuffle_metadata(
+            key="user_id", num_partitions=3, event_time="ts", topic=topic,
+            refuse_outside_window=True,
+        ),
+    )  # fmt: skip
+    def events_asset(context) -> pd.DataFrame:
+        # Forgot to select its day: the next day's rows too.
+        return pd.concat([events(DAYS[0], False), events(DAYS[1], False)])
+
+    with instance_for_test() as instance:
+        result = materialize([events_asset], partition_key=DAYS[0], instance=instance,
+                             resources={"shuffle_io": io}, raise_on_error=False)  # fmt: skip
+        assert not result.success
+        text = str(result.all_events)
+        assert f"of window '{DAYS[0]}'" in text and "was not committed" in text
+    # Refused before its commit: nothing is visible.
+    assert shuffle_log(topic, kafka=conf).commits == []
+    # The engine's own option, on a write of the day's rows alone: committed.
+    inside = write_table(
+        events(DAYS[0], False), ShuffleSpec(topic, "user_id", 3, event_time="ts"), kafka=conf,
+        window=DAYS[0], event_time_bounds=(
+            dt.datetime.fromisoformat(DAYS[0]).replace(tzinfo=dt.UTC),
+            dt.datetime.fromisoformat(DAYS[1]).replace(tzinfo=dt.UTC),
+        ),
+    )  # fmt: skip
+    assert inside.rows == 20

@@ -25,9 +25,12 @@ SAMPLES = {
     "window_column": "day",
     "replication_factor": 2,
     "schema_mode": "merge",
+    "refuse_outside_window": True,
 }
 
 MISSING = object()
+# Arguments that need another: given with it.
+NEEDS = {"refuse_outside_window": ["event_time"]}
 
 
 def read_back(parsed: ShuffleAsset, name: str):
@@ -54,7 +57,8 @@ def test_every_argument_has_a_sample_unlike_its_default():
 @pytest.mark.parametrize("name", list(PARAMETERS))
 def test_each_argument_survives_the_parser(name):
     assert name in SAMPLES, f"shuffle_metadata({name}=...) has no sample in SAMPLES"
-    kwargs = {n: SAMPLES[n] for n in REQUIRED} | {name: SAMPLES[name]}
+    needed = [*REQUIRED, *NEEDS.get(name, [])]
+    kwargs = {n: SAMPLES[n] for n in needed} | {name: SAMPLES[name]}
     parsed = shuffle_asset("a", ["a"], shuffle_metadata(**kwargs))
     assert read_back(parsed, name) == expected(name)
 

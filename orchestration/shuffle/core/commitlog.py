@@ -508,6 +508,20 @@ def build_commit(
     )
 
 
+def outside_bounds(commit: Commit, start_us: int, end_us: int) -> str | None:
+    """Why ``commit``'s rows are not all in the event-time range ``[start_us, end_us)``
+    (a producer that did not select its window's rows), naming the window and the rows'
+    bounds; None when they are, or when the run has no event times."""
+    low, high = commit.event_time_min, commit.event_time_max
+    if low is None or high is None or (low >= start_us and high < end_us):
+        return None
+    return (
+        f"run {commit.run_id} of window {commit.window!r}: its rows' event times run from "
+        f"{from_micros(low).isoformat()} to {from_micros(high).isoformat()}, outside "
+        f"[{from_micros(start_us).isoformat()}, {from_micros(end_us).isoformat()})"
+    )
+
+
 @dataclass(frozen=True)
 class Expired:
     """A run that retention removed: when, and which offsets its frames occupied."""

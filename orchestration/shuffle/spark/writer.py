@@ -29,7 +29,13 @@ from confluent_kafka import KafkaError, KafkaException
 
 from orchestration.shuffle.core import frames as fr
 from orchestration.shuffle.core.columnar import ParquetScan, Piece, read_pieces
-from orchestration.shuffle.core.commitlog import Commit, PartitionRange, TaskResult, build_commit
+from orchestration.shuffle.core.commitlog import (
+    Commit,
+    PartitionRange,
+    TaskResult,
+    build_commit,
+    outside_bounds,
+)
 from orchestration.shuffle.core.ordering import spark_order
 from orchestration.shuffle.core.vhash import key_groups
 from orchestration.shuffle.core.watermarks import subtask_watermark
@@ -476,10 +482,16 @@ def commit_run(
     attrs: Mapping[str, str] | None = None,
     sort_by: Sequence[str] = (),
     layout_version: int = 1,
+    event_time_bounds: tuple[int, int] | None = None,
 ) -> Commit:
     """Makes a run visible: merges its task results and appends the commit record
     (``sort_by``: the order its rows were written in, see ``Commit.sort_by``;
-    ``layout_version``: the layout version it was written under)."""
+    ``layout_version``: the layout version it was written under).
+
+    Raises:
+        ShuffleWriteError: ``event_time_bounds`` (epoch microseconds, ``[start, end)``)
+            given and some rows fall outside it: the run is not committed.
+    """
     from orchestration.shuffle.kafka.commitlog import write_commit
 
     commit = build_commit(
@@ -491,5 +503,11 @@ def commit_run(
         sort_by=sort_by,
         layout_version=layout_version,
     )
+    if event_time_bounds is not None:
+        wrong = outside_bounds(commit, *event_time_bounds)
+        if wrong is not None:
+            raise ShuffleWriteError(
+                f"shuffle {topic!r}: {wrong}; the run was not committed (event_time_bounds)"
+            )
     write_commit(kafka, topic, commit)
     return commit
