@@ -73,6 +73,7 @@ DEV_ONLY = (
     "pytest_timeout",
     "pytest_xdist",
     "ruff",
+    "websockets",
 )
 # Installed by extras the library uses when they are there (`polars`: an input annotated
 # polars.DataFrame; `duckdb`: over read_table's tables): imported only where used, with an
