@@ -44,7 +44,10 @@ plots then draw each commit once.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import threading
+import time
 from collections import abc
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -123,6 +126,13 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
     compression: str = Field(
         default="lz4",
         description="Compression of the frames written: lz4, zstd (fewer bytes, more CPU) or none.",
+    )
+    progress_every_s: float = Field(
+        default=10.0,
+        description=(
+            "While a Spark write runs, its progress (stages, tasks done of all) is logged to "
+            "the run's log this often, in seconds; 0: never."
+        ),
     )
     schema_mode: str = Field(
         default="strict",
@@ -215,17 +225,21 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
             complete_until = window_ends(context.asset_partitions_def, [window]).get(window)
         # A pyarrow table or a pandas or Polars frame is written without Spark.
         write = write_table if is_table(df) else write_shuffle
-        result = write(
-            df,
-            asset.spec,
-            kafka=kafka,
-            window=window,
-            complete_until=complete_until,
-            event_time_bounds=self._bounds(context, asset, window),
-            compression=self.compression,
-            attrs={DAGSTER_RUN_ATTR: context.run_id},
-            schema_mode=asset.schema_mode or self.schema_mode,
-        )
+        with spark_progress(
+            context.log, f"{asset.topic}: window {window!r}", None if is_table(df) else df,
+            self.progress_every_s,
+        ):  # fmt: skip
+            result = write(
+                df,
+                asset.spec,
+                kafka=kafka,
+                window=window,
+                complete_until=complete_until,
+                event_time_bounds=self._bounds(context, asset, window),
+                compression=self.compression,
+                attrs={DAGSTER_RUN_ATTR: context.run_id},
+                schema_mode=asset.schema_mode or self.schema_mode,
+            )
         context.log.info(
             f"{asset.topic}: window {window!r} committed as run {result.run_id} "
             f"({result.rows} rows, {result.frames} frames, {result.bytes} bytes, "
@@ -325,21 +339,25 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 f"asset's DataFrame {df.columns}"
             )
         try:
-            result = write_windows(
-                df,
-                asset.spec,
-                kafka=kafka,
-                windows=keys,
-                window_column=column,
-                complete_until=window_ends(context.asset_partitions_def, keys),
-                compression=self.compression,
-                attrs={DAGSTER_RUN_ATTR: context.run_id},
-                schema_mode=asset.schema_mode or self.schema_mode,
-                event_time_bounds={
-                    k: b for k in keys if (b := self._bounds(context, asset, k)) is not None
-                },
-                on_window=report,
-            )
+            with spark_progress(
+                context.log, f"{asset.topic}: windows {keys[0]} .. {keys[-1]}", df,
+                self.progress_every_s,
+            ):  # fmt: skip
+                result = write_windows(
+                    df,
+                    asset.spec,
+                    kafka=kafka,
+                    windows=keys,
+                    window_column=column,
+                    complete_until=window_ends(context.asset_partitions_def, keys),
+                    compression=self.compression,
+                    attrs={DAGSTER_RUN_ATTR: context.run_id},
+                    schema_mode=asset.schema_mode or self.schema_mode,
+                    event_time_bounds={
+                        k: b for k in keys if (b := self._bounds(context, asset, k)) is not None
+                    },
+                    on_window=report,
+                )
         except ShuffleOptionError as exc:
             raise ShuffleOptionError(f"asset {name}: {exc}") from exc
         return result.committed, result.failed
@@ -483,6 +501,48 @@ class RecordBatches(abc.Iterator):
 
     def __next__(self) -> pa.RecordBatch:
         return next(self._batches)
+
+
+@contextlib.contextmanager
+def spark_progress(log: Any, what: str, df: Any, every_s: float) -> Iterator[None]:
+    """While the block runs, logs to ``log`` every ``every_s`` seconds the progress of the
+    Spark jobs of ``df``'s session (each active stage's tasks done of all), so that a long
+    write shows it is working. Nothing for rows that are not a Spark DataFrame, a session
+    without a SparkContext (Spark Connect: its progress is the server's), or ``every_s`` 0."""
+    context = getattr(getattr(df, "sparkSession", None), "sparkContext", None) if df else None
+    try:
+        tracker = context.statusTracker() if context is not None and every_s > 0 else None
+    except Exception:  # noqa: BLE001 - Spark Connect's session has no SparkContext
+        tracker = None
+    if tracker is None:
+        yield
+        return
+    done = threading.Event()
+    started = time.monotonic()
+
+    def report() -> None:
+        while not done.wait(every_s):
+            stages = []
+            for sid in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(sid)
+                if info is not None:
+                    stages.append(
+                        f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} tasks"
+                        + (f", {info.numActiveTasks} running" if info.numActiveTasks else "")
+                    )
+            elapsed = time.monotonic() - started
+            log.info(
+                f"{what}: writing for {elapsed:.0f} s; "
+                + ("; ".join(stages) if stages else "no Spark stage running (committing)")
+            )
+
+    thread = threading.Thread(target=report, name="shuffle-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(5)
 
 
 def _report_input(
