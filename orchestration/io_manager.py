@@ -190,7 +190,8 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         """The run's materialization metadata; a run whose rows' event times fall outside
         its window is said in the run's log."""
         commit = result.commit
-        bounds = window_bounds(context.asset_partitions_def, commit.window)
+        partitions_def = context.asset_partitions_def if context.has_asset_partitions else None
+        bounds = window_bounds(partitions_def, commit.window)
         wrong = outside_window(commit, *bounds) if bounds is not None else None
         if wrong is not None:
             context.log.warning(f"{result.topic}: {wrong}")

@@ -156,7 +156,7 @@ def test_merge_adds_widens_and_reads_missing_as_null():
             pa.schema(
                 [("k", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("n", pa.string())]
             ),
-            "column 'n' has type string, the shuffle's is int32",
+            "column 'n' has type string, the shuffle has int32",
         ),
         (
             pa.schema([("k", pa.large_string()), ("ts", pa.timestamp("us", tz="UTC"))]),

@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, TypeVar, overload
+from typing import TypeVar, overload
 
 import pyarrow as pa
 
@@ -310,11 +310,9 @@ def schema_differences(recorded: pa.Schema, incoming: pa.Schema) -> list[str]:
     return diffs
 
 
-class PartitionRange(NamedTuple):
-    """The offsets (inclusive) a run's frames occupy in one partition, and what they hold.
-
-    A named tuple: a commit holds one per partition it wrote, and a log of 10,000 runs is
-    read into as many times that; a frozen dataclass cost several times more to build."""
+@dataclass(frozen=True)
+class PartitionRange:
+    """The offsets (inclusive) a run's frames occupy in one partition, and what they hold."""
 
     first: int
     last: int

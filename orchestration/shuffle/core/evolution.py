@@ -277,7 +277,7 @@ def merge_schema(
                     "no value for it, so a column is added only as nullable"
                 )
                 continue
-            merge_only.append(f"column {f.name!r} ({f.type}) is not in the shuffle's schema")
+            merge_only.append(f"column {f.name!r} is not in the shuffle's schema ({f.type})")
             draft.last_id += 1
             draft.fields.append(f)
             draft.ids.append(draft.last_id)
@@ -288,14 +288,14 @@ def merge_schema(
             why = pinned.why(f.name)
             if why:
                 refused.append(
-                    f"column {f.name!r} has type {f.type}, the shuffle's is {rec.type}; it is "
+                    f"column {f.name!r} has type {f.type}, the shuffle has {rec.type}; it is "
                     f"{why}, whose type never changes"
                 )
                 continue
             up = promotion_problem(rec.type, f.type)
             if up is None:
                 merge_only.append(
-                    f"column {f.name!r} has type {f.type}, the shuffle's is {rec.type}"
+                    f"column {f.name!r} has type {f.type}, the shuffle has {rec.type}"
                 )
                 draft.fields[i] = rec.with_type(f.type)
                 draft.changes.append(f"widened column {f.name!r} {rec.type} -> {f.type}")
@@ -306,7 +306,7 @@ def merge_schema(
                 )
             else:
                 refused.append(
-                    f"column {f.name!r} has type {f.type}, the shuffle's is {rec.type}: {up}"
+                    f"column {f.name!r} has type {f.type}, the shuffle has {rec.type}: {up}"
                 )
                 continue
         if not draft.fields[i].nullable and f.nullable:
