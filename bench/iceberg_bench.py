@@ -464,6 +464,12 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
             "iceberg_seconds": ice_s,
             "iceberg_over_ours": ratio,
             "ours_over_iceberg": ours_s / ice_s,
+            # A repeat's pair runs back to back: a load that comes and goes on a shared
+            # machine falls on both halves of a pair more often than on both medians.
+            "iceberg_over_ours_per_repeat": statistics.median(
+                i / o
+                for i, o in zip(times[f"iceberg_{measure}"], times[f"ours_{measure}"], strict=True)
+            ),
             "target": bound,
             "met": None if bound is None else ratio >= bound,
             "exchange": {
@@ -541,8 +547,8 @@ def table(report: dict) -> str:
     """The results as a Markdown table: ours, Iceberg, Iceberg's time / ours, Exchanges."""
     lines = [
         "| rows | work | ours (JVM read) | Iceberg | Iceberg's time / ours "
-        "| Exchange (ours / Iceberg) | target |",
-        "|---|---|---|---|---|---|---|",
+        "| the same, median of each repeat's | Exchange (ours / Iceberg) | target |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     what = dict(MEASURES)
     for rows, size in report["sizes"].items():
@@ -558,7 +564,8 @@ def table(report: dict) -> str:
                 target = f">= {r['target']:g}x: {verdict}"
             lines.append(
                 f"| {int(rows) / 1e6:g}M | {what[measure]} | {r['ours_seconds']:.2f} s "
-                f"| {r['iceberg_seconds']:.2f} s | {r['iceberg_over_ours']:.2f}x | {exchange} "
+                f"| {r['iceberg_seconds']:.2f} s | {r['iceberg_over_ours']:.2f}x "
+                f"| {r['iceberg_over_ours_per_repeat']:.2f}x | {exchange} "
                 f"| {target} |"
             )
     return "\n".join(lines)
