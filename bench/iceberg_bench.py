@@ -35,7 +35,7 @@ write's recorded apart; Iceberg's write has one, the distribution it asks of Spa
 the last run's stages (tasks, wall, run and CPU time) and plan nodes' metrics: where each
 side's time goes.
 
-Target (issue 56): our keyed groupBy, window and join each take at most half of Iceberg's
+Targets (round six): our keyed groupBy, window and join each take at most half of Iceberg's
 time, and reuse at most 0.5 of it, at 2M and 10M rows; the table prints Iceberg's time /
 ours (met at 2x or more). Medians go to ``.local/bench/iceberg.json``.
 
@@ -130,7 +130,7 @@ MEASURES = (
     ("join", "join by key with a one-row-per-key table, no broadcast"),
     ("reuse", "reuse: one write, then three keyed consumers"),
 )
-# Issue 56's targets: Iceberg's time / ours at least this (ours at most half of Iceberg's).
+# Round six's targets: Iceberg's time / ours at least this (ours at most half of Iceberg's).
 TARGETS = {"agg": 2.0, "window": 2.0, "join": 2.0, "reuse": 2.0}
 # The steps a reuse run is tagged with: its write, and its three consumers.
 WRITE_STEP, CONSUMERS_STEP = "write", "consumers"
