@@ -60,6 +60,7 @@ from orchestration.definition import (
     RETRY_TAG,
     WILL_RETRY_TAG,
     WINDOW_TAG,
+    ShuffleAsset,
     asset_io_manager_key,
     asset_shuffle,
 )
@@ -597,6 +598,20 @@ def shuffle_watermark_asset(
     )
 
 
+def _watched(
+    context: SensorEvaluationContext, io_key: str, declared: ShuffleAsset
+) -> tuple[str, dict, ShuffleLog | None]:
+    """What a watching sensor's tick starts from: the shuffle's topic on the IO manager's
+    cluster, the sensor's cursor, and the shuffle's log (None: no commit log yet)."""
+    resource = getattr(context.resources, io_key).kafka
+    topic = declared.under(resource).topic
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    try:
+        return topic, cursor, shuffle_log(topic, kafka=resource.client())
+    except ShuffleTopicNotFoundError:
+        return topic, cursor, None
+
+
 def shuffle_progress_sensor(
     name: str,
     *,
@@ -632,12 +647,8 @@ def shuffle_progress_sensor(
         f"{PROGRESS_CHECK}.",
     )
     def _sensor(context: SensorEvaluationContext, **_resources):
-        resource = getattr(context.resources, io_key).kafka
-        topic = declared.under(resource).topic
-        cursor = json.loads(context.cursor) if context.cursor else {}
-        try:
-            log = shuffle_log(topic, kafka=resource.client())
-        except ShuffleTopicNotFoundError:
+        topic, cursor, log = _watched(context, io_key, declared)
+        if log is None:
             return SkipReason(f"shuffle {topic!r} has no commit log yet")
         progress = watermark_progress(log, dt.datetime.now(dt.UTC), allowed)
         verdict = [
@@ -728,12 +739,8 @@ def shuffle_lag_sensor(
         f"behind: {LAG_CHECK} on each.",
     )
     def _sensor(context: SensorEvaluationContext, **_resources):
-        resource = getattr(context.resources, io_key).kafka
-        topic = declared.under(resource).topic
-        cursor = json.loads(context.cursor) if context.cursor else {}
-        try:
-            log = shuffle_log(topic, kafka=resource.client())
-        except ShuffleTopicNotFoundError:
+        topic, cursor, log = _watched(context, io_key, declared)
+        if log is None:
             return SkipReason(f"shuffle {topic!r} has no commit log yet")
         now = dt.datetime.now(dt.UTC)
         verdicts: dict = dict(cursor.get("verdicts", {}))
@@ -758,7 +765,8 @@ def shuffle_lag_sensor(
                 verdicts[name_] = state
             group = by_group.get(consumer.key)
             if group is not None:
-                behind = group_offsets_behind(resource.client(), group, [topic])
+                kafka = getattr(context.resources, io_key).kafka.client()
+                behind = group_offsets_behind(kafka, group, [topic])
                 numbers: dict[str, Any] = {
                     "kafka/consumer_group": group,
                     "kafka/offsets_behind_max": int(behind.get("max_offsets_behind_latest", 0)),

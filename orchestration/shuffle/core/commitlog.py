@@ -197,13 +197,6 @@ class Layout:
             versions=(*history, version),
         )
 
-    def first_record(self) -> Layout:
-        """The layout record this layout came from (version 1, as written at creation)."""
-        if not self.versions:
-            return self
-        v1 = self.versions[0]
-        return replace(self, schema=v1.schema, num_partitions=v1.num_partitions, versions=())
-
     def to_json(self) -> str:
         # sort_by is written only when there is one, so an unsorted shuffle's layout record
         # is byte for byte what it was before sorting existed; the same for versions (only
@@ -244,15 +237,14 @@ class Layout:
             versions=tuple(version_from_json(json.dumps(v)) for v in d.get("versions") or ()),
         )
 
-    def differences(self, other: Layout, schema: bool = True) -> list[str]:
+    def differences(self, other: Layout) -> list[str]:
         """What in ``other`` (a write's intended layout) is incompatible with this one: any
-        difference of key, partitions, key groups, event time, order, and (``schema``) of
-        columns (:func:`schema_differences`)."""
+        difference of key, partitions, key groups, event time, order, and of columns
+        (:func:`schema_differences`)."""
         diffs = self.fixed_differences(other)
         if self.num_partitions != other.num_partitions:
             diffs.append(f"num_partitions is {self.num_partitions}, not {other.num_partitions}")
-        if schema:
-            diffs.extend(schema_differences(self.schema, other.schema))
+        diffs.extend(schema_differences(self.schema, other.schema))
         return diffs
 
     def partitions_problem(self, wanted: int) -> str | None:

@@ -379,8 +379,6 @@ def alter(
             refused.append(f"rename: {new!r} is not a column name (none starts with '_')")
         elif draft.index(new) >= 0 and new not in change.rename:
             refused.append(f"rename: column {new!r} exists already")
-        else:
-            continue
     if not refused:
         renamed = [(draft.index(old), new) for old, new in change.rename.items()]
         for i, new in renamed:
@@ -611,8 +609,3 @@ def column_type(value: object, where: str) -> pa.DataType:
         f"{where}: {value!r} is not a column type: give a pyarrow type or one of "
         f"{sorted(_SQL_TYPES)} or decimal(p, s)"
     )
-
-
-def version_changes(versions: Sequence[LayoutVersion]) -> list[str]:
-    """Every version's changes, as lines ``"version n: ..."``, oldest first."""
-    return [f"version {v.version}: {c}" for v in versions for c in v.changes]

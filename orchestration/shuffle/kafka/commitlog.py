@@ -181,12 +181,6 @@ class _Kept:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def forget_logs() -> None:
-    """Drops the commit logs this process has folded: the next read of each reads it whole."""
-    with _FOLDS_LOCK:
-        _FOLDS.clear()
-
-
 def _read_log(kafka: KafkaClient, topic: str) -> tuple[ShuffleLog, bytes | str | None]:
     """:func:`read_log`, and the value of the first layout record it holds."""
     key = (kafka._pool_key(), topic)
