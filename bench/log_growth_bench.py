@@ -22,9 +22,11 @@ Then, ``--repeat`` times, for each shuffle, in the same process:
 - with ``--spark``: ``spark_python`` and ``spark_jvm``: a one-window read collected through
   the Python source and through the JVM source, in one warm session.
 
-A cold read (a fresh process, as a Dagster run is) is measured too: ``cold_log`` and
-``cold_read_table`` time one ``shuffle_log`` and one ``read_table`` of one window, each in a
-new interpreter (its imports not counted).
+A cold read (a fresh process, as a Dagster run is) is measured too: ``cold_log``,
+``cold_plan`` and ``cold_read_table`` time one ``shuffle_log``, one plan of one window and
+one ``read_table`` of one window, each in a new interpreter (its imports not counted). The
+long log's writers keep its index (``<topic>__commits.index``), which the plan and the
+one-window read use; ``shuffle_log`` reads every run, from the index and the log's tail.
 
 Medians go to ``.local/bench/log_growth.json`` with each ratio (many / few). Target: every
 ratio within 1.2x; the sensor tick under 100 ms.
@@ -59,7 +61,8 @@ from orchestration.shuffle import (
     shuffle_log,
     write_table,
 )
-from orchestration.shuffle.core.commitlog import TaskResult, to_micros
+from orchestration.shuffle.core.commitlog import TaskResult, commit_topic, to_micros
+from orchestration.shuffle.core.logindex import index_topic
 from orchestration.shuffle.core.planner import ReadOptions
 from orchestration.shuffle.core.vhash import key_groups
 from orchestration.shuffle.kafka.commitlog import check_partitions, log_end
@@ -126,6 +129,9 @@ def timed(fn) -> float:
 COLD = """
 import time
 from orchestration.shuffle import read_table, shuffle_log
+from orchestration.shuffle.core.planner import ReadOptions
+from orchestration.shuffle.kafka.client import KafkaClient
+from orchestration.shuffle.kafka.planner import plan_shuffle
 conf = {{"bootstrap.servers": {servers!r}}}
 t = time.perf_counter()
 {call}
@@ -133,11 +139,12 @@ print(time.perf_counter() - t)
 """
 
 
-def cold(servers: str, topic: str, window: str) -> tuple[float, float]:
-    """``shuffle_log`` and ``read_table`` of one window, each in a fresh interpreter (as the
-    first read of a Dagster run's process is)."""
+def cold(servers: str, topic: str, window: str) -> list[float]:
+    """``shuffle_log``, the plan of one window and ``read_table`` of one window, each in a
+    fresh interpreter (as the first read of a Dagster run's process is)."""
     calls = (
         f"shuffle_log({topic!r}, kafka=conf)",
+        f"plan_shuffle(KafkaClient(conf), {topic!r}, ReadOptions(windows=({window!r},)))",
         f"read_table({topic!r}, kafka=conf, windows=[{window!r}])",
     )
     times = []
@@ -149,7 +156,7 @@ def cold(servers: str, topic: str, window: str) -> tuple[float, float]:
             text=True,
         ).stdout.split()
         times.append(float(out[-1]))
-    return times[0], times[1]
+    return times
 
 
 def one_round(
@@ -196,9 +203,10 @@ def one_round(
                     ).collect()
                 )
             )
-    a, b = cold(servers, topic, window)
-    t.setdefault("cold_log", []).append(a)
-    t.setdefault("cold_read_table", []).append(b)
+    for name, took in zip(
+        ("cold_log", "cold_plan", "cold_read_table"), cold(servers, topic, window), strict=True
+    ):
+        t.setdefault(name, []).append(took)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,7 +264,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{k:14}{few:10.1f}{many:11.1f}{ratios[k]:8.2f}")
         print(f"wrote {args.out}")
     finally:
-        topics = [t for s in shuffles.values() for t in (s.topic, s.topic + "__commits")]
+        topics = [
+            t
+            for s in shuffles.values()
+            for t in (s.topic, commit_topic(s.topic), index_topic(s.topic))
+        ]
         drop_topics(dict(kafka.settings), topics)
         if spark is not None:
             spark.stop()

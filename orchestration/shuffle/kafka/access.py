@@ -1,9 +1,11 @@
 """Kafka ACLs for a shuffle: who may write it, who may only read it.
 
-A shuffle is two topics, its data topic and its commit log (``<topic>__commits``). A writer
-creates both on its first run, reads the commit log (layout, earlier commits) and appends to
-both; a reader only reads both. Readers plan by offsets and never join a group; the client still
-looks up the coordinator of its group id (``kafka-shuffle-reader``), so both get READ on it.
+A shuffle is its data topic and its commit log (``<topic>__commits``) and, once the log is
+long, the log's index (``<topic>__commits.index``), which writers keep. A writer creates them
+(the index when the log first needs one), reads the commit log (layout, earlier commits) and
+appends to them; a reader only reads them. Readers plan by offsets and never join a group;
+the client still looks up the coordinator of its group id (``kafka-shuffle-reader``), so both
+get READ on it.
 
 A writer is the shuffle's owner, so it also gets what the rest of its life takes:
 
@@ -11,11 +13,11 @@ A writer is the shuffle's owner, so it also gets what the rest of its life takes
   topic, to delete the records of expired runs. Kafka's DELETE on a topic also allows
   deleting the topic itself; there is no narrower right for deleting records.
 - queue mode (:func:`~orchestration.shuffle.process_queue`): the work topic
-  (``<topic>.queue``), the feeder's transactional id (``kafka-shuffle-feeder.<topic>.queue``:
-  WRITE, DESCRIBE), the share groups of ``groups`` (READ to join and fetch, DESCRIBE for the
-  check that no classic group holds the id, ALTER_CONFIGS and DESCRIBE_CONFIGS for the
-  group's delivery settings) and the dead-letter topics of ``dead_letter_topics``, which
-  readers may read.
+  (``<topic>.queue``) and its done topic (``<topic>.queue.done``), the feeder's
+  transactional id (``kafka-shuffle-feeder.<topic>.queue``: WRITE, DESCRIBE), the share
+  groups of ``groups`` (READ to join and fetch, DESCRIBE for the check that no classic
+  group holds the id, ALTER_CONFIGS and DESCRIBE_CONFIGS for the group's delivery settings)
+  and the dead-letter topics of ``dead_letter_topics``, which readers may read.
 
 A deployment whose Kafka resource has a ``topic_prefix`` is granted its shuffles as a whole:
 ``prefixed=True`` makes every right one PREFIXED binding on the prefix per principal and
@@ -52,7 +54,8 @@ from confluent_kafka.admin import (
 )
 
 from orchestration.shuffle.core.commitlog import commit_topic
-from orchestration.shuffle.core.queue import FEEDER_ID_PREFIX, feeder_id, work_topic
+from orchestration.shuffle.core.logindex import index_topic
+from orchestration.shuffle.core.queue import FEEDER_ID_PREFIX, done_topic, feeder_id, work_topic
 from orchestration.shuffle.errors import ShuffleAuthorizationError, ShuffleOptionError
 from orchestration.shuffle.kafka.client import (
     READER_GROUP,
@@ -119,7 +122,13 @@ def shuffle_acls(
         share_groups = [(topic, ResourcePatternType.PREFIXED)]
         feeders = [(FEEDER_ID_PREFIX + topic, ResourcePatternType.PREFIXED)]
     else:
-        names = (topic, commit_topic(topic), work_topic(topic))
+        names = (
+            topic,
+            commit_topic(topic),
+            index_topic(topic),
+            work_topic(topic),
+            done_topic(topic),
+        )
         shuffle_topics = [(t, ResourcePatternType.LITERAL) for t in names]
         share_groups = []
         feeders = [(feeder_id(work_topic(topic)), ResourcePatternType.LITERAL)]

@@ -89,7 +89,7 @@ QUICK_OFFSETS_S = 2.0
 
 
 @atexit.register
-def _close_idle_consumers() -> None:
+def close_idle_consumers() -> None:
     """Closes this process's idle lent consumers when it exits (a forked child leaves its
     parent's alone)."""
     pid = os.getpid()

@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -36,9 +36,19 @@ from orchestration.shuffle.core.evolution import (
     former_names,
     merge_schema,
 )
+from orchestration.shuffle.core.logindex import (
+    LogIndex,
+    OpenedIndex,
+    build_index,
+    decode_index,
+    encode_index,
+    index_topic,
+    record_crc,
+)
 from orchestration.shuffle.core.stream import LogRecord
 from orchestration.shuffle.errors import (
     ShuffleAuthorizationError,
+    ShuffleError,
     ShuffleFormatError,
     ShuffleLayoutError,
     ShuffleTopicNotFoundError,
@@ -151,17 +161,23 @@ def log_end(kafka: KafkaClient, topic: str) -> int:
     return high
 
 
-def read_log(kafka: KafkaClient, topic: str) -> ShuffleLog:
-    """Reads a shuffle's whole commit log (small: one record per run).
+def read_log(kafka: KafkaClient, topic: str, windows: Sequence[str] | None = None) -> ShuffleLog:
+    """Reads a shuffle's commit log (small: one record per run).
 
     A record that is not the engine's (no key, a key it does not write, a value that is
     not a record of its kind) is skipped, logged as a warning naming the commit log,
     partition and offset, and kept in the log's ``bad_records``.
 
+    ``windows``: the read needs these windows only. A process reading a long log for the
+    first time then reads its index and the records after it (see
+    :mod:`~orchestration.shuffle.core.logindex`), and the log returned holds, besides the
+    layout and every record the engine cannot read, only those windows' runs and expiry
+    markers: enough to plan their read, not for anything about other windows.
+
     Raises:
         ShuffleFormatError: The layout record cannot be read, naming its offset.
     """
-    return _read_log(kafka, topic)[0]
+    return _read_log(kafka, topic, windows)[0]
 
 
 # The commit logs this process has read, folded (core.commitlog.LogFold), by cluster
@@ -171,17 +187,39 @@ FOLDS_KEPT = 64
 _FOLDS: OrderedDict[tuple, _Kept] = OrderedDict()
 _FOLDS_LOCK = threading.Lock()
 
+# A commit log of at least this many records (offsets) is indexed: its writers keep an
+# index of it (refreshed once this many records follow the last one), and a process reading
+# it for the first time reads the index and what follows it. Smaller logs are read whole.
+INDEX_EVERY = 100
+# An index larger than this is written in pieces, each a record (Kafka's default largest
+# record is 1 MiB).
+INDEX_PIECE_BYTES = 900_000
+INDEX_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "segment.ms": str(24 * 3600 * 1000),
+    "min.compaction.lag.ms": "0",
+}
+# The commit-log offset up to which each index this process read or wrote reaches (by
+# cluster settings and topic): a writer refreshes the index when its commit lands this far
+# past it.
+_INDEXED: dict[tuple, int] = {}
+# One refresh at a time per commit log in this process (a writer's threads commit at once).
+_REFRESHING: dict[tuple, threading.Lock] = {}
+
 
 @dataclass
 class _Kept:
     fold: LogFold
     # The last record folded (offset, key, value): read again first, to tell that the log
     # is still the one folded (not deleted and made again, nor compacted past it).
-    last: tuple[int, bytes | None, bytes | None] | None = None
+    last: tuple[int, bytes | str | None, bytes | None] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _read_log(kafka: KafkaClient, topic: str) -> tuple[ShuffleLog, bytes | str | None]:
+def _read_log(
+    kafka: KafkaClient, topic: str, windows: Sequence[str] | None = None
+) -> tuple[ShuffleLog, bytes | str | None]:
     """:func:`read_log`, and the value of the first layout record it holds."""
     key = (kafka._pool_key(), topic)
     with _FOLDS_LOCK:
@@ -193,8 +231,16 @@ def _read_log(kafka: KafkaClient, topic: str) -> tuple[ShuffleLog, bytes | str |
             _FOLDS.popitem(last=False)
     with kept.lock:
         last = kept.last
-        records, _ = read_log_records(kafka, topic, last[0] if last is not None else 0)
-        if last is not None:
+        if last is None:
+            cold = _read_cold(kafka, topic, windows)
+            if cold is not None and cold[1] is not None:
+                # Only some windows' records: folded for this read, not kept.
+                shuffle = LogFold(topic).add(*_pairs(cold[0])).log()
+                _warn_bad(shuffle, topic)
+                return shuffle, None
+            records = cold[0] if cold is not None else read_log_records(kafka, topic)[0]
+        else:
+            records, _ = read_log_records(kafka, topic, last[0])
             head = records[0] if records else None
             if head is not None and (head.offset, head.key, head.value) == last:
                 records = records[1:]
@@ -202,22 +248,225 @@ def _read_log(kafka: KafkaClient, topic: str) -> tuple[ShuffleLog, bytes | str |
                 # Not the log folded: read it whole, as if for the first time.
                 kept.fold, kept.last = LogFold(topic), None
                 records, _ = read_log_records(kafka, topic)
-        kept.fold.add([(r.key, r.value) for r in records], [r.offset for r in records])
+        kept.fold.add(*_pairs(records))
         if records:
             kept.last = (records[-1].offset, records[-1].key, records[-1].value)
         shuffle = kept.fold.log()
         first_layout = kept.fold.first_layout
-    for bad in shuffle.bad_records:
-        logger.warning("%s", bad.describe(topic))
+    _warn_bad(shuffle, topic)
     return shuffle, first_layout
 
 
-def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str | None) -> None:
+def forget_logs() -> None:
+    """Forgets the commit logs this process has read and the indexes it knows of: the next
+    read of each reads it as a new process would (its index, or every record)."""
+    with _FOLDS_LOCK:
+        _FOLDS.clear()
+    _INDEXED.clear()
+
+
+def open_index(kafka: KafkaClient, topic: str) -> OpenedIndex | None:
+    """The latest index written of ``topic``'s commit log (None: none that can be read)."""
+    with kafka.lent_consumer() as c:
+        return _open_index(c, kafka, topic)
+
+
+def _pairs(records: Sequence[LogRecord]) -> tuple[list, list[int]]:
+    return [(r.key, r.value) for r in records], [r.offset for r in records]
+
+
+def _warn_bad(shuffle: ShuffleLog, topic: str) -> None:
+    for bad in shuffle.bad_records:
+        logger.warning("%s", bad.describe(topic))
+
+
+def _read_cold(
+    kafka: KafkaClient, topic: str, windows: Sequence[str] | None
+) -> tuple[list[LogRecord], Sequence[str] | None] | None:
+    """A first read of the log in this process: its records from its index and the tail
+    after it when the log is long and its index can be read and is this log's, else every
+    record. With the records, the windows they were narrowed to (None: all). None when the
+    log's offsets could not be asked quickly (the caller reads it the slow way)."""
+    ctopic = commit_topic(topic)
+    try:
+        with kafka.lent_consumer() as c:
+            offsets = quick_end_offsets(c, ctopic, 0, kafka)
+            if offsets is None:
+                return None
+            low, high = offsets
+            if high - low >= INDEX_EVERY:
+                found = _indexed(c, kafka, topic, low, high, windows)
+                if found is not None:
+                    return found[0], windows
+            return _records(c, ctopic, 0, low, high)[0], None
+    except _AskedAgain:
+        return None
+
+
+def _indexed(
+    c: Consumer,
+    kafka: KafkaClient,
+    topic: str,
+    low: int,
+    high: int,
+    windows: Sequence[str] | None,
+) -> tuple[list[LogRecord], LogIndex] | None:
+    """The log's records from its index (those ``windows`` need; None: all) and the tail
+    after it, with the index; None when there is no index this log's reader can use: none
+    yet, refused, unreadable, or of another log (deleted and made again)."""
+    opened = _open_index(c, kafka, topic)
+    if opened is None or opened.last is None or not low <= opened.last[0] < high:
+        return None
+    last_offset, crc = opened.last
+    tail = _records(c, commit_topic(topic), last_offset, low, high)[0]
+    if not tail or tail[0].offset != last_offset or record_crc(tail[0].key, tail[0].value) != crc:
+        logger.info("shuffle %r: its commit-log index is not of this log; read whole", topic)
+        return None
+    index = opened.index(windows)
+    _INDEXED[(kafka._pool_key(), topic)] = opened.through
+    kept = [LogRecord(r.offset, r.key.encode() if r.key else None, r.value) for r in index.rows]
+    return kept + [r for r in tail if r.offset >= opened.through], index
+
+
+def _open_index(c: Consumer, kafka: KafkaClient, topic: str) -> OpenedIndex | None:
+    """The latest index written of ``topic``'s commit log, or None (none, refused, or not
+    readable: each is a reason to read the log whole, never to fail a read)."""
+    itopic = index_topic(topic)
+    try:
+        offsets = quick_end_offsets(c, itopic, 0, kafka)
+        if offsets is None and (kafka._pool_key(), topic) in _INDEXED:
+            # Made by this process a moment ago: a lent consumer may not know it yet.
+            ((low, high),) = kafka.end_offsets(itopic, 1)
+        elif offsets is None:
+            return None
+        else:
+            low, high = offsets
+        if high <= low:
+            return None
+        (last,) = list(read_range(c, itopic, 0, high - 1, high))
+        index_id, piece, pieces = _piece_of(last)
+        if piece != pieces - 1 or high - pieces < low:
+            return None
+        msgs = list(read_range(c, itopic, 0, high - pieces, high - 1)) + [last]
+        if [_piece_of(m) for m in msgs] != [(index_id, i, pieces) for i in range(pieces)]:
+            return None  # another writer's pieces in between: the next read finds it whole
+        return decode_index(b"".join(m.value() for m in msgs))
+    except (ShuffleError, ValueError) as exc:
+        logger.info("shuffle %r: its commit-log index is not read (%s); read whole", topic, exc)
+        return None
+
+
+def _piece_of(msg) -> tuple[str, int, int]:
+    """(index id, piece, pieces) from an index record's header."""
+    for k, v in msg.headers() or ():
+        if k == "kafka-shuffle-index":
+            index_id, piece, pieces = v.decode().split()
+            return index_id, int(piece), int(pieces)
+    raise ValueError(f"record at offset {msg.offset()} is not an index piece")
+
+
+def refresh_index(kafka: KafkaClient, topic: str, every: int | None = None) -> int | None:
+    """Writes a new index of ``topic``'s commit log unless the latest one reaches within
+    ``every`` records of its end; returns the offset the index reaches (None: the log is
+    too short to index). The index is built from the last one and the records after it.
+
+    Raises:
+        ShuffleError: The index topic cannot be made or written (no right to, a broker
+            down): the log itself is untouched.
+    """
+    every = INDEX_EVERY if every is None else every
+    ctopic = commit_topic(topic)
+    with kafka.lent_consumer() as c:
+        offsets = quick_end_offsets(c, ctopic, 0, kafka)
+        if offsets is None:
+            ((low, high),) = kafka.end_offsets(ctopic, 1)
+        else:
+            low, high = offsets
+        if high - low < every:
+            return None
+        found = _indexed(c, kafka, topic, low, high, None)
+        previous = None
+        if found is not None:
+            records, previous = found
+            if high - previous.through < every:
+                return previous.through
+            records = [r for r in records if r.offset >= previous.through]
+        else:
+            records = _records(c, ctopic, 0, low, high)[0]
+    index = build_index(
+        previous,
+        [(r.offset, r.key.decode(errors="replace") if r.key else None, r.value) for r in records],
+        high,
+    )
+    _write_index(kafka, topic, encode_index(index))
+    _INDEXED[(kafka._pool_key(), topic)] = high
+    return high
+
+
+def _write_index(kafka: KafkaClient, topic: str, data: bytes) -> None:
+    itopic = index_topic(topic)
+    kafka.ensure_topic(itopic, 1, config=INDEX_TOPIC_CONFIG)
+    pieces = [data[i : i + INDEX_PIECE_BYTES] for i in range(0, len(data), INDEX_PIECE_BYTES)]
+    index_id = uuid.uuid4().hex
     errors: list[KafkaError] = []
 
     def on_delivery(err, msg) -> None:
         if err is not None:
             errors.append(err)
+
+    with kafka.producer(**{"acks": "all", "linger.ms": 0, "enable.idempotence": True}) as p:
+        with kafka.errors(f"writing the index of commit log {commit_topic(topic)!r}"):
+            for i, piece in enumerate(pieces):
+                header = f"{index_id} {i} {len(pieces)}".encode()
+                p.produce(
+                    itopic,
+                    key=f"index/{i}".encode(),
+                    value=piece,
+                    headers=[("kafka-shuffle-index", header)],
+                    on_delivery=on_delivery,
+                )
+            remaining = p.flush(60)
+    if remaining or errors:
+        raise delivery_failure(f"writing the index {itopic!r}", errors, kafka)
+
+
+def _after_commit(kafka: KafkaClient, topic: str, offset: int) -> None:
+    """Refreshes the commit log's index when the commit just written at ``offset`` lands
+    :data:`INDEX_EVERY` records past it. Never fails the write (it has landed): a refusal
+    or a failure is logged, and readers read the log whole until an index is written."""
+    if offset + 1 < INDEX_EVERY:
+        return
+    key = (kafka._pool_key(), topic)
+    known = _INDEXED.get(key)
+    if known is not None and offset + 1 - known < INDEX_EVERY:
+        return
+    lock = _REFRESHING.setdefault(key, threading.Lock())
+    if not lock.acquire(blocking=False):
+        return  # another thread of this process is refreshing it
+    try:
+        refresh_index(kafka, topic)
+    except ShuffleError as exc:
+        logger.warning(
+            "shuffle %r: the commit log's index %r was not refreshed (%s); reads of it in a "
+            "new process read every record until it is",
+            topic,
+            index_topic(topic),
+            exc,
+        )
+    finally:
+        lock.release()
+
+
+def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str | None) -> int:
+    """Writes one record (acks=all); returns its offset."""
+    errors: list[KafkaError] = []
+    offsets: list[int] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            offsets.append(msg.offset())
 
     # One record: idempotence buys nothing (a retried duplicate of a keyed, compacted record
     # is harmless) and its producer-id handshake costs a round trip; acks=all still does.
@@ -228,11 +477,15 @@ def _produce_one(kafka: KafkaClient, topic: str, key: str, value: str | None) ->
             remaining = p.flush(30)
     if remaining or errors:
         raise delivery_failure(f"writing {key!r} to commit log {topic!r}", errors, kafka)
+    return offsets[0]
 
 
 def write_commit(kafka: KafkaClient, topic: str, commit: Commit) -> None:
-    """Makes a run visible: appends its commit record (acks=all) to the commit log."""
-    _produce_one(kafka, commit_topic(topic), COMMIT_PREFIX + commit.run_id, commit.to_json())
+    """Makes a run visible: appends its commit record (acks=all) to the commit log (and
+    refreshes the log's index when it is due)."""
+    ctopic = commit_topic(topic)
+    offset = _produce_one(kafka, ctopic, COMMIT_PREFIX + commit.run_id, commit.to_json())
+    _after_commit(kafka, topic, offset)
 
 
 def create_or_check(

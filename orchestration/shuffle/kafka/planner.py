@@ -22,10 +22,12 @@ from orchestration.shuffle.kafka.commitlog import check_partitions, read_log
 def plan_shuffle(
     kafka: KafkaClient, topic: str, options: ReadOptions, log: ShuffleLog | None = None
 ) -> ReadPlan:
-    """Plans the read ``options`` select from the commit log (read here unless given), and
-    checks that the data topic still has the layout's partitions."""
+    """Plans the read ``options`` select from the commit log (read here unless given; for
+    a read of some windows, only what they need of a long log), and checks that the data
+    topic still has the layout's partitions."""
     if log is None:
-        log = read_log(kafka, topic)
+        only = options.windows if options.runs is None else None
+        log = read_log(kafka, topic, only)
     plan = options.plan(log)
     check_partitions(kafka, plan.layout)
     check_offsets(kafka, topic, plan.layout.num_partitions, plan.commits)
