@@ -35,6 +35,7 @@ _EXPORTS = {
     "shuffle_watermark_asset": "sensors",
     "shuffle_asset_checks": "checks",
     "shuffle_consumer_checks": "checks",
+    "shuffle_queue_checks": "checks",
     "consumer_metadata": "metadata",
     "shuffle_expiry_job": "maintenance",
     "shuffle_backfill_schedule": "schedules",
@@ -45,7 +46,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from .checks import shuffle_asset_checks, shuffle_consumer_checks
+    from .checks import shuffle_asset_checks, shuffle_consumer_checks, shuffle_queue_checks
     from .components import KafkaShuffle
     from .definition import (
         FAILED_WINDOWS_TAG,

@@ -57,7 +57,7 @@ each commit, so a broken window is visible on the asset before consumers read it
 
 import datetime as dt
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +66,7 @@ from dagster import (
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
+    AssetKey,
     AssetsDefinition,
     AssetSpec,
     MetadataValue,
@@ -101,9 +102,11 @@ from orchestration.shuffle.core.commitlog import (
     from_micros,
 )
 from orchestration.shuffle.core.frames import FrameType, decode
+from orchestration.shuffle.core.queue import QueueBacklog
 from orchestration.shuffle.errors import ShuffleError, ShuffleFormatError
 from orchestration.shuffle.kafka.client import KafkaClient, read_range
 from orchestration.shuffle.kafka.commitlog import check_partitions
+from orchestration.shuffle.queue.backlog import queue_backlog
 from orchestration.shuffle.read import shuffle_log
 from orchestration.shuffle.table_read import read_batches
 
@@ -871,3 +874,154 @@ def _lag_check(
         return verdict.result(name)
 
     return _lag
+
+
+# --- queues ------------------------------------------------------------------------------
+
+# The check on each queue consumer of a shuffle (an asset that runs process_queue over it
+# with a share group) that says its backlog does not stay high; shuffle_lag_sensor
+# reports it on its ticks.
+BACKLOG_CHECK = "shuffle_queue_backlog"
+
+
+def backlog_metadata(backlog: QueueBacklog) -> dict[str, Any]:
+    """A queue's backlog as the numbers an observation carries (``queue/*``): runs, rows and
+    records not processed yet, and of those, not fed to the work topic yet."""
+    return {
+        "queue/share_group": backlog.group,
+        "queue/backlog_records": backlog.records,
+        "queue/backlog_rows": backlog.rows,
+        "queue/backlog_runs": backlog.runs,
+        "queue/unfed_records": backlog.unfed_records,
+        "queue/unfed_rows": backlog.unfed_rows,
+        "queue/unfed_runs": backlog.unfed_runs,
+    }
+
+
+@dataclass(frozen=True)
+class BacklogVerdict:
+    """What ``shuffle_queue_backlog`` says of a queue's backlog: it fails (WARN) once the
+    backlog has stayed above ``max_backlog`` records for longer than ``allowed``, ERROR past
+    twice that.
+
+    ``above_since`` is when it went above the limit (None: it is not above). A check run on
+    its own has no history (``history=False``): it fails (WARN) whenever the backlog is
+    above the limit.
+    """
+
+    backlog: QueueBacklog
+    max_backlog: int
+    allowed: dt.timedelta
+    above_since: dt.datetime | None
+    now: dt.datetime
+    history: bool = True
+
+    @property
+    def above_for(self) -> dt.timedelta | None:
+        """How long the backlog has been above the limit; None when it is not."""
+        return None if self.above_since is None else self.now - self.above_since
+
+    @property
+    def passed(self) -> bool:
+        over = self.above_for
+        return over is None or (self.history and over < self.allowed)
+
+    @property
+    def severity(self) -> AssetCheckSeverity:
+        over = self.above_for
+        return (
+            AssetCheckSeverity.ERROR
+            if over is not None and over > 2 * self.allowed
+            else AssetCheckSeverity.WARN
+        )
+
+    def result(self, consumer: str) -> AssetCheckResult:
+        b, over = self.backlog, self.above_for
+        what = (
+            f"share group {b.group!r} of {consumer} has {b.records} records to process "
+            f"({b.runs} runs, {b.rows} rows; {b.unfed_records} records not fed yet)"
+        )
+        if over is None:
+            description = f"{what}: at most {self.max_backlog}"
+        elif not self.history:
+            description = f"{what}: above {self.max_backlog}"
+        elif self.passed:
+            description = (
+                f"{what}: above {self.max_backlog} for {_span(over)}, within {_span(self.allowed)}"
+            )
+        else:
+            description = f"{what}: above {self.max_backlog} for {_span(over)}"
+        metadata: dict[str, Any] = {
+            **backlog_metadata(b),
+            "max_backlog": self.max_backlog,
+            "backlog_for_s": self.allowed.total_seconds(),
+        }
+        if over is not None and self.history:
+            metadata["above_for_s"] = round(over.total_seconds(), 3)
+        return AssetCheckResult(
+            passed=self.passed, severity=self.severity, description=description, metadata=metadata
+        )
+
+
+def shuffle_queue_checks(
+    asset: AssetsDefinition | AssetSpec,
+    share_groups: Mapping[AssetKey, str],
+    *,
+    max_backlog: int,
+    backlog_for: dt.timedelta | None = None,
+) -> list[AssetChecksDefinition]:
+    """A ``shuffle_queue_backlog`` check on each queue consumer of the shuffle ``asset``
+    (``share_groups``: the key of an asset that runs ``process_queue`` over the shuffle, to
+    its share group): it fails (WARN) once the group's backlog
+    (:func:`~orchestration.shuffle.queue_backlog`: records committed to the shuffle and
+    not processed yet) has stayed above ``max_backlog`` records for ``backlog_for``
+    (default :func:`default_max_delay`), ERROR past twice that. Never blocking.
+
+    :func:`~orchestration.shuffle_lag_sensor` (given the same ``share_groups``,
+    ``max_backlog`` and ``backlog_for``) evaluates the checks on its ticks and remembers
+    since when the backlog is above the limit; executed on its own, a check judges the
+    backlog as it is, failing at once when it is above.
+
+    Example::
+
+        checks = shuffle_queue_checks(events, {scores.key: "scorers"}, max_backlog=10_000)
+    """
+    shuffle = asset_shuffle(asset)
+    io_key = asset_io_manager_key(asset)
+    allowed = backlog_for if backlog_for is not None else default_max_delay(asset.partitions_def)
+    return [
+        _backlog_check(key, group, shuffle, io_key, max_backlog, allowed)
+        for key, group in share_groups.items()
+    ]
+
+
+def _backlog_check(
+    key: AssetKey, group: str, shuffle: Any, io_key: str, max_backlog: int, allowed: dt.timedelta
+) -> AssetChecksDefinition:
+    name = key.to_user_string()
+
+    @asset_check(
+        asset=key,
+        name=BACKLOG_CHECK,
+        blocking=False,
+        required_resource_keys={io_key},
+        description=(
+            f"The backlog of share group {group!r} over {shuffle.topic} stays above "
+            f"{max_backlog} records for at most {_span(allowed)}: WARN past it, ERROR past "
+            "twice that."
+        ),
+    )
+    def _backlog(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        kafka = getattr(context.resources, io_key).kafka
+        try:
+            backlog = queue_backlog(shuffle.under(kafka).topic, group, kafka=kafka.client())
+        except ShuffleError as exc:
+            return AssetCheckResult(
+                passed=False, description=str(exc), metadata={"error": str(exc)}
+            )
+        now = dt.datetime.now(dt.UTC)
+        above = now if backlog.records > max_backlog else None
+        verdict = BacklogVerdict(backlog, max_backlog, allowed, above, now, history=False)
+        return verdict.result(name)
+
+    return _backlog

@@ -41,8 +41,11 @@ from dagster import (
 )
 
 from orchestration.checks import (
+    BACKLOG_CHECK,
     LAG_CHECK,
     PROGRESS_CHECK,
+    BacklogVerdict,
+    backlog_metadata,
     default_max_delay,
     default_stall_after,
     lag_verdict,
@@ -74,6 +77,7 @@ from orchestration.shuffle.core.commitlog import (
 )
 from orchestration.shuffle.errors import ShuffleOptionError, ShuffleTopicNotFoundError
 from orchestration.shuffle.kafka.commitlog import read_commits_since
+from orchestration.shuffle.queue.backlog import queue_backlog
 from orchestration.shuffle.read import group_offsets_behind, shuffle_log
 
 # Tags of a failed run its retry does not carry: Dagster's own (backfill, partition, run
@@ -708,6 +712,9 @@ def shuffle_lag_sensor(
     consumers: Sequence[AssetsDefinition | AssetSpec],
     max_delay: dt.timedelta | None = None,
     groups: Mapping[AssetKey, str] | None = None,
+    share_groups: Mapping[AssetKey, str] | None = None,
+    max_backlog: int | None = None,
+    backlog_for: dt.timedelta | None = None,
     minimum_interval_seconds: int = 300,
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
 ):
@@ -723,12 +730,31 @@ def shuffle_lag_sensor(
     data topic) is also observed with the group's lag, from the offsets it committed
     (``kafka/offsets_behind_max``, ``kafka/offsets_behind_total``), whenever it changes.
 
-    The cursor (JSON) holds each consumer's last verdict and group lag.
+    A queue consumer (``share_groups``: the key of an asset that runs ``process_queue`` over
+    the shuffle, to its share group; it need not be among ``consumers``) is observed with
+    its share group's backlog (:func:`~orchestration.shuffle.queue_backlog`:
+    ``queue/backlog_records``, ``_rows``, ``_runs``, and of those not fed yet,
+    ``queue/unfed_*``) whenever it changes; with ``max_backlog``, the sensor also judges
+    its ``shuffle_queue_backlog`` check (:func:`~orchestration.checks.
+    shuffle_queue_checks`): failed once the backlog has stayed above ``max_backlog`` records
+    for ``backlog_for`` (default: as ``max_delay``), reported when the verdict changes.
+    Kafka's own share-group lag is out of reach of Python clients (see
+    :mod:`orchestration.shuffle.queue.backlog`), so the backlog is the queue's bookkeeping.
+
+    The cursor (JSON) holds each consumer's last verdict and group lag, and each queue's
+    backlog, verdict and since when it is above the limit.
     """
     declared = asset_shuffle(asset)
     io_key = asset_io_manager_key(asset)
     allowed = max_delay if max_delay is not None else default_max_delay(asset.partitions_def)
     by_group = dict(groups or {})
+    by_share_group = dict(share_groups or {})
+    allowed_backlog = backlog_for if backlog_for is not None else allowed
+    if max_backlog is not None and not by_share_group:
+        raise ShuffleOptionError(
+            f"shuffle_lag_sensor {name!r}: max_backlog needs share_groups (the queue "
+            "consumers whose backlog it limits)"
+        )
 
     @sensor(
         name=name,
@@ -775,9 +801,51 @@ def shuffle_lag_sensor(
                 if lags.get(name_) != numbers["kafka/offsets_behind_total"]:
                     events.append(AssetObservation(asset_key=consumer.key, metadata=numbers))
                     lags[name_] = numbers["kafka/offsets_behind_total"]
+        queues: dict = dict(cursor.get("queues", {}))
+        for key, share_group in by_share_group.items():
+            name_ = key.to_user_string()
+            kafka = getattr(context.resources, io_key).kafka.client()
+            backlog = queue_backlog(topic, share_group, kafka=kafka, log=log)
+            seen = dict(queues.get(name_, {}))
+            numbers = backlog_metadata(backlog)
+            counts = [backlog.records, backlog.rows, backlog.runs, backlog.unfed_records]
+            if seen.get("backlog") != counts:
+                events.append(AssetObservation(asset_key=key, metadata=numbers))
+                seen["backlog"] = counts
+            if max_backlog is not None:
+                above = backlog.records > max_backlog
+                since = seen.get("above_since") if above else None
+                since = since or (now.isoformat() if above else None)
+                seen["above_since"] = since
+                judged = BacklogVerdict(
+                    backlog,
+                    max_backlog,
+                    allowed_backlog,
+                    None if since is None else dt.datetime.fromisoformat(since),
+                    now,
+                )
+                state = [judged.passed, judged.severity.value]
+                if seen.get("verdict") != state:
+                    result = judged.result(name_)
+                    events.append(
+                        AssetCheckEvaluation(
+                            asset_key=key,
+                            check_name=BACKLOG_CHECK,
+                            passed=result.passed,
+                            severity=result.severity,
+                            description=result.description,
+                            metadata=result.metadata,
+                        )
+                    )
+                    if not judged.passed:
+                        context.log.warning(f"shuffle {topic!r}: {result.description}")
+                    seen["verdict"] = state
+            queues[name_] = seen
         return SensorResult(
             asset_events=events,
-            cursor=json.dumps({"verdicts": verdicts, "groups": lags}, separators=(",", ":")),
+            cursor=json.dumps(
+                {"verdicts": verdicts, "groups": lags, "queues": queues}, separators=(",", ":")
+            ),
         )
 
     return _sensor

@@ -89,6 +89,8 @@ _EXPORTS = {
     "DeliveryPolicy": "core.queue",
     "QueueScale": "core.queue",
     "QueueStop": "core.queue",
+    "QueueBacklog": "core.queue",
+    "queue_backlog": "queue.backlog",
     "grant_shuffle_access": "kafka.access",
     "shuffle_acls": "kafka.access",
     "KafkaClient": "kafka.client",
@@ -107,7 +109,13 @@ if TYPE_CHECKING:
     from orchestration.shuffle.core.evolution import LayoutVersion
     from orchestration.shuffle.core.keygroups import key_group_of, key_group_range, partition_of
     from orchestration.shuffle.core.metrics import BatchMetrics, summarize_stream_metrics
-    from orchestration.shuffle.core.queue import DeliveryPolicy, QueueCounts, QueueScale, QueueStop
+    from orchestration.shuffle.core.queue import (
+        DeliveryPolicy,
+        QueueBacklog,
+        QueueCounts,
+        QueueScale,
+        QueueStop,
+    )
     from orchestration.shuffle.errors import (
         QueueGroupError,
         QueueSchemaError,
@@ -130,6 +138,7 @@ if TYPE_CHECKING:
     from orchestration.shuffle.kafka.client import KafkaClient, KafkaConfig, read_chunks, read_range
     from orchestration.shuffle.kafka.commitlog import check_partitions
     from orchestration.shuffle.kafka.retention import ExpiryResult, expire_shuffle
+    from orchestration.shuffle.queue.backlog import queue_backlog
     from orchestration.shuffle.queue.driver import (
         QueueResult,
         feed_queue,

@@ -40,9 +40,11 @@ def test_a_writer_may_expire_and_run_the_queue_of_its_shuffle():
     rights = rights_of(acls)
     # Expiry deletes the records of expired runs.
     assert (ResourceType.TOPIC, "t", LITERAL, "User:w", AclOperation.DELETE) in rights
-    # Queue mode: the work topic and its feeder, the share group, the dead-letter topic.
+    # Queue mode: the work topic, its done topic and its feeder, the share group, the
+    # dead-letter topic.
     for op in (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE):
         assert (ResourceType.TOPIC, "t.queue", LITERAL, "User:w", op) in rights
+        assert (ResourceType.TOPIC, "t.queue.done", LITERAL, "User:w", op) in rights
         assert (ResourceType.TOPIC, "t.dlq", LITERAL, "User:w", op) in rights
     for op in (AclOperation.WRITE, AclOperation.DESCRIBE):
         feeder = "kafka-shuffle-feeder.t.queue"

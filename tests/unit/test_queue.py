@@ -1,5 +1,5 @@
 """Queue mode's pure logic: narrowing, settling, work items, output conformance, the rows
-kept, dead-letter headers, the delivery policy, errors from a failed job."""
+kept, dead-letter headers, the delivery policy, errors from a failed job, the backlog."""
 
 import numpy as np
 import pandas as pd
@@ -26,6 +26,9 @@ from orchestration.shuffle.core.queue import (
     contiguous,
     dead_letter_headers,
     delivery_count_limit,
+    done_ranges,
+    done_topic,
+    done_value,
     fed_positions,
     fed_run,
     feed_range,
@@ -33,6 +36,7 @@ from orchestration.shuffle.core.queue import (
     missing_offsets,
     narrow,
     output_schema,
+    queue_backlog_of,
     record_coords,
     record_items,
     row_json,
@@ -421,3 +425,48 @@ def test_only_a_delivery_past_the_last_attempt_may_have_been_dead_lettered_alrea
     assert not may_be_dead_lettered(None, 1)
     assert may_be_dead_lettered(4, 3)
     assert may_be_dead_lettered(2, 1)
+
+
+def test_a_done_record_names_the_settled_offsets_as_ranges():
+    assert done_topic("t") == "t.queue.done"
+    value = done_value([7, 3, 4, 5, 9])
+    assert done_ranges(value) == [(3, 6), (7, 8), (9, 10)]
+    assert done_ranges(b"not json") == [] and done_ranges(None) == []
+
+
+def _rows(commit: Commit, rows: int) -> Commit:
+    from dataclasses import replace
+
+    return replace(commit, rows=rows)
+
+
+def test_a_shuffles_backlog_counts_runs_not_fed_and_items_not_settled():
+    log = ShuffleLog("t")
+    # a: offsets 0-2 of partition 0 (3 items), b: 3 items over two partitions, c: not fed.
+    a = _rows(_commit("a", {0: (0, 2)}), 30)
+    b = _rows(_commit("b", {0: (3, 4), 1: (0, 0)}), 20)
+    c = _rows(_commit("c", {0: (5, 9)}), 50)
+    log.commits = [a, b, c]
+    # The work topic: a's items at 0-2, its marker at 3, a transaction marker at 4 (not
+    # read), b's items at 5-7 and its marker at 8.
+    work = [(o, b"a", b"{}") for o in range(3)] + [(3, b"fed/a", b"a")]
+    work += [(o, b"b", b"{}") for o in range(5, 8)] + [(8, b"fed/b", b"b")]
+    nothing = queue_backlog_of("t", "g", work, [], log=log)
+    assert (nothing.unfed_runs, nothing.unfed_rows, nothing.unfed_records) == (1, 50, 5)
+    assert (nothing.pending_runs, nothing.pending_rows, nothing.pending_records) == (2, 50, 6)
+    assert (nothing.runs, nothing.rows, nothing.records, nothing.fed_records) == (3, 100, 11, 6)
+    # The group settled a's items and one of b's (and the marker, which is no item).
+    some = queue_backlog_of("t", "g", work, [(0, 2), (2, 4), (6, 7)], log=log)
+    assert (some.pending_runs, some.pending_rows, some.pending_records) == (1, 20, 2)
+    assert some.records == 7
+    done = queue_backlog_of("t", "g", work, [(0, 9)], log=log)
+    assert (done.pending_records, done.pending_runs, done.records) == (0, 0, 5)
+
+
+def test_a_plain_topics_backlog_counts_records_not_fed_and_items_not_settled():
+    # Partition 0 fed up to 4 of [0, 6), partition 1 never fed (from its low end, 2, to 5).
+    work = [(o, None, b"{}") for o in range(4)] + [(4, b"fed/@0", b"4")]
+    backlog = queue_backlog_of("t", "g", work, [(1, 3)], source_ends={0: (0, 6), 1: (2, 5)})
+    assert (backlog.unfed_records, backlog.unfed_rows, backlog.unfed_runs) == (5, 5, 0)
+    assert (backlog.pending_records, backlog.pending_rows, backlog.fed_records) == (2, 2, 4)
+    assert backlog.records == 7

@@ -79,6 +79,31 @@ def work_topic(topic: str) -> str:
     return topic + WORK_TOPIC_SUFFIX
 
 
+# Where a queue's consumers record the work items they settled: ``<topic>.queue.done``.
+DONE_TOPIC_SUFFIX = WORK_TOPIC_SUFFIX + ".done"
+
+
+def done_topic(topic: str) -> str:
+    """The topic where the consumers of ``topic``'s queue record, per share group, the work
+    items they settled (one record per batch, written before the batch is acknowledged)."""
+    return topic + DONE_TOPIC_SUFFIX
+
+
+def done_value(offsets: Iterable[int]) -> bytes:
+    """A done record's value: the work-topic offsets a batch settled, as ``[start, end)``
+    ranges."""
+    return json.dumps({"o": [list(r) for r in contiguous(list(offsets))]}).encode()
+
+
+def done_ranges(value: bytes | None) -> list[tuple[int, int]]:
+    """The ``[start, end)`` ranges of work-topic offsets a done record names; none for a
+    record that is not one."""
+    try:
+        return [(int(a), int(b)) for a, b in json.loads(value or b"")["o"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
 # The feeder's transactional id is this and its work topic's name, so that a grant on a
 # topic prefix can cover the feeders of every work topic under it.
 FEEDER_ID_PREFIX = "kafka-shuffle-feeder."
@@ -164,6 +189,135 @@ def feed_range(fed: int | None, low: int, high: int, start: str, limit: int) -> 
 def unfed(log: ShuffleLog, fed: set[str]) -> list[Commit]:
     """The committed runs, in log order, that are not in the work topic yet (nor expired)."""
     return [c for c in log.commits if c.run_id not in fed and c.run_id not in log.expired]
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """What a queue has left to do for one share group, from the queue's own bookkeeping:
+    the work topic (what was fed), its done topic (what the group's consumers settled) and,
+    for a shuffle, its commit log.
+
+    Two stages, each in runs, rows and records:
+
+    - *unfed*: committed runs of a shuffle not in the work topic yet (a ``process_queue`` or
+      ``feed_queue`` feeds them), in runs, their rows and the records (offsets) they
+      occupy; for a plain topic, its records not fed yet (a record is a row; no runs).
+    - *pending*: work items in the work topic the group has not settled (accepted,
+      rejected or skipped): records are items; runs are the runs with an item not settled,
+      and rows all the rows of those runs (a run's rows are not counted item by item).
+
+    A record the group released stays pending until a later delivery settles it; one whose
+    settling is recorded but whose acknowledgement the broker then refused (its lock had
+    expired) counts as settled, since it is delivered again and settled then. Items that
+    retention removed from the work topic are not counted.
+
+    Example::
+
+        backlog = queue_backlog("events.by_user", "scorers", kafka=conf)
+        backlog.records, backlog.pending_records, backlog.unfed_runs
+    """
+
+    topic: str
+    group: str
+    unfed_runs: int = 0
+    unfed_rows: int = 0
+    unfed_records: int = 0
+    pending_runs: int = 0
+    pending_rows: int = 0
+    pending_records: int = 0
+    fed_records: int = 0  # work items the work topic holds, settled or not
+
+    @property
+    def runs(self) -> int:
+        """Runs not processed yet: unfed and pending."""
+        return self.unfed_runs + self.pending_runs
+
+    @property
+    def rows(self) -> int:
+        """Rows not processed yet: unfed and pending."""
+        return self.unfed_rows + self.pending_rows
+
+    @property
+    def records(self) -> int:
+        """Records (work items) not processed yet: unfed and pending."""
+        return self.unfed_records + self.pending_records
+
+
+def _merged(ranges: Iterable[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """``[start, end)`` ranges merged into sorted, disjoint ones, as arrays of starts and
+    ends."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for a, b in sorted(r for r in ranges if r[1] > r[0]):
+        if ends and a <= ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+
+
+def queue_backlog_of(
+    topic: str,
+    group: str,
+    work: Iterable[tuple[int, bytes | None, bytes | None]],
+    settled: Iterable[tuple[int, int]],
+    *,
+    log: ShuffleLog | None = None,
+    source_ends: Mapping[int, tuple[int, int]] | None = None,
+) -> QueueBacklog:
+    """A queue's :class:`QueueBacklog` for ``group``. Pure.
+
+    Args:
+        work: the work topic's records as (offset, key, value), read ``read_committed``.
+        settled: the ``[start, end)`` work-topic offsets the group's done records name.
+        log: a shuffle's commit log (a shuffle's queue); None for a plain topic.
+        source_ends: a plain topic's (low, high) offsets per partition; None for a shuffle.
+    """
+    fed_runs: set[str] = set()
+    positions: dict[int, int] = {}
+    offsets: list[int] = []
+    owners: list[str] = []
+    plain_prefix, prefix = PLAIN_FED_PREFIX.encode(), FED_PREFIX.encode()
+    for offset, key, value in work:
+        if key is not None and key.startswith(plain_prefix):
+            if value is not None:
+                positions[int(key[len(plain_prefix) :])] = int(value)
+        elif key is not None and key.startswith(prefix):
+            fed_runs.add(key[len(prefix) :].decode(errors="replace"))
+        else:
+            offsets.append(offset)
+            owners.append((key or b"").decode(errors="replace"))
+    starts, ends = _merged(settled)
+    items = np.asarray(offsets, np.int64)
+    at = np.searchsorted(starts, items, side="right") - 1
+    if len(starts):
+        done = (at >= 0) & (items < ends[np.maximum(at, 0)])
+    else:
+        done = np.zeros(len(items), bool)
+    pending = np.flatnonzero(~done)
+    backlog: dict[str, int] = {
+        "pending_records": len(pending),
+        "fed_records": len(items),
+    }
+    if log is not None:
+        by_run = {c.run_id: c for c in log.commits}
+        runs = {owners[i] for i in pending.tolist()}
+        waiting = unfed(log, fed_runs)
+        backlog.update(
+            pending_runs=len(runs),
+            pending_rows=sum(by_run[r].rows for r in runs if r in by_run),
+            unfed_runs=len(waiting),
+            unfed_rows=sum(c.rows for c in waiting),
+            unfed_records=sum(r.last - r.first + 1 for c in waiting for r in c.partitions.values()),
+        )
+    else:
+        behind = sum(
+            high - min(max(positions.get(p, low), low), high)
+            for p, (low, high) in (source_ends or {}).items()
+        )
+        backlog.update(pending_rows=len(pending), unfed_records=behind, unfed_rows=behind)
+    return QueueBacklog(topic, group, **backlog)
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,7 @@ from orchestration.shuffle.core.queue import (
     QueueCounts,
     QueueScale,
     QueueStop,
+    done_topic,
     fed_positions,
     fed_run,
     feed_range,
@@ -652,6 +653,8 @@ def process_queue(
     _write_meta(location, topic, group, schema_json)
     if delivery.dead_letter_topic is not None:
         client.ensure_topic(delivery.dead_letter_topic, partitions=1)
+    # Where the consumers record what they settled, for the queue's backlog.
+    client.ensure_topic(done_topic(topic), partitions=1)
     feeder: Feeder | RecordFeeder
     fed_runs = 0
     if shuffle:

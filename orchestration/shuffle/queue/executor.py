@@ -17,7 +17,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,8 @@ from orchestration.shuffle.core.queue import (
     contiguous,
     dead_letter_headers,
     dead_letter_id,
+    done_topic,
+    done_value,
     fed_run,
     may_be_dead_lettered,
     missing_offsets,
@@ -420,6 +422,7 @@ class QueueConsumer:
         self.first_ms = 0
         self.last_ms = 0
         self.dlq: Producer | None = None
+        self.done: Producer | None = None
         self.source: ShuffleSource | None = None
         self.records: RecordSource | None = None
         # The source record of each polled work item of a plain topic, by message index.
@@ -483,6 +486,8 @@ class QueueConsumer:
                     self.records.close()
                 if self.dlq is not None:
                     self.dlq.flush(30)
+                if self.done is not None:
+                    self.done.flush(30)
         return self.counts
 
     # ------------------------------------------------------------------ one batch
@@ -614,6 +619,11 @@ class QueueConsumer:
         dead = {i: f for i, f in failures.items() if outcome[i] is Outcome.DEAD_LETTER}
         if dead:
             self._dead_letter(msgs, table, owner, dead)
+        self._record_done(
+            o
+            for i, m in enumerate(msgs)
+            if outcome.get(i) is not Outcome.RELEASE and (o := m.offset()) is not None
+        )
         for i, m in enumerate(msgs):
             sc.acknowledge(m, AcknowledgeType.ACCEPT if i in skipped else _ACK[outcome[i]])
         result = sc.commit_sync(60)
@@ -641,6 +651,32 @@ class QueueConsumer:
                 "again",
                 spec.group,
                 sorted(refused),
+            )
+
+    def _record_done(self, offsets: Iterable[int]) -> None:
+        """Records the work items a batch settles in the done topic, before they are
+        acknowledged (as its output is): the queue's backlog counts what is recorded there
+        (:func:`~orchestration.shuffle.queue.backlog.queue_backlog`). A crash after this
+        and before the acknowledgement delivers the items again, to be recorded again; so
+        no settled item is missing from the topic. A failed write stops the consumers, the
+        records released."""
+        spec = self.spec
+        value = done_value(offsets)
+        if self.done is None:
+            self.done = spec.kafka.producer(**{"acks": "all", "enable.idempotence": True})
+        errors: list[str] = []
+
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        topic = done_topic(spec.topic)
+        self.done.produce(topic, key=spec.group, value=value, on_delivery=on_delivery)
+        remaining = self.done.flush(60)
+        if errors or remaining:
+            raise QueueStopError(
+                f"recording a batch of share group {spec.group!r} in {topic!r} failed "
+                f"({errors[:1] or 'not delivered in 60 s'}); the records are released"
             )
 
     def _write(self, name: str, rows: pa.Table) -> None:
