@@ -96,8 +96,8 @@ from orchestration.shuffle.errors import (
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.read import ShuffleRead, plan_shuffle_read, shuffle_log
 from orchestration.shuffle.spec import WriteResult
-from orchestration.shuffle.table_read import read_batches, read_table, to_pandas
-from orchestration.shuffle.table_write import as_table, is_table, write_table
+from orchestration.shuffle.table_read import ReadProgress, read_batches, read_table, to_pandas
+from orchestration.shuffle.table_write import WriteProgress, as_table, is_table, write_table
 from orchestration.shuffle.write import write_shuffle, write_windows
 
 
@@ -130,8 +130,9 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
     progress_every_s: float = Field(
         default=10.0,
         description=(
-            "While a Spark write runs, its progress (stages, tasks done of all) is logged to "
-            "the run's log this often, in seconds; 0: never."
+            "While a write or a read runs, its progress is logged to the run's log this "
+            "often, in seconds (a Spark write: its stages' tasks done of all; a write or read "
+            "without Spark: partitions, rows and bytes so far); 0: never."
         ),
     )
     schema_mode: str = Field(
@@ -224,12 +225,15 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         complete_until = None
         if window is not None:
             complete_until = window_ends(context.asset_partitions_def, [window]).get(window)
-        # A pyarrow table or a pandas or Polars frame is written without Spark.
-        write = write_table if is_table(df) else write_shuffle
-        with spark_progress(
-            context.log, f"{asset.topic}: window {window!r}", None if is_table(df) else df,
-            self.progress_every_s,
-        ):  # fmt: skip
+        what = f"{asset.topic}: window {window!r}"
+        # A pyarrow table or a pandas or Polars frame is written without Spark, and tells
+        # its progress itself.
+        write: Any = write_shuffle
+        extra: dict[str, Any] = {}
+        if is_table(df):
+            write = write_table
+            extra["progress"] = ProgressLog(context.log, what, self.progress_every_s)
+        with spark_progress(context.log, what, None if is_table(df) else df, self.progress_every_s):
             result = write(
                 df,
                 asset.spec,
@@ -240,6 +244,7 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                 compression=self.compression,
                 attrs={DAGSTER_RUN_ATTR: context.run_id},
                 schema_mode=asset.schema_mode or self.schema_mode,
+                **extra,
             )
         context.log.info(
             f"{asset.topic}: window {window!r} committed as run {result.run_id} "
@@ -399,6 +404,9 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                     compression=self.compression,
                     attrs={DAGSTER_RUN_ATTR: context.run_id},
                     schema_mode=asset.schema_mode or self.schema_mode,
+                    progress=ProgressLog(
+                        context.log, f"{asset.topic}: window {key!r}", self.progress_every_s
+                    ),
                 )
             except ShuffleError as exc:
                 outcome = exc
@@ -475,11 +483,16 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
                     f"asset {context.asset_key.to_user_string()}: an input annotated "
                     "polars.DataFrame needs Polars: pip install 'kafka-shuffle[polars]'"
                 ) from None
+        progress = ProgressLog(context.log, topic, self.progress_every_s)
         if kind == "batches":
-            batches = read_batches(topic, kafka=kafka, windows=windows, runs=runs, log=log)
+            batches = read_batches(
+                topic, kafka=kafka, windows=windows, runs=runs, log=log, progress=progress
+            )
             _report_input(context, topic, _commits_read(log, windows, runs), log)
             return RecordBatches(batches)
-        table = read_table(topic, kafka=kafka, windows=windows, runs=runs, log=log)
+        table = read_table(
+            topic, kafka=kafka, windows=windows, runs=runs, log=log, progress=progress
+        )
         _report_input(context, topic, _commits_read(log, windows, runs), log)
         if kind == "pandas":
             return to_pandas(table)
@@ -502,6 +515,50 @@ class RecordBatches(abc.Iterator):
 
     def __next__(self) -> pa.RecordBatch:
         return next(self._batches)
+
+
+class ProgressLog:
+    """The ``progress`` callback of a read or write without Spark (``read_table``,
+    ``read_batches``, ``write_table``) that logs to ``log`` how far it has got, at most
+    every ``every_s`` seconds (never for 0): partitions, rows and bytes so far, and the
+    seconds since it started. It logs in the thread that reads or writes, as the batches
+    go: a read by ``read_batches`` logs as the asset takes its batches.
+
+    Example::
+
+        read_table(topic, kafka=conf, progress=ProgressLog(context.log, topic, 10.0))
+    """
+
+    def __init__(self, log: Any, what: str, every_s: float):
+        self.log = log
+        self.what = what
+        self.every_s = every_s
+        self.started = time.monotonic()
+        self.due = self.started + every_s
+
+    def __call__(self, progress: ReadProgress | WriteProgress) -> None:
+        if self.every_s <= 0:
+            return
+        now = time.monotonic()
+        if now < self.due:
+            return
+        self.due = now + self.every_s
+        self.log.info(f"{self.what}: {describe_progress(progress, now - self.started)}")
+
+
+def describe_progress(p: ReadProgress | WriteProgress, seconds: float) -> str:
+    """A read's or a write's progress as the run's log says it."""
+    if isinstance(p, ReadProgress):
+        return (
+            f"reading for {seconds:.0f} s; {p.partitions_done}/{p.partitions} partitions, "
+            f"{p.rows} of {p.rows_committed} rows, {p.bytes} bytes, {p.runs} run(s) of "
+            f"{p.windows} window(s)"
+        )
+    return (
+        f"writing for {seconds:.0f} s; {p.rows}/{p.rows_total} rows, {p.frames} frames, "
+        f"{p.bytes} bytes, {p.partitions}/{p.partitions_total} partitions"
+        + ("; all delivered, committing" if p.committing else "")
+    )
 
 
 @contextlib.contextmanager

@@ -30,6 +30,8 @@ _EXPORTS = {
     "ShuffleSpec": "spec",
     "WriteResult": "spec",
     "write_table": "table_write",
+    "WriteProgress": "table_write",
+    "ReadProgress": "table_read",
     "read_table": "table_read",
     "read_batches": "table_read",
     "iter_keys": "table_read",
@@ -164,8 +166,14 @@ if TYPE_CHECKING:
     from orchestration.shuffle.spark.session import session_settings
     from orchestration.shuffle.spark.sources import register_data_sources, spark_session
     from orchestration.shuffle.spec import ShuffleSpec, WriteResult
-    from orchestration.shuffle.table_read import iter_keys, read_batches, read_table, runs_read
-    from orchestration.shuffle.table_write import write_table
+    from orchestration.shuffle.table_read import (
+        ReadProgress,
+        iter_keys,
+        read_batches,
+        read_table,
+        runs_read,
+    )
+    from orchestration.shuffle.table_write import WriteProgress, write_table
     from orchestration.shuffle.write import WindowsResult, write_shuffle, write_windows
 
 

@@ -22,7 +22,7 @@ import contextlib
 import datetime as dt
 import json
 import math
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -136,20 +136,76 @@ def _planned(
     return _Read(topic, client, plan, tuple(reads), options, schema)
 
 
+@dataclass(frozen=True)
+class ReadProgress:
+    """How far a read without Spark has got: what :func:`read_table` and
+    :func:`read_batches` hand their ``progress`` callback after each batch decoded and each
+    Kafka partition finished, in the caller's thread.
+
+    Attributes:
+        topic: the shuffle read.
+        windows: the windows of the runs read.
+        runs: the committed runs read.
+        partitions: the Kafka partitions to fetch (those the runs wrote to).
+        rows_committed: the rows the runs committed (a ``key_groups`` or event-time
+            selection reads fewer).
+        partitions_done: the partitions fetched whole so far.
+        rows: the rows decoded so far.
+        bytes: the Arrow size of those rows.
+
+    Example::
+
+        read_table("events.by_user", kafka=conf, progress=lambda p: print(
+            f"{p.partitions_done}/{p.partitions} partitions, {p.rows} rows"))
+    """
+
+    topic: str
+    windows: int
+    runs: int
+    partitions: int
+    rows_committed: int
+    partitions_done: int = 0
+    rows: int = 0
+    bytes: int = 0
+
+
 def _partition_batches(
-    read: _Read, threads: int | None
+    read: _Read,
+    threads: int | None,
+    progress: Callable[[ReadProgress], None] | None = None,
 ) -> Generator[tuple[int, pa.RecordBatch], None, None]:
-    """Each Kafka partition's rows as ``(partition, batch)``, partitions fetched at once."""
+    """Each Kafka partition's rows as ``(partition, batch)``, partitions fetched at once;
+    ``progress`` is told after each batch and each partition done."""
     rows = read.row_reader(read.schema.names)
     names = read.schema.names
     reshape = rows.schema.names != names  # columns reordered, or event time only filtered
 
-    def work(c: Consumer, pr: PartitionRead) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def work(c: Consumer, pr: PartitionRead) -> Iterator[tuple[int, pa.RecordBatch | None]]:
         for batch in rows.read_partition(c, pr):
             yield pr.partition, batch.select(names) if reshape else batch
+        yield pr.partition, None  # the partition is done
 
     n = read.threads(threads, len(read.reads))
-    return in_threads(read.kafka, f"read-{read.topic}", read.reads, n, work, read.fetch_bytes)
+    pairs = in_threads(read.kafka, f"read-{read.topic}", read.reads, n, work, read.fetch_bytes)
+    commits = read.plan.commits
+    state = ReadProgress(
+        read.topic,
+        windows=len({c.window for c in commits}),
+        runs=len(commits),
+        partitions=len(read.reads),
+        rows_committed=sum(c.rows for c in commits),
+    )
+    with contextlib.closing(pairs):
+        for partition, batch in pairs:
+            if batch is None:
+                state = replace(state, partitions_done=state.partitions_done + 1)
+            else:
+                state = replace(state, rows=state.rows + batch.num_rows)
+                state = replace(state, bytes=state.bytes + batch.nbytes)
+            if progress is not None:
+                progress(state)
+            if batch is not None:
+                yield partition, batch
 
 
 def read_table(
@@ -164,6 +220,7 @@ def read_table(
     with_metadata: bool = False,
     log: ShuffleLog | None = None,
     threads: int | None = None,
+    progress: Callable[[ReadProgress], None] | None = None,
 ) -> pa.Table:
     """Reads committed runs of a shuffle into a ``pyarrow.Table``, without Spark.
 
@@ -195,6 +252,8 @@ def read_table(
             here.
         threads: Kafka partitions fetched at once, each by a thread with a consumer of its
             own; by default by the read's rows (from the commit records), up to 8.
+        progress: Called with a :class:`ReadProgress` after each batch decoded and each
+            partition fetched whole, in this thread (to log how far a long read has got).
 
     Raises:
         ShuffleTopicNotFoundError: The shuffle does not exist.
@@ -211,7 +270,7 @@ def read_table(
         threads=threads,
     )  # fmt: skip
     by_partition: dict[int, list[pa.RecordBatch]] = {}
-    for partition, batch in _partition_batches(read, threads):
+    for partition, batch in _partition_batches(read, threads, progress):
         by_partition.setdefault(partition, []).append(batch)
     batches = [b for p in sorted(by_partition) for b in by_partition[p]]
     table = pa.Table.from_batches(batches, schema=read.schema)
@@ -279,6 +338,7 @@ def read_batches(
     with_metadata: bool = False,
     log: ShuffleLog | None = None,
     threads: int | None = None,
+    progress: Callable[[ReadProgress], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Reads committed runs of a shuffle as ``pyarrow.RecordBatch``es, without Spark, holding
     about one batch (one frame's rows) per partition being fetched, however large the read.
@@ -287,7 +347,8 @@ def read_batches(
     :func:`read_table`) is raised by this call; the frames are fetched as the batches are
     taken. Each batch holds rows of one Kafka partition; batches of different partitions
     come in the order they are decoded, those of one partition in offset order. Closing the
-    iterator stops the fetching threads. The arguments are :func:`read_table`'s.
+    iterator stops the fetching threads. The arguments are :func:`read_table`'s
+    (``progress`` is called as the batches are taken).
 
     Example::
 
@@ -299,7 +360,7 @@ def read_batches(
         key_groups=key_groups, columns=columns, with_metadata=with_metadata, log=log,
         threads=threads,
     )  # fmt: skip
-    return _batches(_partition_batches(read, threads))
+    return _batches(_partition_batches(read, threads, progress))
 
 
 def _batches(

@@ -11,7 +11,8 @@ same rows in the same partitions. Nothing here imports pyspark or starts a JVM.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -196,6 +197,40 @@ def _check(table: pa.Table, spec: ShuffleSpec) -> None:
         )
 
 
+@dataclass(frozen=True)
+class WriteProgress:
+    """How far :func:`write_table` has got: what it hands its ``progress`` callback after
+    each frame's rows are produced, and once more when all are delivered and the run is
+    about to commit, in the caller's thread.
+
+    Attributes:
+        topic: the shuffle written.
+        window: the run's window.
+        rows_total: the rows of the run.
+        partitions_total: the shuffle's Kafka partitions.
+        rows: the rows produced so far.
+        partitions: the partitions written to so far.
+        frames: the frames produced so far.
+        bytes: their size.
+        committing: all frames are delivered; the commit record is next.
+
+    Example::
+
+        write_table(frame, spec, kafka=conf, window="2024-03-01",
+                    progress=lambda p: print(f"{p.rows}/{p.rows_total} rows"))
+    """
+
+    topic: str
+    window: str | None
+    rows_total: int
+    partitions_total: int
+    rows: int = 0
+    partitions: int = 0
+    frames: int = 0
+    bytes: int = 0
+    committing: bool = False
+
+
 def write_table(
     rows: Any,
     spec: ShuffleSpec,
@@ -208,6 +243,7 @@ def write_table(
     attrs: Mapping[str, str] | None = None,
     schema_mode: str | None = None,
     event_time_bounds: tuple[dt.datetime, dt.datetime] | None = None,
+    progress: Callable[[WriteProgress], None] | None = None,
 ) -> WriteResult:
     """Writes ``rows`` (a ``pyarrow.Table`` or ``RecordBatch``, a pandas or a Polars
     DataFrame) as one producer run of the shuffle ``spec``, and commits it, in this
@@ -231,8 +267,12 @@ def write_table(
         rows: The rows. Key columns must not be null, and of a type hashed here (booleans,
             integers, floating point, dates, timestamps, strings, binary, decimals up to 18
             digits); for other key types use ``write_shuffle``.
-        spec, kafka, window, complete_until, frame_rows, compression, attrs, schema_mode,
-        event_time_bounds: As for ``write_shuffle``.
+        spec: As for ``write_shuffle``; so are ``kafka``, ``window``, ``complete_until``,
+            ``frame_rows``, ``compression``, ``attrs``, ``schema_mode`` and
+            ``event_time_bounds``.
+        progress: Called with a :class:`WriteProgress` after each frame's rows are
+            produced and before the commit, in this thread (to log how far a long write
+            has got).
 
     Returns:
         The committed run's :class:`~orchestration.shuffle.spec.WriteResult` (``path``
@@ -264,10 +304,28 @@ def write_table(
     options = run_options(client, spec, layout, window, frame_rows, compression)
     run_id = options.run_id
     task = ProducerSubtask(options, 0, 0)
+    state = WriteProgress(spec.topic, window, table.num_rows, layout.num_partitions)
+
+    def told(**changes: Any) -> None:
+        nonlocal state
+        if progress is not None:
+            state = replace(
+                state,
+                partitions=sum(1 for r in task.rows_by_partition if r),
+                frames=sum(task.frames_by_partition),
+                bytes=task.bytes,
+                **changes,
+            )
+            progress(state)
+
     try:
+        done = 0
         for batch in table.to_batches(max_chunksize=options.frame_rows):
             task.add(batch)
+            done += batch.num_rows
+            told(rows=done)
         result = task.finish()
+        told(committing=True)
     except ShuffleWriteError as exc:
         raise ShuffleWriteError(
             f"run {run_id} of shuffle {spec.topic!r} (window {window!r}) failed and was not "
