@@ -445,7 +445,9 @@ def _after_commit(kafka: KafkaClient, topic: str, offset: int) -> None:
         return  # another thread of this process is refreshing it
     try:
         refresh_index(kafka, topic)
-    except ShuffleError as exc:
+    except Exception as exc:  # noqa: BLE001 - the run is committed; an index only speeds reads
+        # Tried again once as many records follow, not on every commit until then.
+        _INDEXED[key] = offset + 1
         logger.warning(
             "shuffle %r: the commit log's index %r was not refreshed (%s); reads of it in a "
             "new process read every record until it is",
