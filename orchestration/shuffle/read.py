@@ -50,6 +50,7 @@ from orchestration.shuffle.kafka.reader import output_schema
 from orchestration.shuffle.spark.compat import require_admission_control
 from orchestration.shuffle.spark.jvm import (
     ENGINES,
+    SMALL_READ_ROWS,
     Engine,
     choose_engine,
     choose_stream_engine,
@@ -172,8 +173,10 @@ class ShuffleRead:
         ``engine``: ``"jvm"`` reads with the JVM source (see
         :mod:`orchestration.shuffle.spark.jvm`: Spark then sees the rows as keyed, so
         ``groupBy``, windows and joins on the key need no Exchange; ``"auto"`` parallelism is
-        one split per Kafka partition there), ``"python"`` with the Python one, ``"auto"``
-        with the JVM when the session has its jar and a catalog for this cluster.
+        one split per Kafka partition there, or one split, still keyed, for a read of at most
+        ``small_read_rows`` rows: see :mod:`orchestration.shuffle.spark.jvm`), ``"python"``
+        with the Python one, ``"auto"`` with the JVM when the session has its jar and a
+        catalog for this cluster.
         """
         options = replace(self.options, with_metadata=with_metadata)
         catalog = choose_engine(self.spark, self._kafka, engine)
@@ -191,9 +194,11 @@ class ShuffleRead:
         self, catalog: str, options: ReadOptions, splits: Sequence[SplitPlan]
     ) -> DataFrame:
         planned = (self.layout, tuple(splits))
-        return load_jvm(
-            self.spark, catalog, source_options(self.topic, self._kafka, options, plan=planned)
-        )
+        given = source_options(self.topic, self._kafka, options, plan=planned)
+        if self.parallelism != AUTO:
+            # A parallelism asked for is kept: a small read is one split only by default.
+            given[SMALL_READ_ROWS] = "0"
+        return load_jvm(self.spark, catalog, given)
 
     def aggregate(
         self, aggregations: Mapping[str, tuple[str, str]], *, engine: Engine = "auto"

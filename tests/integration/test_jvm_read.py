@@ -110,9 +110,13 @@ def test_plain_read_equals_the_python_path(jspark, kafka_conf, unique, compressi
     assert fields(jvm) == fields(py)
     assert [f.dataType for f in jvm.schema] == [f.dataType for f in df.schema]
     assert by_id(jvm) == by_id(py) == by_id(df)
-    # "auto" is one split per Kafka partition on the JVM: partition i holds partition i's keys.
-    assert jvm.rdd.getNumPartitions() == 4
-    keys_by_split = jvm.rdd.glom().map(lambda rs: sorted({r.k for r in rs})).collect()
+    # 5,000 rows: a small read, one split on the JVM (test_jvm_small_read.py).
+    assert "splits=1 small keyed" in scans(jvm) and jvm.rdd.getNumPartitions() == 1
+    # parallelism=None is one split per Kafka partition: partition i holds partition i's keys.
+    each = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm", parallelism=None)
+    assert "splits=4 keyed" in scans(each) and by_id(each) == by_id(df)
+    keys_by_split = each.rdd.glom().map(lambda rs: sorted({r.k for r in rs})).collect()
+    assert len(keys_by_split) == 4
     for i, keys in enumerate(keys_by_split):
         assert keys and all(partition_of(key_group_of(k, 32), 32, 4) == i for k in keys)
 
@@ -277,7 +281,12 @@ def test_metadata_columns(jspark, kafka_conf, unique):
     assert sorted(jvm.select("id", "_offset").collect()) == sorted((r.id, r._offset) for r in rows)
 
 
-def test_keyed_operations_plan_no_exchange(jspark, kafka_conf, unique):
+# Both reads are small (one split each) by default; parallelism=None reads one split per Kafka
+# partition. Either way, keyed.
+@pytest.mark.parametrize(
+    "selection, scan", [({}, "splits=1 small keyed"), ({"parallelism": None}, "splits=4 keyed")]
+)
+def test_keyed_operations_plan_no_exchange(jspark, kafka_conf, unique, selection, scan):
     left, right = unique("jvm-ops-a"), unique("jvm-ops-b")
     df = rows_df(jspark, 4000)
     write_shuffle(df, spec_for(left), kafka=kafka_conf)
@@ -285,8 +294,9 @@ def test_keyed_operations_plan_no_exchange(jspark, kafka_conf, unique):
         "concat('k', cast(id % 71 as string)) as k", "id * 2 as id2"
     )
     write_shuffle(other, spec_for(right, event_time=None), kafka=kafka_conf)
-    jvm, py = both(jspark, left, kafka_conf)
-    jvm_r, py_r = both(jspark, right, kafka_conf)
+    jvm, py = both(jspark, left, kafka_conf, **selection)
+    jvm_r, py_r = both(jspark, right, kafka_conf, **selection)
+    assert scan in scans(jvm) and scan in scans(jvm_r)
 
     def agg(d):
         return d.groupBy("k").agg(F.count("*").alias("n"), F.sum("id").alias("s"))
@@ -617,7 +627,12 @@ def test_catalog_reads_a_shuffle_created_again_with_another_layout(jspark, kafka
                 time.sleep(0.5)
     again = jspark.sql(f"SELECT * FROM shuffle.`{topic}`")
     assert again.count() == 150
-    assert again.rdd.getNumPartitions() == 2
+    # One split per partition of the new layout, when small reads are not read as one.
+    jspark.conf.set("spark.sql.catalog.shuffle.small_read_rows", "0")
+    try:
+        assert jspark.sql(f"SELECT * FROM shuffle.`{topic}`").rdd.getNumPartitions() == 2
+    finally:
+        jspark.conf.unset("spark.sql.catalog.shuffle.small_read_rows")
 
 
 def test_per_key_work_over_a_catalog_table(jspark, kafka_conf, unique):

@@ -414,7 +414,16 @@ SHUFFLE = OptionTable(
             set_by="apply_per_key",
         ),
     ),
-    refused=(*SPARK_KAFKA_ON_SHUFFLE, *SHUFFLE_PATHS),
+    refused=(
+        *SPARK_KAFKA_ON_SHUFFLE,
+        Refused(
+            "small_read_rows",
+            "it is the JVM read path's (kafka-shuffle-jvm); here parallelism 'auto' reads a "
+            "small read in few tasks",
+            spark_kafka=False,
+        ),
+        *SHUFFLE_PATHS,
+    ),
     renamed=EVENT_TIME_RENAMES,
     summary=(
         '`spark.read.format("kafka-shuffle")` and `spark.readStream.format("kafka-shuffle")`'
@@ -555,6 +564,14 @@ _PYTHON_ONLY = (
     "it runs in the Python reader: use the kafka-shuffle source (aggregate_shuffle, apply_per_key)"
 )
 
+_SMALL_READ_ROWS = (
+    "A read of at most this many rows (by its commit records), planned one split per Kafka "
+    "partition (no `parallelism` given, or `auto`), is read as one split that Spark still "
+    "sees as keyed (by `partition_of_<max_parallelism>_1`): one task and one fetch of every "
+    "partition, and still no Exchange for `groupBy`, windows or joins by the key. `0`: never. "
+    "The session's default is `spark.sql.catalog.<catalog>.small_read_rows`."
+)
+
 SHUFFLE_JVM = OptionTable(
     "kafka-shuffle-jvm",
     (
@@ -580,6 +597,16 @@ SHUFFLE_JVM = OptionTable(
             modes=(BATCH,),
         ),
         *_SELECTION,
+        OptionDef(
+            "small_read_rows",
+            INTEGER,
+            _SMALL_READ_ROWS,
+            # Up to here one task beats one per partition on the 2-core machine, the keyed
+            # work after the read included (docs/performance.md, "Small windows").
+            default="10000",
+            modes=(BATCH,),
+            minimum=0,
+        ),
         *_STREAM_OPTIONS,
         OptionDef(
             "layout",

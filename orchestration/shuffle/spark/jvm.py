@@ -20,6 +20,14 @@ partitioning names. A session gets both from :func:`jvm_spark_conf`::
 A catalog read that no Python planned (plain SQL over ``shuffle.`t```) is planned on the JVM
 (``ReadPlanner.java``) by the same rules; both planners are held to the checked-in vectors
 ``tests/vectors/read_plans.json``.
+
+A small read (at most ``small_read_rows`` rows by its commit records, 10,000 unless the read
+option or the session's ``spark.sql.catalog.<catalog>.small_read_rows`` says otherwise; ``0``
+turns it off) is read as one split instead of one per Kafka partition: one task whose reader
+fetches every partition at once. Spark still sees it as keyed, by
+``partition_of_<max_parallelism>_1(key)`` (every key in the one split), so ``groupBy``,
+windows and a join with another such read by the key still plan no Exchange. A
+``parallelism`` asked for is kept.
 """
 
 from __future__ import annotations
@@ -48,6 +56,10 @@ JAR_PREFIX = "kafka-shuffle-spark_2.13-"
 # The Spark lines ("major.minor") the jar runs on: jvm/pom.xml's spark.supported, which the
 # jar checks too (SparkVersionCheck.java); tests/unit/test_jvm_version.py holds them equal.
 SUPPORTED_SPARK = ("4.0", "4.1", "4.2", "4.3")
+
+# The read option (and catalog setting, spark.sql.catalog.<name>.small_read_rows) under which
+# a read of few rows is one split on the JVM, still keyed (ShuffleScan.java).
+SMALL_READ_ROWS = "small_read_rows"
 
 Engine = Literal["auto", "jvm", "python"]
 ENGINES: tuple[str, ...] = ("auto", "jvm", "python")
@@ -300,10 +312,11 @@ def has_jar(spark_jars: str | None) -> bool:
 
 
 def jvm_splits(plan: ReadPlan, parallelism: int | str | None) -> Sequence[SplitPlan]:
-    """The splits a JVM read executes: the plan's, except that ``"auto"`` is one split per
+    """The splits a JVM read is handed: the plan's, except that ``"auto"`` is one split per
     Kafka partition. ``"auto"`` merges the partitions of a small read because a task of the
-    Python source costs ~80 ms before it reads; a JVM task costs a few, and one split per
-    partition is what lets Spark see the read as keyed."""
+    Python source costs ~80 ms before it reads; on the JVM, one split per partition is what
+    Spark sees as keyed, and the scan itself reads a small read as one split, keyed too
+    (``small_read_rows``)."""
     if parallelism == AUTO:
         return plan_splits(plan.layout, plan.commits, None)
     return plan.splits

@@ -221,6 +221,11 @@ final class OptionTables {
                     + "settings)",
                 true),
             new OptionCheck.Refused(
+                "small_read_rows",
+                "it is the JVM read path's (kafka-shuffle-jvm); here parallelism 'auto' "
+                    + "reads a small read in few tasks",
+                false),
+            new OptionCheck.Refused(
                 "path",
                 "load() takes no path (name the shuffle with option 'topic')",
                 false),
@@ -475,6 +480,13 @@ final class OptionTables {
                 true,
                 null,
                 null),
+            new OptionCheck.Option(
+                "small_read_rows",
+                true,
+                false,
+                true,
+                "10000",
+                0L),
             new OptionCheck.Option(
                 "startingOffsets",
                 false,

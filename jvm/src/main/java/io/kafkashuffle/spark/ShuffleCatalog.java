@@ -145,7 +145,21 @@ public final class ShuffleCatalog implements TableCatalog, FunctionCatalog {
     if (layout == null) {
       throw new NoSuchTableException(ident);
     }
-    return new ShuffleTable(layout, kafka(), withMetadata, log);
+    return new ShuffleTable(layout, kafka(), withMetadata, log, smallReadRows());
+  }
+
+  /**
+   * The session's default of option {@code small_read_rows} for this catalog's reads: its
+   * setting {@code spark.sql.catalog.<name>.small_read_rows} as the session has it now (set
+   * when the session is built or at any time after), else the option's own default.
+   */
+  private long smallReadRows() {
+    String key = "spark.sql.catalog." + name + "." + ShuffleTable.SMALL_READ_ROWS;
+    String value = SQLConf.get().getConfString(key, null);
+    if (value == null || value.isEmpty()) {
+      return ShuffleTable.defaultSmallReadRows();
+    }
+    return ShuffleTable.smallReadRows(value, owner() + ": setting '" + key + "'");
   }
 
   /**

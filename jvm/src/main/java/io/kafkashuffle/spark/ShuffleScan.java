@@ -45,6 +45,16 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * ({@link PartitionFunction#forSplits}). It reports its rows (from the commit records) and an
  * estimate of their size, so Spark can choose to broadcast a small read.
  *
+ * <p>A small read (at most {@code small_read_rows} rows by its commit records, planned that
+ * default way) is read as one split holding all of its partition reads: one task, whose reader
+ * fetches the first range of every partition at once, instead of one task per partition each
+ * waiting for its own fetch. Any read of one split is keyed: every row's value of {@code
+ * partition_of_<max_parallelism>_1(key)} is 0, the split's partition key, and Spark takes a
+ * {@code KeyGroupedPartitioning} by it as clustered by the key, so grouping, windows and a join
+ * with another read of one split by the key (of a shuffle with the same {@code max_parallelism})
+ * still plan no Exchange. A join with a read of more splits has two partitionings Spark cannot
+ * match; it broadcasts the small side when it is small enough, else it shuffles.
+ *
  * <p>A keyed read of a shuffle with {@code sort_by}, every one of whose runs was written sorted
  * (its commit says so), also reports that each partition's rows are in that order (the longest
  * prefix of {@code sort_by} the read outputs; ascending, nulls first): a split of one such run
@@ -74,6 +84,9 @@ final class ShuffleScan
   private List<String> ordered; // the sort columns whose order every split keeps
   private boolean merged; // some split merges sorted runs: the scan reads rows
   private final PushedAggregation aggregation; // null: rows as they were written
+  // A read planned one split per partition with at most this many rows is one split; 0: never.
+  private final long smallReadRows;
+  private boolean small; // read as one split for that
 
   ShuffleScan(
       ReadSpec spec,
@@ -81,17 +94,22 @@ final class ShuffleScan
       StructType readSchema,
       Map<String, String> options,
       List<String> given) {
-    this(spec, planner, readSchema, options, given, null);
+    this(spec, planner, readSchema, options, given, null, 0);
   }
 
-  /** A read whose splits each run {@code aggregation} (see {@link PushedAggregation}). */
+  /**
+   * A read whose splits each run {@code aggregation} (see {@link PushedAggregation}), read as
+   * one split when it has at most {@code smallReadRows} rows ({@link #small}).
+   */
   ShuffleScan(
       ReadSpec spec,
       Supplier<List<SplitPlan>> planner,
       StructType readSchema,
       Map<String, String> options,
       List<String> given,
-      PushedAggregation aggregation) {
+      PushedAggregation aggregation,
+      long smallReadRows) {
+    this.smallReadRows = smallReadRows;
     this.aggregation = aggregation;
     this.spec = spec;
     this.options = options;
@@ -103,6 +121,10 @@ final class ShuffleScan
   private synchronized List<SplitPlan> splits() {
     if (splits == null) {
       splits = planner.get();
+      small = small(splits, spec.layout(), smallReadRows);
+      if (small && aggregation == null) {
+        splits = List.of(oneSplit(splits));
+      }
       keyed = keyedSplits(splits, spec.layout());
       partitioning =
           keyed
@@ -113,7 +135,7 @@ final class ShuffleScan
         // Each group's rows are in one whole partition: the splits may hold several, and one
         // task per core aggregates them with the fewest tasks. What they output is one row
         // per group, reported as nothing in particular.
-        splits = combined(splits, taskSlots(splits.size()));
+        splits = combined(splits, small ? 1 : taskSlots(splits.size()));
         keyed = false;
       }
       ordered =
@@ -123,6 +145,38 @@ final class ShuffleScan
       merged = !ordered.isEmpty() && runsWithRows(splits) > 1;
     }
     return splits;
+  }
+
+  /**
+   * Whether {@code splits} are a small read, to be read as one split: more than one, planned
+   * the default way (one per Kafka partition, or per group of partitions for a shuffle that
+   * grew: {@link #keyedSplits}), with at most {@code maxRows} rows by the commit records.
+   * Commit records that give no row counts are not small: how large the read is, is not known.
+   */
+  static boolean small(List<SplitPlan> splits, Layout layout, long maxRows) {
+    if (maxRows <= 0 || splits.size() < 2 || !keyedSplits(splits, layout)) {
+      return false;
+    }
+    long rows = 0;
+    boolean any = false;
+    for (SplitPlan s : splits) {
+      for (SplitPlan.PartitionRead r : s.reads) {
+        for (SplitPlan.Segment g : r.segments) {
+          any = true;
+          rows += Math.max(0, g.rows);
+        }
+      }
+    }
+    return !(any && rows == 0) && rows <= maxRows;
+  }
+
+  /** One split of every partition read of {@code splits}, in their order. */
+  static SplitPlan oneSplit(List<SplitPlan> splits) {
+    List<SplitPlan.PartitionRead> reads = new ArrayList<>();
+    for (SplitPlan s : splits) {
+      reads.addAll(s.reads);
+    }
+    return new SplitPlan(0, List.copyOf(reads));
   }
 
   /**
@@ -281,12 +335,16 @@ final class ShuffleScan
    * contiguous range {@code [i * n / p, (i + 1) * n / p)}. Every row of split i then has i as its
    * value of the scan's partitioning function ({@link PartitionFunction#forSplits}). Fewer
    * splits than that smallest count, or fewer than the partitions of a read of the latest count
-   * alone, are not keyed: only a read's default is.
+   * alone, are not keyed: only a read's default is; but one split always is, whatever it holds
+   * (every key's value of {@code partition_of_<m>_1} is 0).
    */
   static boolean keyedSplits(List<SplitPlan> splits, Layout layout) {
     int n = layout.numPartitions;
     int m = layout.maxParallelism;
     int p = splits.size();
+    if (p == 1) {
+      return true;
+    }
     if (p == 0 || p > n) {
       return false;
     }
@@ -385,6 +443,7 @@ final class ShuffleScan
             ? ""
             : " splits="
                 + planned.size()
+                + (small ? " small" : "")
                 + (keyed ? " keyed" : "")
                 + (ordered.isEmpty() ? "" : " ordered=" + ordered + (merged ? " merged" : ""))
                 + (aggregation == null ? "" : " aggregated=" + aggregation.description))

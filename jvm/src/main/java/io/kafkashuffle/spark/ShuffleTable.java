@@ -25,7 +25,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * _partition}, {@code _key_group}, {@code _run_id}, {@code _offset}, {@code _window}). A read
  * executes a plan the Python planner made (options {@code plan}, {@code layout}) or, for a
  * catalog table read without one (SQL), a plan {@link ReadPlanner} makes of the commit log
- * read when the table was loaded.
+ * read when the table was loaded. A read of few rows is one split, still keyed ({@link
+ * #smallReadRows}).
  */
 final class ShuffleTable implements SupportsRead {
   static final String OWNER = ShuffleBatchReader.OWNER;
@@ -35,14 +36,48 @@ final class ShuffleTable implements SupportsRead {
   private final boolean withMetadata;
   private final StructType schema;
   private final CommitLog log; // null: read only through a plan given as an option
+  private final long smallReadRows; // the default of option small_read_rows
 
   ShuffleTable(
       Layout layout, Map<String, String> catalogKafka, boolean withMetadata, CommitLog log) {
+    this(layout, catalogKafka, withMetadata, log, defaultSmallReadRows());
+  }
+
+  ShuffleTable(
+      Layout layout,
+      Map<String, String> catalogKafka,
+      boolean withMetadata,
+      CommitLog log,
+      long smallReadRows) {
     this.layout = layout;
     this.catalogKafka = catalogKafka;
     this.withMetadata = withMetadata;
     this.schema = schemaOf(layout, withMetadata);
     this.log = log;
+    this.smallReadRows = smallReadRows;
+  }
+
+  static final String SMALL_READ_ROWS = "small_read_rows";
+
+  /** Option {@code small_read_rows}'s default in the option table. */
+  static long defaultSmallReadRows() {
+    return Long.parseLong(OptionTables.SHUFFLE_JVM.option(SMALL_READ_ROWS).defaultValue);
+  }
+
+  /**
+   * {@code value} of option or setting {@code what} (named so in the error) as a row count:
+   * an integer >= 0.
+   */
+  static long smallReadRows(String value, String what) {
+    try {
+      long n = Long.parseLong(value.trim());
+      if (n >= 0) {
+        return n;
+      }
+    } catch (NumberFormatException e) {
+      // refused below
+    }
+    throw ShuffleException.option(what + " must be an integer >= 0, got '" + value + "'");
   }
 
   /** The column metadata per-key work looks for on a read's key columns (perkey.py). */
@@ -170,7 +205,8 @@ final class ShuffleTable implements SupportsRead {
           aggregation == null ? required.fieldNames() : aggregation.columns.clone();
       ReadSpec spec =
           new ReadSpec(layout.topic, plan.kafka, plan.layout, columns, plan.start, plan.end);
-      return new ShuffleScan(spec, plan.splits, readSchema, options, plan.given, aggregation);
+      return new ShuffleScan(
+          spec, plan.splits, readSchema, options, plan.given, aggregation, plan.smallReadRows);
     }
 
     private Planned planned() {
@@ -196,6 +232,11 @@ final class ShuffleTable implements SupportsRead {
       Supplier<List<SplitPlan>> splits;
       Long start;
       Long end;
+      String rowsOption = options.get(SMALL_READ_ROWS);
+      long small =
+          rowsOption == null || rowsOption.isEmpty()
+              ? smallReadRows
+              : smallReadRows(rowsOption, OWNER + ": option '" + SMALL_READ_ROWS + "'");
       if (planText == null || planText.isEmpty()) {
         if (log == null) {
           throw ShuffleException.option(
@@ -214,6 +255,9 @@ final class ShuffleTable implements SupportsRead {
         splits = once(() -> ReadPlanner.plan(read, selection));
         start = selection.eventTimeStart;
         end = selection.eventTimeEnd;
+        if (selection.parallelism instanceof Integer) {
+          small = 0; // the splits asked for
+        }
       } else {
         String layoutText = options.get("layout");
         if (layoutText != null && !layoutText.isEmpty()) {
@@ -260,7 +304,7 @@ final class ShuffleTable implements SupportsRead {
         SchemaResolution.requireVersions(planned, handed);
         splits = () -> handed;
       }
-      return new Planned(given, kafka, planned, splits, start, end);
+      return new Planned(given, kafka, planned, splits, start, end, small);
     }
   }
 
@@ -271,7 +315,8 @@ final class ShuffleTable implements SupportsRead {
       Layout layout,
       Supplier<List<SplitPlan>> splits,
       Long start,
-      Long end) {}
+      Long end,
+      long smallReadRows) {}
 
   private static <T> Supplier<T> once(Supplier<T> make) {
     return new Supplier<>() {
