@@ -41,13 +41,13 @@ from orchestration import (
 )
 from orchestration.definition import DAGSTER_RUN_ATTR, RETRY_TAG
 from orchestration.metadata import commit_metadata, watermark_as_of
-from orchestration.shuffle import shuffle_log
+from orchestration.shuffle import read_table, shuffle_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = Path(__file__).with_name("apps") / "pipes_producer.py"
-D1, D2, D3 = "2024-05-01", "2024-05-02", "2024-05-03"
+D1, D2, D3, D4 = "2024-05-01", "2024-05-02", "2024-05-03", "2024-05-04"
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
 KEY = AssetKey("events")
@@ -60,20 +60,26 @@ def cluster():
     return localcluster.start()
 
 
+def write_day(path: Path, day: str, n: int, **extra: list) -> None:
+    """A day of rows, a Parquet folder (``day=<day>``), with ``extra`` columns."""
+    start = pd.Timestamp(day, tz="UTC")
+    frame = pd.DataFrame(
+        {
+            "user_id": [f"u{i % 17}" for i in range(n)],
+            "ts": [start + pd.Timedelta(minutes=i) for i in range(n)],
+            "clicks": [i % 5 for i in range(n)],
+            **extra,
+        }
+    )
+    (path / f"day={day}").mkdir(parents=True)
+    frame.to_parquet(path / f"day={day}" / "part-0.parquet", coerce_timestamps="us")
+
+
 def write_source(path: Path) -> dict[str, int]:
-    """Three days of rows, a Parquet folder per day (``day=<day>``): the rows per day."""
+    """Three days of rows, a Parquet folder per day: the rows per day."""
     counts = {D1: 300, D2: 400, D3: 500}
     for day, n in counts.items():
-        start = pd.Timestamp(day, tz="UTC")
-        frame = pd.DataFrame(
-            {
-                "user_id": [f"u{i % 17}" for i in range(n)],
-                "ts": [start + pd.Timedelta(minutes=i) for i in range(n)],
-                "clicks": [i % 5 for i in range(n)],
-            }
-        )
-        (path / f"day={day}").mkdir(parents=True)
-        frame.to_parquet(path / f"day={day}" / "part-0.parquet", coerce_timestamps="us")
+        write_day(path, day, n)
     return counts
 
 
@@ -114,7 +120,12 @@ def test_a_pipes_producer_commits_reports_and_is_retried_for_its_failed_window(
         # sensor read the shuffle through it.
         io_manager_key="shuffle_io",
         metadata=shuffle_metadata(
-            key="user_id", num_partitions=3, event_time="ts", topic=topic, window_column="day"
+            key="user_id",
+            num_partitions=3,
+            event_time="ts",
+            topic=topic,
+            window_column="day",
+            schema_mode="merge",
         ),
     )
     def events(context):
@@ -229,3 +240,22 @@ def test_a_pipes_producer_commits_reports_and_is_retried_for_its_failed_window(
             result = defs.resolve_sensor_def("events_commits")(sctx)
         assert sorted(r.partition_key for r in result.run_requests) == [D1, D2, D3]
         assert {r.job_name for r in result.run_requests} == {"totals_job"}
+
+        # A day with a new column: the application writes it under the asset's
+        # schema_mode="merge", as layout version 2; the earlier days read it as nulls.
+        counts[D4] = 200
+        write_day(source, D4, counts[D4], country=[f"c{i % 3}" for i in range(counts[D4])])
+        assert run(partition=D4).success
+        log = shuffle_log(topic, kafka=kafka_conf)
+        assert log.layout.version == 2 and log.layout.schema.names[-1] == "country"
+        assert {d: c.layout_version for d, c in log.latest_by_window().items()} == {
+            D1: 1,
+            D2: 1,
+            D3: 1,
+            D4: 2,
+        }
+        (record,) = records(D4)
+        same_as_io_manager(record, D4)
+        both = read_table(topic, kafka=kafka_conf, windows=[D1, D4])
+        countries = both.column("country").to_pylist()
+        assert countries.count(None) == counts[D1] and len(set(countries)) == 4

@@ -287,10 +287,12 @@ def last_days(count: int, now: dt.datetime) -> list[str]:
     return [(today - dt.timedelta(days=i)).isoformat() for i in range(count, 0, -1)]
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+@pytest.fixture(scope="module", params=os.environ.get("SHUFFLE_UI_STORAGES", "postgres").split(","))
 def ui(bootstrap, kafka_conf, tmp_path_factory, request):
-    """Every case on both storages a team may keep its instance in: SQLite (Dagster's
-    default) and PostgreSQL (the local server, a fresh database)."""
+    """Every case on the storage a team runs a daemon and a webserver on: PostgreSQL (the
+    local server, a fresh database). ``SHUFFLE_UI_STORAGES=sqlite,postgres`` runs each case
+    on SQLite (Dagster's default) too; the other UI tests (test_ui.py, test_daemon.py) run on
+    SQLite."""
     base = tmp_path_factory.mktemp(f"clicks_ui_{request.param}")
     home, project, flags = base / "home", base / "project", base / "flags"
     for folder in (home, project, flags):
