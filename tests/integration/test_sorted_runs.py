@@ -131,7 +131,8 @@ def test_read_order_is_sparks_sort(jspark, kafka_conf, unique, seed, key, runs):
     for r in range(runs):
         part = jspark.createDataFrame(rows[r * size : (r + 1) * size], SCHEMA)
         write_shuffle(part, spec(topic, key, tuple(order)), kafka=kafka_conf, window=f"w{r}")
-    jvm = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm")
+    # One split per Kafka partition (parallelism=None: the read is small, see below).
+    jvm = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm", parallelism=None)
     assert "ordered=" in description(jvm)
     assert ("merged" in description(jvm)) == (runs > 1)
     assert jvm.rdd.getNumPartitions() == N
@@ -141,6 +142,7 @@ def test_read_order_is_sparks_sort(jspark, kafka_conf, unique, seed, key, runs):
     assert partitions(sorted_read) == by_partition_of_plain(plain, key, order)
     # The read as it is, without asking for an order, is the same sequence.
     assert partitions(jvm) == partitions(sorted_read)
+    assert_small_read_is_one_sorted_sequence(jspark, kafka_conf, topic, plain, order)
     if runs > 1:
         # The Python path reads the same rows (in no order it claims).
         py = read_shuffle(jspark, topic, kafka=kafka_conf, engine="python")
@@ -181,12 +183,24 @@ def test_a_columnar_sorted_write_reads_as_sparks_sort(
             window="spark",
         )
         rows = rows + extra
-    jvm = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm")
+    jvm = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm", parallelism=None)
     assert "ordered=" in description(jvm)
     sorted_read = jvm.sortWithinPartitions(*order)
     assert sorts(sorted_read) == [], plan(sorted_read)
     plain = jspark.createDataFrame(rows, SCHEMA)
     assert partitions(sorted_read) == by_partition_of_plain(plain, key, order)
+    assert_small_read_is_one_sorted_sequence(jspark, kafka_conf, topic, plain, order)
+
+
+def assert_small_read_is_one_sorted_sequence(jspark, kafka_conf, topic, plain, order) -> None:
+    """A small read (the default's, under ``small_read_rows``) is one split: every partition's
+    sorted runs merged into one sequence, Spark's own sort of all the rows."""
+    small = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm")
+    assert "splits=1 small keyed ordered=" in description(small), description(small)
+    assert "merged" in description(small)
+    sorted_read = small.sortWithinPartitions(*order)
+    assert sorts(sorted_read) == [], plan(sorted_read)
+    assert partitions(sorted_read) == [rows_of(plain.orderBy(*order))]
 
 
 def test_an_input_too_large_for_the_tasks_is_sorted_by_spark(
@@ -214,7 +228,7 @@ def test_an_input_too_large_for_the_tasks_is_sorted_by_spark(
     assert got.path == "columnar"
     # Two tasks (the session's two cores); a partition with frames of both would fail the read.
     assert len(got.commit.tasks) == 2
-    jvm = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm")
+    jvm = read_shuffle(jspark, topic, kafka=kafka_conf, engine="jvm", parallelism=None)
     sorted_read = jvm.sortWithinPartitions("s", "x", "id")
     assert sorts(sorted_read) == []
     plain = jspark.createDataFrame(rows + rows, SCHEMA)
