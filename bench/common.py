@@ -140,18 +140,21 @@ def spark_kafka_rows(spark, kafka: dict, topic: str, schema):
     return spark_kafka_source(spark, kafka, topic).select(parsed).select("r.*")
 
 
-def group_by(df) -> None:
-    """T2/T3's baseline: ``groupBy("k").agg(...)`` of ``AGGREGATIONS``, into ``noop``."""
+def grouped(df):
+    """``groupBy("k").agg(...)`` of ``AGGREGATIONS``, as a DataFrame (its plan to look at)."""
     from pyspark.sql import functions as F
 
-    noop(
-        df.groupBy("k").agg(
-            F.count("a").alias("n"),
-            F.sum("a").alias("sa"),
-            F.avg("b").alias("mb"),
-            F.max("c").alias("mc"),
-        )
+    return df.groupBy("k").agg(
+        F.count("a").alias("n"),
+        F.sum("a").alias("sa"),
+        F.avg("b").alias("mb"),
+        F.max("c").alias("mc"),
     )
+
+
+def group_by(df) -> None:
+    """T2/T3's baseline: ``groupBy("k").agg(...)`` of ``AGGREGATIONS``, into ``noop``."""
+    noop(grouped(df))
 
 
 def spark_gaps(df) -> None:

@@ -225,6 +225,60 @@ def session_rows(work: Path) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def small_window_table(work: Path) -> str:
+    """One 1,000-row window read on the JVM path, a small read (one split, keyed), against a
+    1,000-row Parquet file's read in the same session, from ``session.json``'s ``p2_jvm``
+    (``bench/session_bench.py --jvm``): P2's read target, then the further pairs, Spark's
+    ``groupBy(k).agg`` with whether each plan has an Exchange, and the parts of one read."""
+    p2 = (_load(work / "session.json") or {}).get("p2_jvm") or {}
+    more = p2.get("small_read")
+    if not more:
+        return "Not run: `scripts/dev bench-session --jvm --no-p1`."
+    read = p2["targets"]["read"]
+    lines = [
+        "| a 1,000-row window on the JVM path | ours | a 1,000-row Parquet file | ratio | "
+        "wanted | |",
+        "|---|---|---|---|---|---|",
+        f"| P2 read: planned, DataFrame made and run, against the file's DataFrame run "
+        f"| {_seconds(read['ours'])} | {_seconds(read['baseline'])} | {read['ratio']:.2f} "
+        f"| <= 1 | {'met' if read['met'] else '**missed**'} |",
+    ]
+    labels = {
+        "per_partition": "the same read in one split per Kafka partition (`parallelism=None`)",
+        "made_once": "both DataFrames made once, each only run",
+        "new_frame": "both made in the timing (the file's `spark.read.parquet` too)",
+        "group_by_key": "`groupBy(k).agg` over each, ours planned in the timing as above",
+    }
+    for name, label in labels.items():
+        t = more.get(name)
+        if t:
+            lines.append(
+                f"| {label} | {_seconds(t['ours'])} | {_seconds(t['baseline'])} "
+                f"| {t['ratio']:.2f} | | |"
+            )
+    ex = more.get("exchanges") or {}
+    if ex:
+        yes = {True: "an Exchange", False: "no Exchange"}
+        lines.append(
+            f"| the `groupBy(k).agg`'s plan | {yes[ex['ours']]} | {yes[ex['parquet']]} "
+            f"| | none over the read | {'met' if not ex['ours'] else '**missed**'} |"
+        )
+    parts = p2.get("read_parts") or {}
+    if parts:
+        lines.append(
+            "| the read's parts | "
+            + ", ".join(f"{k} {_seconds(v)}" for k, v in parts.items())
+            + " | | | | |"
+        )
+    runs = len(next(iter(p2["times"].values())))
+    lines += [
+        "",
+        f"Medians of {runs} runs of each, every pair side by side in one invocation "
+        f"(alternating which goes first), `{p2.get('master', 'local[2]')}`.",
+    ]
+    return "\n".join(lines)
+
+
 def session_table(work: Path) -> str:
     lines = ["| target | measured | wanted | |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in session_rows(work)]
@@ -694,6 +748,10 @@ TABLES = {"targets": targets_table, "io": io_table, "memory": memory_table}
 WORK_TABLES = {
     "round3": (round_three_table, ()),
     "session": (lambda work, _results, _memory: session_table(work), ("session.json",)),
+    "small_window": (
+        lambda work, _results, _memory: small_window_table(work),
+        ("session.json",),
+    ),
     "jvm": (lambda work, _results, _memory: jvm_table(work), ("jvm.json",)),
     "sorted": (lambda work, _results, _memory: sorted_table(work), ("jvm.json",)),
     "records": (lambda work, _results, _memory: records_table(work), ("records.json",)),
@@ -780,6 +838,11 @@ def main(argv: list[str] | None = None) -> int:
         help="write only the growth table (decade.json, decade-jvm.json in .local/bench) and "
         "draw its chart to PNG, then stop",
     )
+    parser.add_argument(
+        "--small-window",
+        action="store_true",
+        help="write only the small-window table (session.json's p2_jvm in .local/bench), then stop",
+    )
     parser.add_argument("--check", action="store_true", help="fail if the page is out of date")
     parser.add_argument(
         "--targets",
@@ -796,6 +859,12 @@ def main(argv: list[str] | None = None) -> int:
         print(jvm_table(ROOT / ".local" / "bench"))
         print()
         print(read_limit_table(ROOT / ".local" / "bench"))
+        return 0
+    if args.small_window:
+        page = Path(args.page)
+        table = small_window_table(ROOT / ".local" / "bench")
+        page.write_text(_replace(page.read_text(), "small_window", table))
+        print(f"updated the small-window table of {page}")
         return 0
     if args.growth:
         work = ROOT / ".local" / "bench"

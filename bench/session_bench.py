@@ -20,7 +20,14 @@ Each size runs in a process of its own, so that its session starts fresh:
   (against ``groupBy.agg``), each into the ``noop`` sink. Met when ours takes at most the
   baseline's time. It also times the parts of one read (planning from the commit log,
   making the DataFrame, running it) and the same read after 75 s of idle session
-  (``--idle``: Spark stops its idle Python planner processes after a minute).
+  (``--idle``: Spark stops its idle Python planner processes after a minute). On a session
+  with the JVM read path (``--jvm``), where the window is a small read (one split, keyed:
+  ``small_read_rows``), it also measures, each pair side by side with Parquet: the read in
+  one split per Kafka partition (``parallelism=None``, as every read was before small
+  reads), both DataFrames made once and only run (the runs alike), the read against
+  Parquet's with its DataFrame made too (``spark.read.parquet`` in the timing, as ours is
+  planned in it), and Spark's ``groupBy(key).agg`` over the read (which plans no Exchange:
+  recorded from both plans) against the same over Parquet.
 
 Medians go to ``.local/bench/session.json`` (a run replaces the sizes and parts it
 measures and keeps the others); ``python -m bench.report --targets`` prints them with the other
@@ -54,6 +61,7 @@ from bench.common import (
     drop_topics,
     generate,
     group_by,
+    grouped,
     noop,
     per_key_stats,
     seconds,
@@ -71,8 +79,16 @@ from orchestration.shuffle import (
     write_shuffle,
 )
 from orchestration.shuffle.core.commitlog import commit_topic
+from orchestration.shuffle.spark.session import explain_text
 
 P1_BOUNDS = {"T2": 1.0, "T3": 2.0, "T3-jvm": 2.0}
+# P2's further pairs on a session with the JVM read path: (ours, Parquet's) phase names.
+SMALL_READ_PAIRS = {
+    "per_partition": ("small_read_per_partition", "spark_small_read_2"),
+    "made_once": ("small_read_made_once", "spark_small_read_3"),
+    "new_frame": ("small_read_2", "spark_small_read_new_frame"),
+    "group_by_key": ("small_group_by_key", "spark_small_group_by_3"),
+}
 SMALL_ROWS = 1_000
 SMALL_WINDOWS = 30
 IDLE_SECONDS = 75
@@ -215,15 +231,51 @@ def p2(spark, kafka: dict, partitions: int, repeat: int, idle: bool) -> dict:
         df = plan_shuffle_read(spark, topic, kafka=kafka, windows=window).dataframe()
         noop(apply_per_key(df, "k", batch_stats, BATCH_SCHEMA, per="batch"))
 
-    times = side_by_side(
-        [
-            (("small_read", read), ("spark_small_read", lambda: noop(parquet))),
-            (("small_aggregate", aggregate), ("spark_small_group_by", lambda: group_by(parquet))),
-            (("small_per_key", per_key), ("spark_small_group_by_2", lambda: group_by(parquet))),
-        ],
-        repeat,
-        "small",
-    )
+    pairs = [
+        (("small_read", read), ("spark_small_read", lambda: noop(parquet))),
+        (("small_aggregate", aggregate), ("spark_small_group_by", lambda: group_by(parquet))),
+        (("small_per_key", per_key), ("spark_small_group_by_2", lambda: group_by(parquet))),
+    ]
+    on_jvm = jvm_available(spark)
+    exchanges: dict[str, bool] = {}
+    if on_jvm:
+
+        def read_per_partition():
+            read = plan_shuffle_read(spark, topic, kafka=kafka, windows=window, parallelism=None)
+            noop(read.dataframe())
+
+        def group_by_key():
+            group_by(plan_shuffle_read(spark, topic, kafka=kafka, windows=window).dataframe())
+
+        made_once = plan_shuffle_read(spark, topic, kafka=kafka, windows=window).dataframe()
+        pairs += [
+            (
+                ("small_read_per_partition", read_per_partition),
+                ("spark_small_read_2", lambda: noop(parquet)),
+            ),
+            (
+                ("small_read_made_once", lambda: noop(made_once)),
+                ("spark_small_read_3", lambda: noop(parquet)),
+            ),
+            (
+                ("small_read_2", read),
+                ("spark_small_read_new_frame", lambda: noop(spark.read.parquet(str(small)))),
+            ),
+            (
+                ("small_group_by_key", group_by_key),
+                ("spark_small_group_by_3", lambda: group_by(parquet)),
+            ),
+        ]
+        exchanges = {
+            "ours": "Exchange" in explain_text(grouped(made_once)),
+            "parquet": "Exchange" in explain_text(grouped(parquet)),
+        }
+        print(
+            f"  groupBy(k).agg: an Exchange over the read {exchanges['ours']}, "
+            f"over Parquet {exchanges['parquet']}",
+            flush=True,
+        )
+    times = side_by_side(pairs, repeat, "small")
 
     def parts() -> dict[str, float]:
         t0 = time.perf_counter()
@@ -243,7 +295,7 @@ def p2(spark, kafka: dict, partitions: int, repeat: int, idle: bool) -> dict:
         cold = parts()
     drop_topics(kafka, [topic, commit_topic(topic)])
     med = {k: statistics.median(v) for k, v in times.items()}
-    pairs = {
+    named = {
         "read": ("small_read", "spark_small_read"),
         "aggregate": ("small_aggregate", "spark_small_group_by"),
         "per_key": ("small_per_key", "spark_small_group_by_2"),
@@ -255,11 +307,18 @@ def p2(spark, kafka: dict, partitions: int, repeat: int, idle: bool) -> dict:
             "ratio": med[o] / med[b],
             "met": med[o] <= med[b],
         }
-        for name, (o, b) in pairs.items()
+        for name, (o, b) in named.items()
+    }
+    # The small read's other measures (JVM session only), beside its target.
+    others = {
+        name: {"ours": med[o], "baseline": med[b], "ratio": med[o] / med[b]}
+        for name, (o, b) in SMALL_READ_PAIRS.items()
+        if o in med
     }
     return {
         "times": times,
         "targets": targets,
+        "small_read": {**others, "exchanges": exchanges} if on_jvm else None,
         "read_parts": {k: statistics.median(p[k] for p in breakdown) for k in breakdown[0]},
         "read_parts_after_idle": cold,
         "met": all(t["met"] for t in targets.values()),
@@ -367,6 +426,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{t['baseline']:.3f}s ({t['ratio']:.2f} of its time; target <= 1): "
                 f"{'met' if t['met'] else 'MISSED'}"
             )
+        more = report[key].get("small_read") or {}
+        for name, t in more.items():
+            if name != "exchanges":
+                print(
+                    f"{label} small read, {name}: {t['ours']:.3f}s vs Parquet "
+                    f"{t['baseline']:.3f}s ({t['ratio']:.2f} of its time)"
+                )
+        if more:
+            print(f"{label} groupBy(k) plans an Exchange: {more['exchanges']}")
         parts = report[key]["read_parts"]
         print(
             f"{label} a read's parts (median): "

@@ -173,6 +173,32 @@ def test_session_rows_give_each_state_and_skip_an_earlier_form(tmp_path):
     assert report.session_table(tmp_path).count("\n") == len(rows) + 1
 
 
+def test_small_window_table_gives_the_read_target_the_pairs_and_the_plans(tmp_path):
+    assert report.small_window_table(tmp_path).startswith("Not run")
+    pair = {"ours": 0.05, "baseline": 0.06, "ratio": 0.05 / 0.06}
+    p2 = {
+        "master": "local[2]",
+        "times": {"small_read": [0.1, 0.12, 0.11]},
+        "targets": {"read": {"ours": 0.08, "baseline": 0.06, "ratio": 1.33, "met": False}},
+        "small_read": {
+            "per_partition": {"ours": 0.2, "baseline": 0.06, "ratio": 3.33},
+            "made_once": pair,
+            "exchanges": {"ours": False, "parquet": True},
+        },
+        "read_parts": {"plan": 0.01, "dataframe": 0.02, "run": 0.05},
+    }
+    (tmp_path / "session.json").write_text(json.dumps({"p2_jvm": p2}))
+    lines = report.small_window_table(tmp_path).splitlines()
+    assert lines[2].startswith("| P2 read") and lines[2].endswith("| 1.33 | <= 1 | **missed** |")
+    assert "| 0.20 s | 60.0 ms | 3.33 | | |" in lines[3]
+    assert lines[4].endswith("| 50.0 ms | 60.0 ms | 0.83 | | |")
+    assert lines[5] == (
+        "| the `groupBy(k).agg`'s plan | no Exchange | an Exchange | | none over the read | met |"
+    )
+    assert "plan 10.0 ms, dataframe 20.0 ms, run 50.0 ms" in lines[6]
+    assert lines[-1].startswith("Medians of 3 runs of each")
+
+
 def test_jvm_table_lists_every_size_and_target_or_says_not_run(tmp_path):
     assert "not run" in report.jvm_table(tmp_path)
     targets = {
