@@ -16,6 +16,10 @@ shuffle of ``--partitions`` Kafka partitions. Then, ``--repeat`` times, side by 
   - ``read_batches_large``: ``read_batches`` of it, each batch dropped once counted, with
     the most bytes pyarrow held at once (``pyarrow.total_allocated_bytes``, sampled at
     each batch) against one batch per partition;
+  - ``read_batches_kept_large``: ``read_batches`` of it, every batch kept (what
+    ``read_table`` holds, without the table);
+  - ``read_table``'s most bytes held by pyarrow at once, over the table's bytes (1: the rows
+    are held once);
   - ``kafka_consumer_perf_test``: Kafka's ``ConsumerPerformance`` (a Java consumer, one
     thread, a fresh group each time) over every record of the data topic: its fetch rate,
     JVM start-up and group join excluded.
@@ -60,12 +64,11 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def batches_peak(topic: str, kafka: dict, window: str) -> tuple[float, int, int]:
-    """Seconds to stream the window through ``read_batches``, the most bytes pyarrow held
-    at once meanwhile (above what it held before), and the largest batch's bytes."""
+def held(fn):
+    """Runs ``fn``: its seconds, the most bytes pyarrow held at once meanwhile (above what
+    it held before) and what it returned."""
     base = pa.total_allocated_bytes()
     peak = 0
-    largest = 0
     stop = threading.Event()
 
     def sample() -> None:
@@ -77,13 +80,38 @@ def batches_peak(topic: str, kafka: dict, window: str) -> tuple[float, int, int]
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     start = time.perf_counter()
-    for batch in read_batches(topic, kafka=kafka, windows=[window]):
-        largest = max(largest, batch.nbytes)
-        del batch
-    elapsed = time.perf_counter() - start
-    stop.set()
-    sampler.join()
+    try:
+        out = fn()
+    finally:
+        elapsed = time.perf_counter() - start
+        stop.set()
+        sampler.join()
+    return elapsed, max(peak, pa.total_allocated_bytes() - base), out
+
+
+def batches_peak(topic: str, kafka: dict, window: str) -> tuple[float, int, int]:
+    """Seconds to stream the window through ``read_batches``, the most bytes pyarrow held
+    at once meanwhile (above what it held before), and the largest batch's bytes."""
+
+    def stream() -> int:
+        largest = 0
+        for batch in read_batches(topic, kafka=kafka, windows=[window]):
+            largest = max(largest, batch.nbytes)
+            del batch
+        return largest
+
+    elapsed, peak, largest = held(stream)
     return elapsed, peak, largest
+
+
+def batches_kept(topic: str, kafka: dict, window: str) -> float:
+    """Seconds to read the window through ``read_batches`` keeping every batch (what
+    ``read_table`` holds, without the table)."""
+
+    def keep() -> list:
+        return list(read_batches(topic, kafka=kafka, windows=[window]))
+
+    return held(keep)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     topics = {size: f"bench.table-read-{size}-{suffix}" for size in rows}
     results: dict[str, list[float]] = {}
     peaks: list[dict] = []
+    table_held: list[float] = []
     try:
         for size, path in paths.items():
             generate(spark, rows[size], path)
@@ -134,10 +163,18 @@ def main(argv: list[str] | None = None) -> int:
                 ("read_table_large", None),
                 ("kafka_consumer_perf_test", None),
                 ("read_batches_large", None),
+                ("read_batches_kept_large", None),
             ]
             for name, _ in large if i % 2 == 0 else reversed(large):
                 if name == "read_table_large":
-                    s = timed(lambda: read_table(topics["large"], kafka=kafka, windows=["w"]))
+                    s, peak, table = held(
+                        lambda: read_table(topics["large"], kafka=kafka, windows=["w"])
+                    )
+                    results.setdefault(name, []).append(large_bytes / s)
+                    table_held.append(peak / table.nbytes)
+                    del table
+                elif name == "read_batches_kept_large":
+                    s = batches_kept(topics["large"], kafka, "w")
                     results.setdefault(name, []).append(large_bytes / s)
                 elif name == "read_batches_large":
                     s, peak, largest = batches_peak(topics["large"], kafka, "w")
@@ -165,9 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         / medians["kafka_consumer_perf_test"],
         "large: read_batches / consumer perf test": medians["read_batches_large"]
         / medians["kafka_consumer_perf_test"],
+        "large: read_batches keeping every batch / consumer perf test": medians[
+            "read_batches_kept_large"
+        ]
+        / medians["kafka_consumer_perf_test"],
         "read_batches peak / (2 x largest batch x partitions) (target <= 1)": max(
             p["peak_bytes"] / p["bound_bytes"] for p in peaks
         ),
+        "read_table: most bytes held / the table's bytes (largest)": max(table_held),
     }
     out = {
         "rows": rows,
