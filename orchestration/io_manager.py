@@ -44,10 +44,7 @@ plots then draw each commit once.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import threading
-import time
 from collections import abc
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -86,6 +83,13 @@ from orchestration.metadata import (
     watermark_as_of,
     window_bounds,
 )
+from orchestration.progress import (
+    ProgressLog,
+    StepReads,
+    spark_context,
+    spark_progress,
+    watch_spark_reads,
+)
 from orchestration.resources import KafkaResource
 from orchestration.shuffle.core.commitlog import Commit, ShuffleLog
 from orchestration.shuffle.errors import (
@@ -96,8 +100,8 @@ from orchestration.shuffle.errors import (
 from orchestration.shuffle.kafka.client import KafkaClient
 from orchestration.shuffle.read import ShuffleRead, plan_shuffle_read, shuffle_log
 from orchestration.shuffle.spec import WriteResult
-from orchestration.shuffle.table_read import ReadProgress, read_batches, read_table, to_pandas
-from orchestration.shuffle.table_write import WriteProgress, as_table, is_table, write_table
+from orchestration.shuffle.table_read import read_batches, read_table, to_pandas
+from orchestration.shuffle.table_write import as_table, is_table, write_table
 from orchestration.shuffle.write import write_shuffle, write_windows
 
 
@@ -131,8 +135,9 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
         default=10.0,
         description=(
             "While a write or a read runs, its progress is logged to the run's log this "
-            "often, in seconds (a Spark write: its stages' tasks done of all; a write or read "
-            "without Spark: partitions, rows and bytes so far); 0: never."
+            "often, in seconds (a Spark write: its stages' tasks done of all; a Spark input: "
+            "while the asset's code runs, the stages of the Spark jobs its step starts; a "
+            "write or read without Spark: partitions, rows and bytes so far); 0: never."
         ),
     )
     schema_mode: str = Field(
@@ -146,9 +151,19 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
 
     # Set up per run: the Dagster instance the run records into (None outside a run).
     _instance: DagsterInstance | None = PrivateAttr(default=None)
+    # The watchers of the steps' Spark inputs (each stops as its step ends), and whether the
+    # run's log was told that a Spark Connect session's reads are not watched.
+    _reads: list[StepReads] = PrivateAttr(default_factory=list)
+    _said_connect: bool = PrivateAttr(default=False)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._instance = context.instance
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        # Each watcher has stopped at its step's end; this is for a step whose end it missed.
+        for reads in self._reads:
+            reads.stop()
+        self._reads.clear()
 
     def session(self) -> SparkSession:
         if self.spark is not None:
@@ -458,9 +473,22 @@ class KafkaShuffleIOManager(ConfigurableIOManager):
             session, asset.topic, kafka=kafka, windows=windows, runs=runs, log=log
         )
         _report_input(context, asset.topic, read.commits, log, spark_ui_url(session))
+        self._watch_spark_read(context, session, _describe_input(asset.topic, windows, runs))
         if _wants_shuffle_read(context):
             return read
         return read.dataframe()
+
+    def _watch_spark_read(self, context: InputContext, session: SparkSession, what: str) -> None:
+        """A Spark input is read when the asset's code runs an action, after this returns:
+        its progress is logged by the step's watcher (see :func:`watch_spark_reads`)."""
+        if watch_spark_reads(context.log, session, what, self.progress_every_s, self._reads):
+            return
+        if self.progress_every_s > 0 and spark_context(session) is None and not self._said_connect:
+            self._said_connect = True
+            context.log.debug(
+                f"{what}: not watched: a Spark Connect session's jobs run in its server, "
+                "whose status the client cannot read; the server's Spark UI shows them"
+            )
 
     def _load_without_spark(
         self,
@@ -515,92 +543,6 @@ class RecordBatches(abc.Iterator):
 
     def __next__(self) -> pa.RecordBatch:
         return next(self._batches)
-
-
-class ProgressLog:
-    """The ``progress`` callback of a read or write without Spark (``read_table``,
-    ``read_batches``, ``write_table``) that logs to ``log`` how far it has got, at most
-    every ``every_s`` seconds (never for 0): partitions, rows and bytes so far, and the
-    seconds since it started. It logs in the thread that reads or writes, as the batches
-    go: a read by ``read_batches`` logs as the asset takes its batches.
-
-    Example::
-
-        read_table(topic, kafka=conf, progress=ProgressLog(context.log, topic, 10.0))
-    """
-
-    def __init__(self, log: Any, what: str, every_s: float):
-        self.log = log
-        self.what = what
-        self.every_s = every_s
-        self.started = time.monotonic()
-        self.due = self.started + every_s
-
-    def __call__(self, progress: ReadProgress | WriteProgress) -> None:
-        if self.every_s <= 0:
-            return
-        now = time.monotonic()
-        if now < self.due:
-            return
-        self.due = now + self.every_s
-        self.log.info(f"{self.what}: {describe_progress(progress, now - self.started)}")
-
-
-def describe_progress(p: ReadProgress | WriteProgress, seconds: float) -> str:
-    """A read's or a write's progress as the run's log says it."""
-    if isinstance(p, ReadProgress):
-        return (
-            f"reading for {seconds:.0f} s; {p.partitions_done}/{p.partitions} partitions, "
-            f"{p.rows} of {p.rows_committed} rows, {p.bytes} bytes, {p.runs} run(s) of "
-            f"{p.windows} window(s)"
-        )
-    return (
-        f"writing for {seconds:.0f} s; {p.rows}/{p.rows_total} rows, {p.frames} frames, "
-        f"{p.bytes} bytes, {p.partitions}/{p.partitions_total} partitions"
-        + ("; all delivered, committing" if p.committing else "")
-    )
-
-
-@contextlib.contextmanager
-def spark_progress(log: Any, what: str, df: Any, every_s: float) -> Iterator[None]:
-    """While the block runs, logs to ``log`` every ``every_s`` seconds the progress of the
-    Spark jobs of ``df``'s session (each active stage's tasks done of all), so that a long
-    write shows it is working. Nothing for rows that are not a Spark DataFrame, a session
-    without a SparkContext (Spark Connect: its progress is the server's), or ``every_s`` 0."""
-    context = getattr(getattr(df, "sparkSession", None), "sparkContext", None) if df else None
-    try:
-        tracker = context.statusTracker() if context is not None and every_s > 0 else None
-    except Exception:  # noqa: BLE001 - Spark Connect's session has no SparkContext
-        tracker = None
-    if tracker is None:
-        yield
-        return
-    done = threading.Event()
-    started = time.monotonic()
-
-    def report() -> None:
-        while not done.wait(every_s):
-            stages = []
-            for sid in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(sid)
-                if info is not None:
-                    stages.append(
-                        f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} tasks"
-                        + (f", {info.numActiveTasks} running" if info.numActiveTasks else "")
-                    )
-            elapsed = time.monotonic() - started
-            log.info(
-                f"{what}: writing for {elapsed:.0f} s; "
-                + ("; ".join(stages) if stages else "no Spark stage running (committing)")
-            )
-
-    thread = threading.Thread(target=report, name="shuffle-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(5)
 
 
 def _report_input(
@@ -664,6 +606,15 @@ def _asset_step() -> AssetExecutionContext | None:
     if not isinstance(step, AssetExecutionContext) or not step.has_assets_def:
         return None
     return step
+
+
+def _describe_input(topic: str, windows: list[str] | None, runs: list[str] | None) -> str:
+    """An input as its progress lines name it: the topic, and its windows or run."""
+    if windows:
+        if len(windows) == 1:
+            return f"{topic}: window {windows[0]!r}"
+        return f"{topic}: windows {windows[0]!r} .. {windows[-1]!r}"
+    return f"{topic}: run {runs[0]}" if runs else topic
 
 
 def _commits_read(log: ShuffleLog, windows: list[str] | None, runs: list[str] | None) -> list:
