@@ -22,7 +22,8 @@ from orchestration.shuffle import (
 )
 from tests.conftest import jvm_read_off, jvm_read_on
 
-pytestmark = pytest.mark.integration
+# Slow (72 s on 2 cores): in `scripts/dev test-slow`, so that the default suite stays quick.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 START = dt.date(2025, 1, 1)
 DAYS = 365
