@@ -20,6 +20,9 @@ import pyarrow.dataset as pads
 from devstack.soak import app as soak_app
 from devstack.soak import definitions as soak
 from orchestration.shuffle import KafkaClient, read_queue_output, read_shuffle, shuffle_log
+from orchestration.shuffle.core.commitlog import commit_topic
+from orchestration.shuffle.core.logindex import index_topic
+from orchestration.shuffle.core.queue import done_topic, work_topic
 
 STALL_S = 10.0
 
@@ -259,8 +262,11 @@ def check_leftovers(conf: dict) -> tuple[list[str], dict]:
     admin = client.admin()
     topics = set(admin.list_topics(timeout=30).topics)
     ours = {soak.TOPIC, soak_app.STREAM_TOPIC}
-    allowed = {t for base in ours for t in (base, f"{base}__commits")} | {
-        soak_app.QUEUE_TOPIC, f"{soak_app.QUEUE_TOPIC}.queue", soak_app.DLQ_TOPIC,
+    # Each shuffle's data topic, commit log and the log's index (once the log is long), and
+    # the queue's work topic and the record of what its consumers settled.
+    allowed = {t for base in ours for t in (base, commit_topic(base), index_topic(base))} | {
+        soak_app.QUEUE_TOPIC, work_topic(soak_app.QUEUE_TOPIC), done_topic(soak_app.QUEUE_TOPIC),
+        soak_app.DLQ_TOPIC,
     }  # fmt: skip
     left = sorted(t for t in topics - allowed if not t.startswith("__"))
     groups = admin.list_consumer_groups(request_timeout=30).result()
