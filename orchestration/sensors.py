@@ -17,6 +17,7 @@ from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
+    AssetCheckResult,
     AssetKey,
     AssetMaterialization,
     AssetObservation,
@@ -663,16 +664,7 @@ def shuffle_progress_sensor(
         events: list = []
         if cursor.get("verdict") != verdict:
             result = progress.result()
-            events.append(
-                AssetCheckEvaluation(
-                    asset_key=asset.key,
-                    check_name=PROGRESS_CHECK,
-                    passed=result.passed,
-                    severity=result.severity,
-                    description=result.description,
-                    metadata=result.metadata,
-                )
-            )
+            events.append(_evaluation(asset.key, PROGRESS_CHECK, result))
             if not progress.passed:
                 context.log.warning(f"shuffle {topic!r}: {progress.description}")
         mark, reported = progress.watermark, cursor.get("watermark")
@@ -689,6 +681,18 @@ def shuffle_progress_sensor(
         )
 
     return _sensor
+
+
+def _evaluation(key: AssetKey, check: str, result: AssetCheckResult) -> AssetCheckEvaluation:
+    """``result`` of the check ``check`` on ``key``, as a sensor reports it."""
+    return AssetCheckEvaluation(
+        asset_key=key,
+        check_name=check,
+        passed=result.passed,
+        severity=result.severity,
+        description=result.description,
+        metadata=result.metadata,
+    )
 
 
 def _watermark_event(key: AssetKey, log: ShuffleLog, mark: int) -> AssetMaterialization:
@@ -778,16 +782,7 @@ def shuffle_lag_sensor(
             state = [found.passed, found.severity.value, len(found.lag.behind)]
             if verdicts.get(name_) != state:
                 result = found.result(name_)
-                events.append(
-                    AssetCheckEvaluation(
-                        asset_key=consumer.key,
-                        check_name=LAG_CHECK,
-                        passed=result.passed,
-                        severity=result.severity,
-                        description=result.description,
-                        metadata=result.metadata,
-                    )
-                )
+                events.append(_evaluation(consumer.key, LAG_CHECK, result))
                 verdicts[name_] = state
             group = by_group.get(consumer.key)
             if group is not None:
@@ -827,16 +822,7 @@ def shuffle_lag_sensor(
                 state = [judged.passed, judged.severity.value]
                 if seen.get("verdict") != state:
                     result = judged.result(name_)
-                    events.append(
-                        AssetCheckEvaluation(
-                            asset_key=key,
-                            check_name=BACKLOG_CHECK,
-                            passed=result.passed,
-                            severity=result.severity,
-                            description=result.description,
-                            metadata=result.metadata,
-                        )
-                    )
+                    events.append(_evaluation(key, BACKLOG_CHECK, result))
                     if not judged.passed:
                         context.log.warning(f"shuffle {topic!r}: {result.description}")
                     seen["verdict"] = state

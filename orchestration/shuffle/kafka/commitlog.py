@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -113,15 +114,8 @@ def read_log_records(
     """The commit log's records from ``offset`` on, with their offsets, and its end offset."""
     ctopic = commit_topic(topic)
     try:
-        with kafka.lent_consumer() as c:
-            # One consumer and one round trip for the offsets in the common case: a metadata
-            # request from a fresh client (what partition_count makes) took 2 ms or 53 ms at
-            # random here, which made a sensor tick 6 ms or 58 ms.
-            offsets = quick_end_offsets(c, ctopic, 0, kafka)
-            if offsets is None:
-                # Closed, not lent again: it may still know a node the cluster has dropped.
-                raise _AskedAgain
-            return _records(c, ctopic, offset, *offsets)
+        with _log_consumer(kafka, ctopic) as (c, low, high):
+            return _records(c, ctopic, offset, low, high)
     except _AskedAgain:
         pass
     try:
@@ -143,6 +137,25 @@ def read_log_records(
 
 class _AskedAgain(Exception):
     """A lent consumer's quick ask of the commit log's offsets came back empty."""
+
+
+@contextlib.contextmanager
+def _log_consumer(kafka: KafkaClient, ctopic: str) -> Iterator[tuple[Consumer, int, int]]:
+    """A lent consumer and the commit log's (low, high) offsets, asked with it.
+
+    One consumer and one round trip for the offsets in the common case: a metadata request
+    from a fresh client (what partition_count makes) took 2 ms or 53 ms at random here, which
+    made a sensor tick 6 ms or 58 ms.
+
+    Raises:
+        _AskedAgain: The quick ask came back empty; the consumer is closed, not lent again
+            (it may still know a node the cluster has dropped).
+    """
+    with kafka.lent_consumer() as c:
+        offsets = quick_end_offsets(c, ctopic, 0, kafka)
+        if offsets is None:
+            raise _AskedAgain
+        yield c, *offsets
 
 
 def _records(
@@ -289,11 +302,7 @@ def _read_cold(
     log's offsets could not be asked quickly (the caller reads it the slow way)."""
     ctopic = commit_topic(topic)
     try:
-        with kafka.lent_consumer() as c:
-            offsets = quick_end_offsets(c, ctopic, 0, kafka)
-            if offsets is None:
-                return None
-            low, high = offsets
+        with _log_consumer(kafka, ctopic) as (c, low, high):
             if high - low >= INDEX_EVERY:
                 found = _indexed(c, kafka, topic, low, high, windows)
                 if found is not None:
