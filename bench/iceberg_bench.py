@@ -26,14 +26,20 @@ times each pair ``--repeat`` times, alternating which goes first:
 - join: the rows joined on ``k`` with the one-row-per-key side (two shuffles / two tables;
   a sort-merge join, broadcasting being off);
 - reuse: one write, then three keyed consumers (``bench.common.spark_consumers``: per-key
-  totals, a window ``lag``, each key's top 3).
+  totals, a window ``lag``, each key's top 3);
+- the write, the window, the join and reuse again on sorted layouts: shuffles written with
+  ``sort_by=("k", "ts")`` (the other side ``("k",)``), whose order the JVM read reports to
+  Spark, and tables with Iceberg's sort order (``WRITE ORDERED BY k, ts``; ``k``), by
+  which its write sorts and which its scan does not report (Iceberg 1.12). A team picks
+  the layout that suits its work, so a second table gives, for the window, the join and
+  reuse, each side's faster layout side by side.
 
 Each run is tagged with its name as Spark's job description, so the executed plans (the
 final adaptive plans) come back from the Spark UI's REST API: the output records, for each
 measure and side, whether any plan had an Exchange (for reuse, the consumers' plans, its
 write's recorded apart; Iceberg's write has one, the distribution it asks of Spark), and
 the last run's stages (tasks, wall, run and CPU time) and plan nodes' metrics: where each
-side's time goes.
+side's time goes. Whether a plan sorts (a ``Sort`` node) is recorded beside the Exchange.
 
 Targets (round six): our keyed groupBy, window and join each take at most half of Iceberg's
 time, and reuse at most 0.5 of it, at 2M and 10M rows; the table prints Iceberg's time /
@@ -51,6 +57,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -129,9 +136,16 @@ MEASURES = (
     ("window", "`row_number()` over a window by key"),
     ("join", "join by key with a one-row-per-key table, no broadcast"),
     ("reuse", "reuse: one write, then three keyed consumers"),
+    ("write_sorted", "sorted: write (a second or later run)"),
+    ("window_sorted", "sorted: `row_number()` over a window by key"),
+    ("join_sorted", "sorted: join by key with a one-row-per-key table, no broadcast"),
+    ("reuse_sorted", "sorted: reuse, one write, then three keyed consumers"),
 )
 # Round six's targets: Iceberg's time / ours at least this (ours at most half of Iceberg's).
-TARGETS = {"agg": 2.0, "window": 2.0, "join": 2.0, "reuse": 2.0}
+TARGETS = {
+    "agg": 2.0, "window": 2.0, "join": 2.0, "reuse": 2.0,
+    "window_sorted": 2.0, "join_sorted": 2.0, "reuse_sorted": 2.0,
+}  # fmt: skip
 # The steps a reuse run is tagged with: its write, and its three consumers.
 WRITE_STEP, CONSUMERS_STEP = "write", "consumers"
 
@@ -262,12 +276,15 @@ def stage_times(job_ids: list[int], jobs: dict, stages: dict) -> list[dict]:
 
 
 def plan_flags(group: list[dict]) -> dict:
-    """How many executions ``group`` holds, whether any plan had an Exchange, and the
-    distinct plans."""
+    """How many executions ``group`` holds, whether any plan had an Exchange or a Sort
+    node, and the distinct plans."""
     texts = [e.get("planDescription", "") for e in group]
     return {
         "executions": len(group),
         "exchange": any("Exchange" in t for t in texts),
+        # A Sort node of the tree ("+- Sort [k#1 ASC NULLS FIRST], false, 0"), not
+        # SortMergeJoin or SortAggregate.
+        "sort": any(re.search(r"\bSort \[", t) for t in texts),
         "plans": sorted(set(texts)),
     }
 
@@ -285,7 +302,7 @@ def plans_and_profiles(spark, names: list[str], repeat: int) -> tuple[dict, dict
     for name in names:
         if runs[f"{name}:{CONSUMERS_STEP}"]:
             read, write = runs[f"{name}:{CONSUMERS_STEP}"], runs[f"{name}:{WRITE_STEP}"]
-        elif name.endswith("_write"):
+        elif name.split("_", 1)[1].startswith("write"):
             read, write = [], runs[name]
         else:
             read, write = runs[name], []
@@ -370,18 +387,23 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
     table = f"{CATALOG}.{NAMESPACE}.rows_{tag}"
     other_table = f"{CATALOG}.{NAMESPACE}.per_key_{tag}"
 
-    def spec(t: str, event_time: str | None = "ts") -> ShuffleSpec:
-        return ShuffleSpec(topic=t, key=("k",), num_partitions=partitions, event_time=event_time)
+    def spec(t: str, event_time: str | None = "ts", sort_by: tuple = ()) -> ShuffleSpec:
+        return ShuffleSpec(topic=t, key=("k",), num_partitions=partitions, event_time=event_time,
+                           sort_by=sort_by)  # fmt: skip
 
     def ours_write() -> None:
         write_shuffle(df, spec(topic), kafka=kafka, window="bench")
 
-    def create(name: str, frame) -> None:
+    def create(name: str, frame, ordered_by: str = "") -> None:
         columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in frame.schema)
         spark.sql(
             f"CREATE TABLE {name} ({columns}) USING iceberg "
             f"PARTITIONED BY (bucket({partitions}, k))"
         )
+        if ordered_by:
+            # Iceberg's sort order: its writes sort each task's rows by it (after the
+            # partition's), and each data file records it.
+            spark.sql(f"ALTER TABLE {name} WRITE ORDERED BY {ordered_by}")
 
     def iceberg_write() -> None:
         # A table's content replaced by a new snapshot: every bucket is in the rows, so a
@@ -390,13 +412,32 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
         # are written by one task.
         df.writeTo(table).overwritePartitions()
 
+    # Sorted: shuffles written with sort_by, whose order the JVM read reports to Spark, and
+    # tables with Iceberg's sort order, by which its write sorts (Iceberg 1.12's scan
+    # reports no order to Spark).
+    sorted_topic, sorted_other_topic = f"bench.iceberg-s.{tag}", f"bench.iceberg2-s.{tag}"
+    sorted_table = f"{CATALOG}.{NAMESPACE}.rows_sorted_{tag}"
+    sorted_other_table = f"{CATALOG}.{NAMESPACE}.per_key_sorted_{tag}"
+
+    def ours_write_sorted() -> None:
+        write_shuffle(df, spec(sorted_topic, sort_by=("k", "ts")), kafka=kafka, window="bench")
+
+    def iceberg_write_sorted() -> None:
+        df.writeTo(sorted_table).overwritePartitions()
+
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{NAMESPACE}")
     create(table, df)
     create(other_table, other)
+    create(sorted_table, df, "k, ts")
+    create(sorted_other_table, other, "k")
     ours_write()
+    ours_write_sorted()
     write_shuffle(other, spec(other_topic, None), kafka=kafka, window="bench")
+    write_shuffle(other, spec(sorted_other_topic, None, ("k",)), kafka=kafka, window="bench")
     iceberg_write()
+    iceberg_write_sorted()
     other.writeTo(other_table).overwritePartitions()
+    other.writeTo(sorted_other_table).overwritePartitions()
 
     def ours():
         return read_shuffle(spark, topic, kafka=kafka, engine="jvm")
@@ -410,8 +451,23 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
     def iceberg_other():
         return spark.table(other_table)
 
+    def ours_sorted():
+        return read_shuffle(spark, sorted_topic, kafka=kafka, engine="jvm")
+
+    def ours_sorted_other():
+        return read_shuffle(spark, sorted_other_topic, kafka=kafka, engine="jvm")
+
+    def iceberg_sorted():
+        return spark.table(sorted_table)
+
+    def iceberg_sorted_other():
+        return spark.table(sorted_other_table)
+
     expected = df.count()
-    counts = {"ours": ours().count(), "iceberg": iceberg().count()}
+    counts = {
+        "ours": ours().count(), "iceberg": iceberg().count(),
+        "ours_sorted": ours_sorted().count(), "iceberg_sorted": iceberg_sorted().count(),
+    }  # fmt: skip
     if set(counts.values()) != {expected}:
         raise SystemExit(f"rows read back differ from the {expected} written: {counts}")
     files = spark.sql(f"SELECT count(*) AS n, sum(file_size_in_bytes) AS b FROM {table}.files")
@@ -441,23 +497,34 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
             reuse("ours_reuse", ours_write, ours),
             reuse("iceberg_reuse", iceberg_write, iceberg),
         ),
+        "write_sorted": (ours_write_sorted, iceberg_write_sorted),
+        "window_sorted": (lambda: window(ours_sorted()), lambda: window(iceberg_sorted())),
+        "join_sorted": (
+            lambda: noop(ours_sorted().join(ours_sorted_other(), "k")),
+            lambda: noop(iceberg_sorted().join(iceberg_sorted_other(), "k")),
+        ),
+        "reuse_sorted": (
+            reuse("ours_reuse_sorted", ours_write_sorted, ours_sorted),
+            reuse("iceberg_reuse_sorted", iceberg_write_sorted, iceberg_sorted),
+        ),
     }
     pairs = []
     for measure, (a, b) in work.items():
-        fa, fb = (a, b) if measure == "reuse" else (
+        fa, fb = (a, b) if measure.startswith("reuse") else (
             tagged(spark, f"ours_{measure}", a), tagged(spark, f"iceberg_{measure}", b)
         )  # fmt: skip
         pairs.append(((f"ours_{measure}", fa), (f"iceberg_{measure}", fb)))
     times = side_by_side(pairs, repeat, f"rows={rows:>9}")
     plans, profiles = plans_and_profiles(spark, list(times), repeat)
 
-    drop_topics(kafka, [t for x in (topic, other_topic) for t in (x, commit_topic(x))])
-    for t in (table, other_table):
+    shuffles = (topic, other_topic, sorted_topic, sorted_other_topic)
+    drop_topics(kafka, [t for x in shuffles for t in (x, commit_topic(x))])
+    for t in (table, other_table, sorted_table, sorted_other_table):
         spark.sql(f"DROP TABLE IF EXISTS {t} PURGE")
     med = {k: statistics.median(v) for k, v in times.items()}
     results = {}
     for measure, _ in MEASURES:
-        step = "write" if measure == "write" else "read"
+        step = "write" if measure.startswith("write") else "read"
         ours_s, ice_s = med[f"ours_{measure}"], med[f"iceberg_{measure}"]
         ratio = ice_s / ours_s
         bound = TARGETS.get(measure)
@@ -477,6 +544,9 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
             # A write's own plans; the reads' for the rest (a reuse's consumers).
             "exchange": {
                 side: plans[f"{side}_{measure}"][step]["exchange"] for side in ("ours", "iceberg")
+            },
+            "sort": {
+                side: plans[f"{side}_{measure}"][step]["sort"] for side in ("ours", "iceberg")
             },
         }
     return {
@@ -541,6 +611,8 @@ def measure(args) -> int:
         out.write_text(json.dumps(report, indent=2))
     print(breakdown(report))
     print(table(report))
+    print()
+    print(best_table(report))
     print(f"\nall measurements: {out}")
     return 0
 
@@ -549,14 +621,17 @@ def table(report: dict) -> str:
     """The results as a Markdown table: ours, Iceberg, Iceberg's time / ours, Exchanges."""
     lines = [
         "| rows | work | ours (JVM read) | Iceberg | Iceberg's time / ours "
-        "| the same, median of each repeat's | Exchange (ours / Iceberg) | target |",
-        "|---|---|---|---|---|---|---|---|",
+        "| the same, median of each repeat's | Exchange (ours / Iceberg) "
+        "| Sort (ours / Iceberg) | target |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     what = dict(MEASURES)
     for rows, size in report["sizes"].items():
         for measure, r in size["measures"].items():
             ex = r["exchange"]
             exchange = f"{'yes' if ex['ours'] else 'no'} / {'yes' if ex['iceberg'] else 'no'}"
+            so = r.get("sort", {})
+            sort = f"{'yes' if so.get('ours') else 'no'} / {'yes' if so.get('iceberg') else 'no'}"
             if r["target"] is None:
                 target = ""
             else:
@@ -565,8 +640,45 @@ def table(report: dict) -> str:
             lines.append(
                 f"| {int(rows) / 1e6:g}M | {what[measure]} | {r['ours_seconds']:.2f} s "
                 f"| {r['iceberg_seconds']:.2f} s | {r['iceberg_over_ours']:.2f}x "
-                f"| {r['iceberg_over_ours_per_repeat']:.2f}x | {exchange} "
+                f"| {r['iceberg_over_ours_per_repeat']:.2f}x | {exchange} | {sort} "
                 f"| {target} |"
+            )
+    return "\n".join(lines)
+
+
+# The work measured on both layouts: each side's faster layout is what a team would pick.
+BOTH_LAYOUTS = ("window", "join", "reuse")
+
+
+def best_table(report: dict) -> str:
+    """For the work measured on both layouts (unsorted and sorted), each side's faster
+    median, which layout it was, and Iceberg's time / ours of the two."""
+    lines = [
+        "| rows | work | ours, its faster layout | Iceberg, its faster layout "
+        "| Iceberg's time / ours | target |",
+        "|---|---|---|---|---|---|",
+    ]
+    what = dict(MEASURES)
+    for rows, size in report["sizes"].items():
+        m = size["measures"]
+        for measure in BOTH_LAYOUTS:
+            if f"{measure}_sorted" not in m:
+                continue
+            best = {}
+            for side in ("ours", "iceberg"):
+                options = [(m[x][f"{side}_seconds"], x) for x in (measure, f"{measure}_sorted")]
+                best[side] = min(options)
+            ratio = best["iceberg"][0] / best["ours"][0]
+            bound = TARGETS[measure]
+            verdict = "met" if ratio >= bound else "**missed**"
+
+            def shown(side: str, best: dict = best) -> str:
+                seconds, x = best[side]
+                return f"{seconds:.2f} s ({'sorted' if x.endswith('_sorted') else 'unsorted'})"
+
+            lines.append(
+                f"| {int(rows) / 1e6:g}M | {what[measure]} | {shown('ours')} "
+                f"| {shown('iceberg')} | {ratio:.2f}x | >= {bound:g}x: {verdict} |"
             )
     return "\n".join(lines)
 

@@ -11,7 +11,9 @@ against batch shuffle reads, side by side.
   read by Spark's own source, batch and streamed (``spark.readStream.parquet``): what Spark
   itself pays to stream. The streaming query's wall time includes starting it (on the
   Python path Spark starts a Python process for the source); its micro-batches' own time is
-  recorded beside.
+  recorded beside, and where it goes: the sum over the query's micro-batches of each phase
+  Spark times in a batch's progress (``durationMs``: ``latestOffset``, ``queryPlanning``,
+  ``getBatch``, ``walCommit``, ``addBatch``, ``commitOffsets``, ``triggerExecution``).
 
 Each pair runs ``--repeat`` times, alternating which goes first; medians and every
 measurement go to ``.local/bench/records.json``.
@@ -119,12 +121,20 @@ def records_pair(spark, kafka: dict, topic: str):
     ]
 
 
-def shuffle_pair(spark, kafka: dict, topic: str, parquet: str, processing: dict[str, list[float]]):
+def shuffle_pair(
+    spark,
+    kafka: dict,
+    topic: str,
+    parquet: str,
+    processing: dict[str, list[float]],
+    phases: dict[str, list[dict]],
+):
     """The batch and streaming reads on each read path (``engine``: the Python source, the
     JVM one), and Spark's own Parquet source over the same rows (``parquet``, a folder), the
     bound a stream's fixed costs set; ``processing[engine]`` gets, per streaming run, the
     seconds its micro-batches took (Spark's ``batchDuration``), which leaves out starting
-    the query."""
+    the query, and ``phases[engine]`` the milliseconds of each phase of them, summed over
+    the micro-batches, with their count (``batches``)."""
 
     def batch(engine: str):
         def run():
@@ -144,8 +154,14 @@ def shuffle_pair(spark, kafka: dict, topic: str, parquet: str, processing: dict[
                     .start()
                 )
                 q.awaitTermination()
-                seconds = sum(p["batchDuration"] for p in q.recentProgress) / 1000
+                progress = q.recentProgress
+                seconds = sum(p["batchDuration"] for p in progress) / 1000
                 processing.setdefault(name, []).append(seconds)
+                summed: dict = {"batches": len(progress)}
+                for p in progress:
+                    for phase, ms in (p.get("durationMs") or {}).items():
+                        summed[phase] = summed.get(phase, 0) + ms
+                phases.setdefault(name, []).append(summed)
 
         return run
 
@@ -223,8 +239,11 @@ def main(argv: list[str] | None = None) -> int:
             "concat('k', cast(id % 100003 as string)) as k", "id", "rand() as x"
         ).repartition(args.partitions).write.mode("overwrite").parquet(parquet)
         processing: dict[str, list[float]] = {}
+        phases: dict[str, list[dict]] = {}
         streams = side_by_side(
-            shuffle_pair(spark, kafka, shuffle, parquet, processing), args.repeat, f"n={n}"
+            shuffle_pair(spark, kafka, shuffle, parquet, processing, phases),
+            args.repeat,
+            f"n={n}",
         )
         spark_s = records["spark_kafka_source"]["median_seconds"]
         ratio = spark_s / records["kafka_records"]["median_seconds"]
@@ -234,9 +253,16 @@ def main(argv: list[str] | None = None) -> int:
             batch_s = streams[f"shuffle_batch_read{suffix}"]["median_seconds"]
             stream_s = streams[f"shuffle_stream_read{suffix}"]["median_seconds"]
             processing_s = statistics.median(processing[engine])
+            names = sorted({k for run in phases[engine] for k in run})
             streams[f"shuffle_stream_processing{suffix}"] = {
                 "median_seconds": processing_s,
                 "runs": processing[engine],
+                # Each phase's median over the runs (milliseconds, summed over a run's
+                # micro-batches), and every run's.
+                "phases_ms": {
+                    k: statistics.median(run.get(k, 0) for run in phases[engine]) for k in names
+                },
+                "phase_runs": phases[engine],
             }
             paths[f"stream_vs_batch_throughput{suffix}"] = batch_s / stream_s
             paths[f"stream_processing_vs_batch_throughput{suffix}"] = batch_s / processing_s
@@ -264,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
                 "the query's start, "
                 f"{paths[f'stream_processing_vs_batch_throughput{suffix}']:.2f} in its "
                 "micro-batches)",
+                flush=True,
+            )
+            shown = streams[f"shuffle_stream_processing{suffix}"]["phases_ms"]
+            print(
+                f"{n:>10} {what}, its micro-batches' phases (medians, ms): "
+                + ", ".join(f"{k} {v:g}" for k, v in shown.items()),
                 flush=True,
             )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
