@@ -200,29 +200,31 @@ class Soak:
 
     # -- faults ------------------------------------------------------------------------
 
-    def _instance(self):
-        from dagster import DagsterInstance
+    def plant_run_faults(self) -> None:
+        """The faults a Dagster run takes (:data:`fault_plan.AT_START`), planted before the
+        daemon starts, on the days of the first producer run (the sensor's first range): its
+        last day fails its write (the days before it are committed, the failed-region sensor
+        re-runs it), and one consumer's run of the first day raises once."""
+        import random
 
-        return DagsterInstance.from_config(str(self.out / "dagster_home"))
+        from devstack.soak.definitions import CONSUMERS, FIRST_DAY
 
-    def _next_day(self) -> str:
-        """The first day no producer run was launched for yet: the next run's."""
-        from devstack.soak.definitions import FIRST_DAY
-
-        days = verify._expected_days(self._instance())
-        if not days:
-            return FIRST_DAY
-        return (dt.date.fromisoformat(days[-1]) + dt.timedelta(days=1)).isoformat()
-
-    def _unconsumed_day(self, asset: str) -> str:
-        """The latest committed day ``asset`` has not materialized yet (its run is queued or
-        about to be), else the next day to be produced."""
-        from dagster import AssetKey
-
-        instance = self._instance()
-        produced = instance.get_materialized_partitions(AssetKey("soak_events"))
-        left = set(produced) - set(instance.get_materialized_partitions(AssetKey(asset)))
-        return max(left) if left else self._next_day()
+        rng = random.Random(f"{self.args.seed}-at-start")
+        first = dt.date.fromisoformat(FIRST_DAY)
+        days_per_run = int(self.env.get("SOAK_DAYS_PER_RUN", "2"))
+        for kind in fault_plan.AT_START:
+            record: dict = {"t": time.time(), "kind": kind}
+            if kind == "producer_run_fails":
+                day = (first + dt.timedelta(days=max(1, days_per_run) - 1)).isoformat()
+                (self.out / "faults" / f"producer-{day}").touch()
+                record.update(day=day)
+            elif kind == "consumer_run_fails":
+                asset = rng.choice(CONSUMERS)
+                (self.out / "faults" / f"consumer-{asset}-{FIRST_DAY}").touch()
+                record.update(day=FIRST_DAY, asset=asset)
+            record["t_end"] = time.time()
+            self.faults.append(record)
+            log(f"fault: {kind} planted ({record['day']})")
 
     def _inject_into(self, kind: str, box: dict) -> None:
         box["done"] = self.inject(kind)
@@ -254,23 +256,10 @@ class Soak:
             self.stop_daemon()
             time.sleep(2)
             self.start_daemon()
-        elif kind == "producer_run_fails":
-            day = self._next_day()
-            if any(faults_dir.glob(f"consumer-*-{day}*")):
-                # Not the day a consumer's fault waits on: its retry would hold that fault
-                # (and production, until it is taken) to the end of the drain.
-                day = (dt.date.fromisoformat(day) + dt.timedelta(days=1)).isoformat()
-            (faults_dir / f"producer-{day}").touch()
-            record.update(day=day)
         elif kind == "producer_task_fails":
             (faults_dir / "stream-task").touch()
-        elif kind == "consumer_run_fails":
-            from devstack.soak.definitions import CONSUMERS
-
-            asset = rng.choice(CONSUMERS)
-            day = self._unconsumed_day(asset)
-            (faults_dir / f"consumer-{asset}-{day}").touch()
-            record.update(day=day, asset=asset)
+        else:
+            raise ValueError(f"not a scheduled fault: {kind}")
         record["t_end"] = time.time()
         return record
 
@@ -303,6 +292,7 @@ class Soak:
 
     def _run(self) -> int:
         self.start_stacks()
+        self.plant_run_faults()
         self.start_daemon()
         self.start_app()
         threading.Thread(target=self.sample, daemon=True).start()
@@ -373,9 +363,12 @@ class Soak:
 
         instance = DagsterInstance.from_config(str(self.out / "dagster_home"))
         deadline = time.time() + self.args.drain_minutes * 60
-        # Production goes on until a fault of each kind planted for runs to come has been
-        # taken (what the report checks); a later one of a kind already taken may wait for a
-        # run that never comes (a day its run had already passed), so it is not waited for.
+        # The faults planted for runs are on the first run's days (plant_run_faults), which
+        # are produced whatever comes next: production stops now. The drain waits (up to half
+        # its time) until a fault of each kind planted has been taken, what the report
+        # checks; a later one of a kind already taken (a streaming task's, in a longer soak)
+        # is not waited for.
+        (self.out / "stop-producing").touch()
         half = time.time() + self.args.drain_minutes * 30
         kinds = {"producer-": "producer_run_fails", "stream-task": "producer_task_fails",
                  "consumer-": "consumer_run_fails"}  # fmt: skip
@@ -391,10 +384,14 @@ class Soak:
             }
             return planted - taken
 
+        # The streaming application's own fault is taken by its next micro-batch; once it
+        # is, the application drains, so that the runs still to take theirs do not share
+        # the machine with it (beside it, on 2 cores, a consumer run took 4-5 minutes).
+        while "producer_task_fails" in untaken_kinds() and time.time() < half:
+            time.sleep(2)
+        (self.out / "stop-app").touch()
         while untaken_kinds() and time.time() < half:
             time.sleep(2)
-        (self.out / "stop-producing").touch()
-        (self.out / "stop-app").touch()
         while time.time() < deadline:
             if self.daemon is not None and self.daemon.poll() is not None:
                 self.start_daemon()
