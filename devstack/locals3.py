@@ -1,7 +1,8 @@
 """A local S3-compatible object store: MinIO on 127.0.0.1, and Spark's S3A connector.
 
 MinIO is built from the Go module proxy with ``go install`` into ``.local/go/bin`` (module
-cache and build cache under ``.local/go`` too), once per pinned version. The server keeps
+cache and build cache under ``.local/go`` too), once per pinned version
+(:mod:`devstack.minio`). The server keeps
 its objects in ``.local/s3/data`` and logs to ``.local/s3/server.log``; its credentials are
 drawn the first time and kept in ``.local/s3/secrets.json`` (mode 0600). ``start`` creates
 the bucket ``shuffle-dev``.
@@ -32,7 +33,6 @@ import json
 import os
 import secrets
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +41,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from devstack import startlock
+from devstack import minio, startlock
 from devstack.localstack import LocalStackError, resolve_jars
 from orchestration.testing.broker import port_open
 
@@ -50,10 +50,6 @@ POM = ROOT / "stack" / "s3a" / "pom.xml"
 HOST = "127.0.0.1"
 BUCKET = "shuffle-dev"
 REGION = "us-east-1"
-# MinIO's last source release on the Go module proxy (the repository is archived; the
-# proxy serves it as a pseudo-version of its final commit).
-MINIO_MODULE = "github.com/minio/minio"
-MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
 
 
 class LocalS3Error(LocalStackError):
@@ -77,12 +73,8 @@ def _home() -> Path:
     return _local() / "s3"
 
 
-def _go_dir() -> Path:
-    return _local() / "go"
-
-
 def binary() -> Path:
-    return _go_dir() / "bin" / "minio"
+    return minio.binary()
 
 
 def s3a_libs() -> Path:
@@ -117,37 +109,10 @@ def ensure_jars() -> Path:
 
 def ensure_server() -> Path:
     """Builds MinIO with ``go install`` (once per pinned version); returns the binary."""
-    stamp = binary().with_name("minio.version")
-    if binary().exists() and stamp.exists() and stamp.read_text() == MINIO_VERSION:
-        return binary()
-    go = shutil.which("go")
-    if go is None:
-        raise LocalS3Error(
-            f"Go ('go') is needed to build MinIO ({MINIO_MODULE}@{MINIO_VERSION}); install it"
-        )
-    env = dict(os.environ)
-    env.update(
-        {
-            "GOPATH": str(_go_dir()),
-            "GOBIN": str(binary().parent),
-            "GOCACHE": str(_go_dir() / "cache"),
-            "GOMODCACHE": str(_go_dir() / "pkg" / "mod"),
-            # The module cache stays removable (go makes it read-only otherwise).
-            "GOFLAGS": "-modcacherw",
-            "CGO_ENABLED": "0",
-        }
-    )
-    print(f"building MinIO with go install ({MINIO_VERSION}) ...", file=sys.stderr, flush=True)
-    proc = subprocess.run(
-        [go, "install", f"{MINIO_MODULE}@{MINIO_VERSION}"], env=env, capture_output=True, text=True
-    )
-    if proc.returncode != 0 or not binary().exists():
-        raise LocalS3Error(
-            f"go install {MINIO_MODULE}@{MINIO_VERSION} failed (exit {proc.returncode}):\n"
-            f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        )
-    stamp.write_text(MINIO_VERSION)
-    return binary()
+    try:
+        return minio.build()
+    except minio.MinioBuildError as exc:
+        raise LocalS3Error(str(exc)) from None
 
 
 def credentials() -> dict[str, str]:

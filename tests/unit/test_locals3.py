@@ -19,3 +19,24 @@ def test_a_port_held_by_another_process_is_refused_by_name(monkeypatch):
         ):
             locals3.refuse_a_foreign_server()
     locals3.refuse_a_foreign_server()  # closed: nothing to refuse
+
+
+def test_minio_is_built_only_at_its_pinned_version_and_without_go_the_error_says_so(
+    tmp_path, monkeypatch
+):
+    """The build is skipped only for a binary stamped with the pinned version; one of
+    another version is built again, and with no Go on the path the server's own error
+    names Go and the module."""
+    from devstack import minio
+
+    monkeypatch.setattr(minio, "go_dir", lambda: tmp_path / "go")
+    minio.binary().parent.mkdir(parents=True)
+    minio.binary().write_text("")
+    stamp = minio.binary().with_name("minio.version")
+    stamp.write_text(minio.MINIO_VERSION)
+    assert minio.built() and locals3.ensure_server() == minio.binary()
+    stamp.write_text("v0.0.0-older")
+    assert not minio.built()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(locals3.LocalS3Error, match=r"Go \('go'\) is needed.*minio/minio@"):
+        locals3.ensure_server()
