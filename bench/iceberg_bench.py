@@ -439,29 +439,18 @@ def run_size(spark, kafka: dict, rows: int, repeat: int, partitions: int) -> dic
     other.writeTo(other_table).overwritePartitions()
     other.writeTo(sorted_other_table).overwritePartitions()
 
-    def ours():
-        return read_shuffle(spark, topic, kafka=kafka, engine="jvm")
+    def shuffle(t: str):
+        """A read of the shuffle ``t`` on the JVM path, made when called."""
+        return lambda: read_shuffle(spark, t, kafka=kafka, engine="jvm")
 
-    def ours_other():
-        return read_shuffle(spark, other_topic, kafka=kafka, engine="jvm")
+    def table_of(name: str):
+        """A read of the Iceberg table ``name``, made when called."""
+        return lambda: spark.table(name)
 
-    def iceberg():
-        return spark.table(table)
-
-    def iceberg_other():
-        return spark.table(other_table)
-
-    def ours_sorted():
-        return read_shuffle(spark, sorted_topic, kafka=kafka, engine="jvm")
-
-    def ours_sorted_other():
-        return read_shuffle(spark, sorted_other_topic, kafka=kafka, engine="jvm")
-
-    def iceberg_sorted():
-        return spark.table(sorted_table)
-
-    def iceberg_sorted_other():
-        return spark.table(sorted_other_table)
+    ours, ours_other = shuffle(topic), shuffle(other_topic)
+    ours_sorted, ours_sorted_other = shuffle(sorted_topic), shuffle(sorted_other_topic)
+    iceberg, iceberg_other = table_of(table), table_of(other_table)
+    iceberg_sorted, iceberg_sorted_other = table_of(sorted_table), table_of(sorted_other_table)
 
     expected = df.count()
     counts = {
