@@ -114,7 +114,7 @@ def read_log_records(
     """The commit log's records from ``offset`` on, with their offsets, and its end offset."""
     ctopic = commit_topic(topic)
     try:
-        with _log_consumer(kafka, ctopic) as (c, low, high):
+        with _deleted_while_read(kafka, topic), _log_consumer(kafka, ctopic) as (c, low, high):
             return _records(c, ctopic, offset, low, high)
     except _AskedAgain:
         pass
@@ -123,16 +123,31 @@ def read_log_records(
     except ShuffleAuthorizationError as exc:
         raise ShuffleAuthorizationError(f"shuffle {topic!r}: {exc}") from None
     except ShuffleTopicNotFoundError:
-        raise ShuffleTopicNotFoundError(
-            f"shuffle {topic!r} does not exist on {kafka.bootstrap_servers!r} "
-            f"(no commit-log topic {ctopic!r})"
-        ) from None
-    ((low, high),) = kafka.end_offsets(ctopic, 1)  # exists: waits for its leader
+        raise ShuffleTopicNotFoundError(_no_log(kafka, topic)) from None
     c = kafka.consumer()
     try:
-        return _records(c, ctopic, offset, low, high)
+        with _deleted_while_read(kafka, topic):
+            ((low, high),) = kafka.end_offsets(ctopic, 1)  # exists: waits for its leader
+            return _records(c, ctopic, offset, low, high)
     finally:
         c.close()
+
+
+def _no_log(kafka: KafkaClient, topic: str) -> str:
+    return (
+        f"shuffle {topic!r} does not exist on {kafka.bootstrap_servers!r} "
+        f"(no commit-log topic {commit_topic(topic)!r})"
+    )
+
+
+@contextlib.contextmanager
+def _deleted_while_read(kafka: KafkaClient, topic: str) -> Iterator[None]:
+    """The commit log was listed when asked, then went while it was read (deleted just
+    now): says the shuffle does not exist, as when it is missing from the start."""
+    try:
+        yield
+    except ShuffleTopicNotFoundError as exc:
+        raise ShuffleTopicNotFoundError(f"{_no_log(kafka, topic)}: {exc}") from None
 
 
 class _AskedAgain(Exception):
@@ -302,7 +317,7 @@ def _read_cold(
     log's offsets could not be asked quickly (the caller reads it the slow way)."""
     ctopic = commit_topic(topic)
     try:
-        with _log_consumer(kafka, ctopic) as (c, low, high):
+        with _deleted_while_read(kafka, topic), _log_consumer(kafka, ctopic) as (c, low, high):
             if high - low >= INDEX_EVERY:
                 found = _indexed(c, kafka, topic, low, high, windows)
                 if found is not None:
