@@ -89,18 +89,27 @@ def _partitions(groups: np.ndarray, opts: WriteOptions) -> np.ndarray:
 
 
 def _by_partition(
-    batch: pa.RecordBatch, parts: np.ndarray, num_partitions: int
+    batch: pa.RecordBatch,
+    parts: np.ndarray,
+    num_partitions: int,
+    keep: np.ndarray | None = None,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """``batch``'s rows split by their partition ``parts`` (of ``num_partitions``), each
-    partition's rows in the order they have in ``batch``."""
-    if len(parts) and (parts == parts[0]).all():  # one partition (a sorted write's batches)
-        yield int(parts[0]), batch
+    partition's rows in the order they have in ``batch``; with ``keep`` (a mask), only the
+    rows it keeps, taken in the same pass."""
+    if keep is None and len(parts) and (parts == parts[0]).all():
+        yield int(parts[0]), batch  # one partition (a sorted write's batches)
         return
-    if num_partitions <= np.iinfo(np.uint16).max:
-        # A stable sort of 16-bit integers is a radix sort in numpy: linear.
-        parts = parts.astype(np.uint16)
-    order = np.argsort(parts, kind="stable")
-    sorted_parts = parts[order]
+    rows = None if keep is None else np.flatnonzero(keep)
+    narrow = num_partitions <= np.iinfo(np.uint16).max
+    # A stable sort of 16-bit integers is a radix sort in numpy: linear.
+    kept = parts if rows is None else parts[rows]
+    order = np.argsort(kept.astype(np.uint16) if narrow else kept, kind="stable")
+    sorted_parts = kept[order]
+    if rows is not None:
+        order = rows[order]
+    if not len(order):
+        return
     batch = batch.take(pa.array(order))
     bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
     starts = np.concatenate(([0], bounds))
@@ -457,9 +466,8 @@ class ColumnarProducerTask:
             mine = (parts >= first) & (parts < end)
             if not mine.any():
                 continue
-            if not mine.all():
-                keyed, parts = keyed.filter(pa.array(mine)), parts[mine]
-            for p, rows in _by_partition(keyed, parts, self.options.num_partitions):
+            keep = None if mine.all() else mine
+            for p, rows in _by_partition(keyed, parts, self.options.num_partitions, keep):
                 held[p].append(rows)
         for p in range(first, end):
             rows = held.pop(p)
