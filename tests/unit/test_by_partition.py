@@ -1,4 +1,4 @@
-"""A producer task's split of a batch by partition (``_by_partition``): each partition's
+"""A producer task's split of a batch by partition (``split_by_partition``): each partition's
 rows in their order in the batch, and with a mask, only the rows it keeps (a sorted write's
 task keeps its own partitions' rows), over generated batches."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from orchestration.shuffle.spark.writer import _by_partition
+from orchestration.shuffle.spark.writer import split_by_partition
 
 
 def expected(batch: pa.RecordBatch, parts: np.ndarray, keep: np.ndarray | None) -> dict:
@@ -33,7 +33,7 @@ def test_each_partition_gets_its_kept_rows_in_batch_order(seed, masked):
     )
     keep = (rnd.random(n) < rnd.random()) if masked else None
     got: dict[int, list] = {}
-    for p, rows in _by_partition(batch, parts, num_partitions, keep):
+    for p, rows in split_by_partition(batch, parts, num_partitions, keep):
         assert p not in got, f"partition {p} came twice"
         assert rows.num_rows > 0
         got[p] = rows.to_pylist()

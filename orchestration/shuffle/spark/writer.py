@@ -88,7 +88,7 @@ def _partitions(groups: np.ndarray, opts: WriteOptions) -> np.ndarray:
     return groups.astype(np.int64) * opts.num_partitions // opts.max_parallelism
 
 
-def _by_partition(
+def split_by_partition(
     batch: pa.RecordBatch,
     parts: np.ndarray,
     num_partitions: int,
@@ -272,7 +272,9 @@ class ProducerSubtask:
                 self.event_min = lo if self.event_min is None else min(self.event_min, lo)
                 self.event_max = hi if self.event_max is None else max(self.event_max, hi)
         kg = batch.column(fr.KEY_GROUP_COLUMN).to_numpy(zero_copy_only=False)
-        for p, rows in _by_partition(batch, _partitions(kg, self.opts), self.opts.num_partitions):
+        for p, rows in split_by_partition(
+            batch, _partitions(kg, self.opts), self.opts.num_partitions
+        ):
             self._buffer(p, rows)
         self.rows_since_watermark += batch.num_rows
         # Announcing a watermark means flushing every partition's buffer first, so do it
@@ -467,7 +469,7 @@ class ColumnarProducerTask:
             if not mine.any():
                 continue
             keep = None if mine.all() else mine
-            for p, rows in _by_partition(keyed, parts, self.options.num_partitions, keep):
+            for p, rows in split_by_partition(keyed, parts, self.options.num_partitions, keep):
                 held[p].append(rows)
         for p in range(first, end):
             rows = held.pop(p)
