@@ -1,6 +1,7 @@
 """Shared fixtures. Integration fixtures start the real stack lazily, once per session."""
 
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -149,6 +150,19 @@ def unique():
         return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
     return make
+
+
+def delete_topics(admin, topics: list[str], within: float = 60) -> None:
+    """Deletes ``topics`` with ``admin`` and waits until the broker no longer lists them
+    (a deletion's result comes back before every listing drops the topic)."""
+    for f in admin.delete_topics(topics, operation_timeout=30).values():
+        f.result(within)
+    deadline = time.monotonic() + within
+    while left := set(admin.list_topics(timeout=10).topics) & set(topics):
+        assert time.monotonic() < deadline, (
+            f"{sorted(left)} still listed {within:g} s after deletion"
+        )
+        time.sleep(0.2)
 
 
 def jvm_read_on(session, kafka_conf) -> list[str]:

@@ -26,7 +26,7 @@ from orchestration.shuffle import (
 from orchestration.shuffle.kafka.commitlog import write_commit
 from orchestration.shuffle.spark.perkey import shuffle_scan_options
 from orchestration.shuffle.spark.session import explain_text
-from tests.conftest import jvm_read_off, jvm_read_on
+from tests.conftest import delete_topics, jvm_read_off, jvm_read_on
 from tests.integration.test_shuffle import DAY, rows_df, spec_for
 
 pytestmark = pytest.mark.integration
@@ -609,13 +609,8 @@ def test_catalog_reads_a_shuffle_created_again_with_another_layout(jspark, kafka
     topic = unique("jvm-again")
     write_shuffle(rows_df(jspark, 300), spec_for(topic), kafka=kafka_conf, window="d1")
     assert jspark.sql(f"SELECT count(*) FROM shuffle.`{topic}`").first()[0] == 300
-    admin = AdminClient(kafka_conf)
-    for f in admin.delete_topics([topic, f"{topic}__commits"]).values():
-        f.result(30)
-    deadline = time.monotonic() + 30
-    while set(admin.list_topics(timeout=10).topics) & {topic, f"{topic}__commits"}:
-        assert time.monotonic() < deadline, "the topics were not deleted within 30 s"
-        time.sleep(0.2)
+    delete_topics(AdminClient(kafka_conf), [topic, f"{topic}__commits"], within=30)
+    deadline = time.monotonic()
     spec = spec_for(topic, key=("id",), num_partitions=2)
     for day in ("d1", "d2", "d3"):
         while True:  # the broker may still be removing the old topics' partitions
